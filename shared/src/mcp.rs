@@ -1,0 +1,521 @@
+//! The one MCP JSON-RPC dispatcher, as a pure async function over a [`ToolHost`].
+//!
+//! Owns method routing for both protocol eras (SPEC §3.1): the stateless 2026-07-28
+//! revision (`server/discover`, per-request `_meta`, `resultType`, `ttlMs`/`cacheScope`) and
+//! the session revisions (`initialize` and friends). Transports (stdio, HTTP, the Worker)
+//! frame messages, decide the era and own sessions; they all call [`Dispatcher::request`].
+//! No runtime, no I/O: tool calls go to the host.
+
+use std::future::Future;
+
+use rmcp::model::CallToolResult;
+use serde_json::{Map, Value, json};
+
+use crate::catalogue::{DASHBOARD_URI, MCP_APP_MIME, ToolNames, UI_EXTENSION, tools};
+use crate::maybe_send::{MaybeSend, MaybeSync};
+use crate::result::validation_error;
+use crate::validate::{ToolCall, ValidationError, parse_tool_call};
+
+/// The stateless revision.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// Session revisions accepted by `initialize`, oldest first.
+pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The newest session revision.
+pub const LATEST_LEGACY: &str = "2025-11-25";
+/// `_meta` key carrying the protocol version of a modern request.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key carrying the server identity on modern results.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// JSON-RPC and MCP error codes.
+pub mod codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const RESOURCE_NOT_FOUND_LEGACY: i64 = -32002;
+    pub const HEADER_MISMATCH: i64 = -32020;
+    pub const MISSING_CAPABILITY: i64 = -32021;
+    pub const UNSUPPORTED_VERSION: i64 = -32022;
+}
+
+/// Every revision this server speaks, oldest first.
+pub fn supported_versions() -> Vec<&'static str> {
+    let mut v = LEGACY_VERSIONS.to_vec();
+    v.push(MODERN_VERSION);
+    v
+}
+
+/// The protocol era of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// A session revision, negotiated by `initialize`.
+    Legacy(String),
+    /// The stateless revision.
+    Modern,
+}
+
+/// The version `initialize` answers with: the client's if we know it, else our newest.
+pub fn negotiate(requested: Option<&str>) -> &'static str {
+    requested
+        .and_then(|r| LEGACY_VERSIONS.iter().copied().find(|v| *v == r))
+        .unwrap_or(LATEST_LEGACY)
+}
+
+/// A parsed incoming JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    Request {
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    /// A response from the client (we send no requests, so these are ignored).
+    Response,
+}
+
+/// Parses one JSON-RPC message. `Err` holds the error response to send back.
+pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Value> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| error_response(Value::Null, codes::PARSE_ERROR, &format!("parse error: {e}"), None))?;
+    parse_value(value)
+}
+
+/// Parses an already-decoded JSON-RPC message.
+pub fn parse_value(value: Value) -> Result<Incoming, Value> {
+    let Value::Object(mut obj) = value else {
+        let msg = if value.is_array() {
+            "batches are not supported: send one JSON-RPC message per request"
+        } else {
+            "a JSON-RPC message must be an object"
+        };
+        return Err(error_response(Value::Null, codes::INVALID_REQUEST, msg, None));
+    };
+    let id = obj.remove("id");
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(error_response(
+            id.unwrap_or(Value::Null),
+            codes::INVALID_REQUEST,
+            "`jsonrpc` must be \"2.0\"",
+            None,
+        ));
+    }
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) => m,
+        Some(_) => {
+            return Err(error_response(
+                id.unwrap_or(Value::Null),
+                codes::INVALID_REQUEST,
+                "`method` must be a string",
+                None,
+            ));
+        }
+        None if obj.contains_key("result") || obj.contains_key("error") => return Ok(Incoming::Response),
+        None => {
+            return Err(error_response(
+                id.unwrap_or(Value::Null),
+                codes::INVALID_REQUEST,
+                "missing `method`",
+                None,
+            ));
+        }
+    };
+    let params = obj.remove("params");
+    if let Some(p) = &params
+        && !p.is_object()
+    {
+        return Err(error_response(
+            id.unwrap_or(Value::Null),
+            codes::INVALID_REQUEST,
+            "`params` must be an object",
+            None,
+        ));
+    }
+    match id {
+        None => Ok(Incoming::Notification { method, params }),
+        Some(id @ (Value::String(_) | Value::Number(_))) => Ok(Incoming::Request { id, method, params }),
+        Some(_) => Err(error_response(
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "`id` must be a string or a number",
+            None,
+        )),
+    }
+}
+
+/// A JSON-RPC error response.
+pub fn error_response(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({ "code": code, "message": message });
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    json!({ "jsonrpc": "2.0", "id": id, "error": error })
+}
+
+/// A JSON-RPC success response.
+pub fn success_response(id: Value, result: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+}
+
+/// The error for a modern request naming a version we do not speak.
+pub fn unsupported_version(id: Value, requested: &str) -> Value {
+    error_response(
+        id,
+        codes::UNSUPPORTED_VERSION,
+        &format!("unsupported protocol version {requested:?}"),
+        Some(json!({ "supported": supported_versions(), "requested": requested })),
+    )
+}
+
+/// Per-call context handed to the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallContext {
+    pub request_id: Value,
+    pub progress_token: Option<Value>,
+    pub era: Era,
+}
+
+/// Runs validated tool calls. Implemented by the local server and the Worker.
+pub trait ToolHost: MaybeSync {
+    fn call_tool(
+        &self,
+        call: ToolCall,
+        ctx: &CallContext,
+    ) -> impl Future<Output = CallToolResult> + MaybeSend;
+}
+
+/// Static server configuration for the dispatcher.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub name: String,
+    pub version: String,
+    pub names: ToolNames,
+    pub exec_description: String,
+    pub instructions: Option<String>,
+    /// The dashboard page served as the MCP App resource, when lifecycle tools are on.
+    pub dashboard_html: Option<String>,
+}
+
+/// Routes requests to results. Cheap to share; holds the serialized catalogue.
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    config: ServerConfig,
+    tools: Value,
+}
+
+const LIST_TTL_MS: u64 = 300_000;
+
+impl Dispatcher {
+    pub fn new(config: ServerConfig) -> Self {
+        let tools = serde_json::to_value(tools(&config.names, &config.exec_description))
+            .unwrap_or_else(|_| json!([]));
+        Self { config, tools }
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The tool list as served by `tools/list`.
+    pub fn tool_list(&self) -> &Value {
+        &self.tools
+    }
+
+    fn server_info(&self) -> Value {
+        json!({ "name": self.config.name, "version": self.config.version })
+    }
+
+    fn capabilities(&self) -> Value {
+        let mut caps = json!({ "tools": { "listChanged": false } });
+        if self.config.names.lifecycle {
+            caps["resources"] = json!({ "listChanged": false, "subscribe": false });
+            caps["extensions"] = json!({ UI_EXTENSION: { "mimeTypes": [MCP_APP_MIME] } });
+        }
+        caps
+    }
+
+    /// The result of `initialize` for the negotiated version.
+    pub fn initialize_result(&self, version: &str) -> Value {
+        let mut r = json!({
+            "protocolVersion": version,
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info(),
+        });
+        if let Some(i) = &self.config.instructions {
+            r["instructions"] = json!(i);
+        }
+        r
+    }
+
+    fn finish(&self, era: &Era, mut result: Value) -> Value {
+        if let Value::Object(obj) = &mut result {
+            match era {
+                Era::Legacy(_) => {
+                    obj.remove("resultType");
+                }
+                Era::Modern => {
+                    obj.insert("resultType".into(), json!("complete"));
+                    let meta = obj.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+                    if let Value::Object(meta) = meta {
+                        meta.insert(META_SERVER_INFO.into(), self.server_info());
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    fn resource_missing(&self, era: &Era, id: Value, uri: &str) -> Value {
+        let code = match era {
+            Era::Legacy(_) => codes::RESOURCE_NOT_FOUND_LEGACY,
+            Era::Modern => codes::INVALID_PARAMS,
+        };
+        error_response(id, code, &format!("resource not found: {uri}"), Some(json!({ "uri": uri })))
+    }
+
+    /// Handles one request and returns the full JSON-RPC response.
+    pub async fn request<H: ToolHost>(
+        &self,
+        host: &H,
+        era: &Era,
+        id: Value,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Value {
+        if *era == Era::Modern
+            && let Some(v) = params
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        {
+            match v.as_str() {
+                Some(MODERN_VERSION) => {}
+                Some(other) => return unsupported_version(id, other),
+                None => {
+                    return error_response(
+                        id,
+                        codes::INVALID_PARAMS,
+                        "`_meta.io.modelcontextprotocol/protocolVersion` must be a string",
+                        None,
+                    );
+                }
+            }
+        }
+        let result = match method {
+            "initialize" => {
+                let requested = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
+                return success_response(id, self.initialize_result(negotiate(requested)));
+            }
+            "ping" => json!({}),
+            "server/discover" => {
+                let mut r = json!({
+                    "supportedVersions": supported_versions(),
+                    "capabilities": self.capabilities(),
+                    "ttlMs": LIST_TTL_MS,
+                    "cacheScope": "public",
+                });
+                if let Some(i) = &self.config.instructions {
+                    r["instructions"] = json!(i);
+                }
+                r
+            }
+            "tools/list" => {
+                let mut r = json!({ "tools": self.tools });
+                if *era == Era::Modern {
+                    r["ttlMs"] = json!(LIST_TTL_MS);
+                    r["cacheScope"] = json!("public");
+                }
+                r
+            }
+            "resources/list" => {
+                let mut resources = Vec::new();
+                if self.config.names.lifecycle && self.config.dashboard_html.is_some() {
+                    resources.push(json!({
+                        "uri": DASHBOARD_URI,
+                        "name": "computers",
+                        "title": "Sandbox Computer Dashboard",
+                        "mimeType": MCP_APP_MIME,
+                        "_meta": { "ui": { "csp": {}, "prefersBorder": true } },
+                    }));
+                }
+                let mut r = json!({ "resources": resources });
+                if *era == Era::Modern {
+                    r["ttlMs"] = json!(LIST_TTL_MS);
+                    r["cacheScope"] = json!("public");
+                }
+                r
+            }
+            "resources/templates/list" => json!({ "resourceTemplates": [] }),
+            "resources/read" => {
+                let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or("");
+                match (&self.config.dashboard_html, self.config.names.lifecycle) {
+                    (Some(html), true) if uri == DASHBOARD_URI => {
+                        let mut r = json!({ "contents": [{
+                            "uri": DASHBOARD_URI,
+                            "mimeType": MCP_APP_MIME,
+                            "text": html,
+                            "_meta": { "ui": { "csp": {}, "prefersBorder": true } },
+                        }]});
+                        if *era == Era::Modern {
+                            r["ttlMs"] = json!(0);
+                            r["cacheScope"] = json!("public");
+                        }
+                        r
+                    }
+                    _ => return self.resource_missing(era, id, uri),
+                }
+            }
+            "tools/call" => {
+                let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+                    return error_response(id, codes::INVALID_PARAMS, "tools/call needs `name` (a string)", None);
+                };
+                let arguments = params.and_then(|p| p.get("arguments"));
+                let result = match parse_tool_call(&self.config.names, name, arguments) {
+                    Err(ValidationError::UnknownTool(n)) => {
+                        return error_response(
+                            id,
+                            codes::INVALID_PARAMS,
+                            &format!("unknown tool {n:?}; call tools/list to see the available tools"),
+                            None,
+                        );
+                    }
+                    Err(ValidationError::Invalid(message)) => validation_error(&message),
+                    Ok(call) => {
+                        let progress_token = params
+                            .and_then(|p| p.get("_meta"))
+                            .and_then(|m| m.get("progressToken"))
+                            .cloned();
+                        let ctx = CallContext { request_id: id.clone(), progress_token, era: era.clone() };
+                        host.call_tool(call, &ctx).await
+                    }
+                };
+                serde_json::to_value(result).unwrap_or_else(|_| json!({}))
+            }
+            other => {
+                return error_response(
+                    id,
+                    codes::METHOD_NOT_FOUND,
+                    &format!("method not found: {other}"),
+                    None,
+                );
+            }
+        };
+        success_response(id, self.finish(era, result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::structured_result;
+
+    struct Echo;
+    impl ToolHost for Echo {
+        async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
+            structured_result(json!({ "call": format!("{call:?}"), "id": ctx.request_id }))
+        }
+    }
+
+    fn dispatcher(lifecycle: bool) -> Dispatcher {
+        Dispatcher::new(ServerConfig {
+            name: "t".into(),
+            version: "0".into(),
+            names: ToolNames::new("terminal_execute", lifecycle),
+            exec_description: "d".into(),
+            instructions: None,
+            dashboard_html: Some("<html></html>".into()),
+        })
+    }
+
+    fn run(d: &Dispatcher, era: Era, method: &str, params: Value) -> Value {
+        futures_executor::block_on(d.request(&Echo, &era, json!(1), method, Some(&params)))
+    }
+
+    #[test]
+    fn parse_rejects_garbage() {
+        for raw in [&b"{"[..], b"[]", b"3", b"{\"jsonrpc\":\"1.0\",\"method\":\"x\",\"id\":1}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1}", b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"id\":{}}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1],\"id\":1}"] {
+            let err = parse_message(raw).unwrap_err();
+            assert!(err["error"]["code"].as_i64().unwrap() <= -32600, "{err}");
+        }
+        assert_eq!(
+            parse_message(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}").unwrap(),
+            Incoming::Notification { method: "notifications/initialized".into(), params: None }
+        );
+        assert_eq!(parse_message(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap(), Incoming::Response);
+    }
+
+    #[test]
+    fn initialize_echoes_known_versions() {
+        let d = dispatcher(true);
+        for v in LEGACY_VERSIONS {
+            let r = run(&d, Era::Legacy((*v).into()), "initialize", json!({"protocolVersion": v}));
+            assert_eq!(r["result"]["protocolVersion"], *v);
+        }
+        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "initialize", json!({"protocolVersion": "1999-01-01"}));
+        assert_eq!(r["result"]["protocolVersion"], LATEST_LEGACY);
+        assert_eq!(
+            r["result"]["capabilities"]["extensions"][UI_EXTENSION]["mimeTypes"][0],
+            MCP_APP_MIME
+        );
+        let r = run(&dispatcher(false), Era::Legacy(LATEST_LEGACY.into()), "initialize", json!({}));
+        assert!(r["result"]["capabilities"].get("extensions").is_none());
+    }
+
+    #[test]
+    fn modern_results_carry_result_type_and_cache_fields() {
+        let d = dispatcher(false);
+        let r = run(&d, Era::Modern, "server/discover", json!({}));
+        assert_eq!(r["result"]["resultType"], "complete");
+        assert!(r["result"]["supportedVersions"].as_array().unwrap().contains(&json!(MODERN_VERSION)));
+        assert_eq!(r["result"]["_meta"][META_SERVER_INFO]["name"], "t");
+        let r = run(&d, Era::Modern, "tools/list", json!({}));
+        assert_eq!(r["result"]["cacheScope"], "public");
+        assert!(r["result"]["ttlMs"].is_u64());
+        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "tools/list", json!({}));
+        assert!(r["result"].get("resultType").is_none());
+        assert!(r["result"].get("ttlMs").is_none());
+    }
+
+    #[test]
+    fn modern_version_mismatch_is_refused() {
+        let d = dispatcher(false);
+        let r = run(&d, Era::Modern, "tools/list", json!({"_meta": {META_PROTOCOL_VERSION: "2030-01-01"}}));
+        assert_eq!(r["error"]["code"], codes::UNSUPPORTED_VERSION);
+        assert_eq!(r["error"]["data"]["requested"], "2030-01-01");
+    }
+
+    #[test]
+    fn tool_calls_validate_before_the_host() {
+        let d = dispatcher(false);
+        let r = run(&d, Era::Modern, "tools/call", json!({"name": "terminal_execute", "arguments": {}}));
+        assert_eq!(r["result"]["isError"], true);
+        assert!(r["result"].get("structuredContent").is_none());
+        let r = run(&d, Era::Modern, "tools/call", json!({"name": "terminal_execute", "arguments": {"command": "ls"}}));
+        assert_eq!(r["result"]["isError"], false);
+        assert_eq!(r["result"]["resultType"], "complete");
+        let r = run(&d, Era::Modern, "tools/call", json!({"name": "computer_list"}));
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+        let r = run(&d, Era::Modern, "tools/call", json!({}));
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+        let r = run(&d, Era::Modern, "nope/nope", json!({}));
+        assert_eq!(r["error"]["code"], codes::METHOD_NOT_FOUND);
+    }
+
+    #[test]
+    fn dashboard_resource() {
+        let d = dispatcher(true);
+        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "resources/read", json!({"uri": DASHBOARD_URI}));
+        assert_eq!(r["result"]["contents"][0]["mimeType"], MCP_APP_MIME);
+        assert_eq!(r["result"]["contents"][0]["_meta"], json!({"ui": {"csp": {}, "prefersBorder": true}}));
+        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "resources/read", json!({"uri": "ui://x"}));
+        assert_eq!(r["error"]["code"], codes::RESOURCE_NOT_FOUND_LEGACY);
+        let r = run(&d, Era::Modern, "resources/read", json!({"uri": "ui://x"}));
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+    }
+}

@@ -1,0 +1,300 @@
+//! Result shaping: exec outcomes and lifecycle answers as MCP `CallToolResult`s.
+//!
+//! Owns the exact shapes of SPEC §3.5 (keys, notices, base64 for non-UTF-8 bytes) and the
+//! output cap: [`OutputCollector`] keeps the head of stdout+stderr in arrival order and
+//! says when the cap is hit, so every backend truncates the same way.
+
+use base64::Engine as _;
+use rmcp::model::{CallToolResult, ContentBlock as Content};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Collects stdout and stderr up to a combined byte limit.
+#[derive(Debug)]
+pub struct OutputCollector {
+    limit: usize,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    truncated: bool,
+}
+
+/// What the caller should do after [`OutputCollector::push`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// Keep reading.
+    More,
+    /// The limit is reached: stop the command.
+    LimitHit,
+}
+
+impl OutputCollector {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            truncated: false,
+        }
+    }
+
+    fn used(&self) -> usize {
+        self.stdout.len() + self.stderr.len()
+    }
+
+    /// Adds a chunk. Once the limit is hit, later chunks are dropped.
+    pub fn push(&mut self, stream: Stream, bytes: &[u8]) -> Push {
+        if self.truncated {
+            return Push::LimitHit;
+        }
+        let room = self.limit.saturating_sub(self.used());
+        let buf = match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        if bytes.len() <= room {
+            buf.extend_from_slice(bytes);
+            return Push::More;
+        }
+        let start = buf.len();
+        buf.extend_from_slice(&bytes[..room]);
+        // Cut on a UTF-8 boundary: drop an incomplete trailing character.
+        if let Err(e) = std::str::from_utf8(&buf[start..])
+            && e.error_len().is_none()
+        {
+            buf.truncate(start + e.valid_up_to());
+        }
+        self.truncated = true;
+        Push::LimitHit
+    }
+
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// Bytes collected so far: (stdout, stderr, truncated).
+    pub fn finish(self) -> (Vec<u8>, Vec<u8>, bool) {
+        (self.stdout, self.stderr, self.truncated)
+    }
+}
+
+/// The raw outcome of an exec, as a backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExecOutcome {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i64,
+    pub duration_ms: u64,
+    /// The output limit was hit (value: the limit in bytes).
+    pub truncated_at: Option<u64>,
+    /// The timeout was hit (value: the timeout in seconds).
+    pub timed_out_after: Option<u64>,
+}
+
+/// Exit code of a timed-out command.
+pub const TIMEOUT_EXIT_CODE: i64 = 124;
+
+fn append_notice(stderr: &mut Vec<u8>, notice: &str) {
+    if !stderr.is_empty() && !stderr.ends_with(b"\n") {
+        stderr.push(b'\n');
+    }
+    stderr.extend_from_slice(notice.as_bytes());
+    stderr.push(b'\n');
+}
+
+fn put_stream(out: &mut Map<String, Value>, key: &str, bytes: &[u8], extra: &mut Map<String, Value>) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => {
+            out.insert(key.into(), Value::String(s.to_owned()));
+        }
+        Err(_) => {
+            out.insert(key.into(), Value::String(String::from_utf8_lossy(bytes).into_owned()));
+            extra.insert(
+                format!("{key}_base64"),
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            );
+        }
+    }
+}
+
+/// The structured exec result of SPEC §3.5.
+pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome) -> Value {
+    let ExecOutcome {
+        stdout,
+        mut stderr,
+        mut exit_code,
+        duration_ms,
+        truncated_at,
+        timed_out_after,
+    } = outcome;
+    // Notices go after the captured bytes, and base64 covers the captured bytes only.
+    let stderr_raw_is_utf8 = std::str::from_utf8(&stderr).is_ok();
+    let stderr_raw = (!stderr_raw_is_utf8).then(|| stderr.clone());
+    if let Some(secs) = timed_out_after {
+        exit_code = TIMEOUT_EXIT_CODE;
+        append_notice(
+            &mut stderr,
+            &format!(
+                "[timed out after {secs} s: the command and its child processes were killed; the output so far is kept. Pass a larger `timeout` or run it in the background (nohup … &) and poll]"
+            ),
+        );
+    }
+    if let Some(limit) = truncated_at {
+        append_notice(
+            &mut stderr,
+            &format!(
+                "[output truncated at {limit} bytes (the output limit); the command was stopped. Redirect output to a file and read it in parts, e.g. `cmd > /tmp/out.txt; head -c 100000 /tmp/out.txt`]"
+            ),
+        );
+    }
+    let mut out = Map::new();
+    let mut extra = Map::new();
+    out.insert("computer_id".into(), json!(computer_id));
+    out.insert("temporary".into(), json!(temporary));
+    put_stream(&mut out, "stdout", &stdout, &mut extra);
+    match stderr_raw {
+        None => put_stream(&mut out, "stderr", &stderr, &mut extra),
+        Some(raw) => {
+            out.insert("stderr".into(), Value::String(String::from_utf8_lossy(&stderr).into_owned()));
+            extra.insert(
+                "stderr_base64".into(),
+                Value::String(base64::engine::general_purpose::STANDARD.encode(raw)),
+            );
+        }
+    }
+    out.insert("exit_code".into(), json!(exit_code));
+    out.insert("exec_duration_ms".into(), json!(duration_ms));
+    if truncated_at.is_some() {
+        out.insert("truncated".into(), json!(true));
+    }
+    if timed_out_after.is_some() {
+        out.insert("timed_out".into(), json!(true));
+    }
+    out.extend(extra);
+    Value::Object(out)
+}
+
+/// A successful tool result: structured content plus the same JSON as one text block.
+pub fn structured_result(value: Value) -> CallToolResult {
+    let text = value.to_string();
+    let mut result = CallToolResult::success(vec![Content::text(text)]);
+    result.structured_content = Some(value);
+    result.is_error = Some(false);
+    result
+}
+
+/// A validation error: one text block, no structured content (SPEC §3.5).
+pub fn validation_error(message: &str) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![Content::text(message.to_owned())]);
+    result.is_error = Some(true);
+    result
+}
+
+/// A failed operation: `{"error": message}` as structured content and text.
+pub fn operation_error(message: &str) -> CallToolResult {
+    let value = json!({ "error": message });
+    let mut result = CallToolResult::error(vec![Content::text(value.to_string())]);
+    result.structured_content = Some(value);
+    result.is_error = Some(true);
+    result
+}
+
+/// One entry of `computer_list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputerInfo {
+    pub computer_id: String,
+    pub sandbox_id: String,
+    pub backend: String,
+    pub state: String,
+    pub temporary: bool,
+    pub image: String,
+    pub created_at: String,
+}
+
+/// `{"computers": [...], "count": n}`.
+pub fn inventory(computers: &[ComputerInfo]) -> Value {
+    json!({ "computers": computers, "count": computers.len() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collector_keeps_head_in_arrival_order() {
+        let mut c = OutputCollector::new(10);
+        assert_eq!(c.push(Stream::Stdout, b"abc"), Push::More);
+        assert_eq!(c.push(Stream::Stderr, b"de"), Push::More);
+        assert_eq!(c.push(Stream::Stdout, b"fghijkl"), Push::LimitHit);
+        assert_eq!(c.push(Stream::Stderr, b"zz"), Push::LimitHit);
+        let (o, e, t) = c.finish();
+        assert_eq!((o.as_slice(), e.as_slice(), t), (&b"abcfghij"[..], &b"de"[..], true));
+    }
+
+    #[test]
+    fn collector_cuts_on_utf8_boundary() {
+        let mut c = OutputCollector::new(5);
+        assert_eq!(c.push(Stream::Stdout, "abcdé".as_bytes()), Push::LimitHit);
+        let (o, _, _) = c.finish();
+        assert_eq!(o, b"abcd");
+        // Exactly at the limit is not truncation.
+        let mut c = OutputCollector::new(3);
+        assert_eq!(c.push(Stream::Stdout, b"abc"), Push::More);
+        assert!(!c.is_truncated());
+    }
+
+    #[test]
+    fn exec_result_shape() {
+        let v = exec_structured(
+            "a-b",
+            true,
+            ExecOutcome { stdout: b"hi\n".to_vec(), exit_code: 3, duration_ms: 7, ..Default::default() },
+        );
+        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["computer_id", "temporary", "stdout", "stderr", "exit_code", "exec_duration_ms"]);
+        assert_eq!(v["exit_code"], 3);
+    }
+
+    #[test]
+    fn timeout_truncation_and_binary() {
+        let v = exec_structured(
+            "x",
+            false,
+            ExecOutcome {
+                stdout: vec![0xff, 0x00, b'a'],
+                stderr: b"partial".to_vec(),
+                exit_code: -1,
+                duration_ms: 1000,
+                truncated_at: Some(100),
+                timed_out_after: Some(1),
+            },
+        );
+        assert_eq!(v["exit_code"], 124);
+        assert_eq!(v["timed_out"], true);
+        assert_eq!(v["truncated"], true);
+        assert_eq!(v["stdout_base64"], "/wBh");
+        let stderr = v["stderr"].as_str().unwrap();
+        assert!(stderr.starts_with("partial\n[timed out after 1 s"), "{stderr}");
+        assert!(stderr.contains("truncated at 100 bytes"));
+        assert!(v.get("stderr_base64").is_none());
+    }
+
+    #[test]
+    fn results_have_text_mirror() {
+        let r = structured_result(json!({"ok": true}));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["isError"], false);
+        assert_eq!(v["content"][0]["text"], "{\"ok\":true}");
+        let r = serde_json::to_value(validation_error("fix it")).unwrap();
+        assert!(r.get("structuredContent").is_none());
+        assert_eq!(r["isError"], true);
+        let r = serde_json::to_value(operation_error("gone")).unwrap();
+        assert_eq!(r["structuredContent"]["error"], "gone");
+    }
+}
