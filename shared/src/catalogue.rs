@@ -128,7 +128,12 @@ fn ui_meta(resource: bool) -> MetaObject {
     MetaObject(meta)
 }
 
-fn annotations(title: &str, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations {
+fn annotations(
+    title: &str,
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+) -> ToolAnnotations {
     let mut a = ToolAnnotations::default();
     a.title = Some(title.to_owned());
     a.read_only_hint = Some(read_only);
@@ -243,7 +248,8 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
     if !names.lifecycle {
         return list;
     }
-    let no_args = || object(json!({"type": "object", "properties": {}, "additionalProperties": false}));
+    let no_args =
+        || object(json!({"type": "object", "properties": {}, "additionalProperties": false}));
     let id_only = |what: &str| {
         object(json!({
             "type": "object",
@@ -259,14 +265,18 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
                 "Open the computer dashboard (an MCP App) and return the current inventory of computers.",
                 no_args(),
                 inventory_output_schema(),
-                true, false, true,
+                true,
+                false,
+                true,
             ),
             ToolKind::List => (
                 "List computers",
                 "List the computers you can reach: id, provider id, backend, state, image, created time and whether each is temporary.",
                 no_args(),
                 inventory_output_schema(),
-                true, false, true,
+                true,
+                false,
+                true,
             ),
             ToolKind::Create => (
                 "Create or attach a computer",
@@ -280,28 +290,36 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
                     "additionalProperties": false,
                 })),
                 lifecycle_output_schema(false),
-                false, false, true,
+                false,
+                false,
+                true,
             ),
             ToolKind::Restart => (
                 "Restart a computer",
                 "Restart a computer. Running processes end; the writable filesystem is kept.",
                 id_only("Computer to restart."),
                 lifecycle_output_schema(false),
-                false, true, false,
+                false,
+                true,
+                false,
             ),
             ToolKind::FactoryReset => (
                 "Factory-reset a computer",
                 "Erase a computer's writable filesystem and recreate it from its base image, keeping its id and lifecycle.",
                 id_only("Computer to reset."),
                 lifecycle_output_schema(false),
-                false, true, false,
+                false,
+                true,
+                false,
             ),
             ToolKind::Delete => (
                 "Delete a computer",
                 "Delete a computer and everything on it.",
                 id_only("Computer to delete."),
                 lifecycle_output_schema(true),
-                false, true, true,
+                false,
+                true,
+                true,
             ),
             ToolKind::Exec => continue,
         };
@@ -333,13 +351,23 @@ mod tests {
         assert_eq!(
             names,
             [
-                "sandbox_exec", "computer_dashboard", "computer_list", "computer_create",
-                "computer_restart", "computer_factory_reset", "computer_delete"
+                "sandbox_exec",
+                "computer_dashboard",
+                "computer_list",
+                "computer_create",
+                "computer_restart",
+                "computer_factory_reset",
+                "computer_delete"
             ]
         );
         for tool in &t {
             let v = serde_json::to_value(tool).unwrap();
-            assert_eq!(v["_meta"]["ui"]["visibility"], json!(["model", "app"]), "{}", tool.name);
+            assert_eq!(
+                v["_meta"]["ui"]["visibility"],
+                json!(["model", "app"]),
+                "{}",
+                tool.name
+            );
             assert!(v["outputSchema"].is_object());
         }
         let dash = serde_json::to_value(&t[1]).unwrap();
@@ -349,9 +377,18 @@ mod tests {
 
     #[test]
     fn description_assembly() {
-        assert_eq!(assemble_description("base", None, None, None).unwrap(), "base");
-        assert_eq!(assemble_description("base", None, None, Some("more")).unwrap(), "base\n\nmore");
-        assert_eq!(assemble_description("base", Some("alpine"), Some("mine"), None).unwrap(), "mine");
+        assert_eq!(
+            assemble_description("base", None, None, None).unwrap(),
+            "base"
+        );
+        assert_eq!(
+            assemble_description("base", None, None, Some("more")).unwrap(),
+            "base\n\nmore"
+        );
+        assert_eq!(
+            assemble_description("base", Some("alpine"), Some("mine"), None).unwrap(),
+            "mine"
+        );
         assert_eq!(
             assemble_description("base", None, Some("a"), Some("b")),
             Err(DescriptionError::BothGiven)

@@ -80,12 +80,21 @@ mod tests {
     #[test]
     fn refuses_invalid_ids() {
         assert_eq!(validate_computer_id(""), Err(IdError::Empty));
-        assert_eq!(validate_computer_id(&"a".repeat(64)), Err(IdError::TooLong(64)));
+        assert_eq!(
+            validate_computer_id(&"a".repeat(64)),
+            Err(IdError::TooLong(64))
+        );
         for id in ["Build", "a_b", "a b", "a.b", "ä", "a/b", "../x"] {
-            assert!(matches!(validate_computer_id(id), Err(IdError::BadChar(_))), "{id}");
+            assert!(
+                matches!(validate_computer_id(id), Err(IdError::BadChar(_))),
+                "{id}"
+            );
         }
         for id in ["-a", "a-", "-"] {
-            assert!(matches!(validate_computer_id(id), Err(IdError::BadEdge(_))), "{id}");
+            assert!(
+                matches!(validate_computer_id(id), Err(IdError::BadEdge(_))),
+                "{id}"
+            );
         }
     }
 

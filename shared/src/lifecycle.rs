@@ -88,7 +88,11 @@ mod tests {
     use super::*;
 
     fn rec(temporary: bool, owner: Option<&str>) -> Existing<'_> {
-        Existing { computer_id: "box", temporary, owner }
+        Existing {
+            computer_id: "box",
+            temporary,
+            owner,
+        }
     }
 
     #[test]
@@ -96,7 +100,10 @@ mod tests {
         let p = rec(false, None);
         assert_eq!(check_attach(&p, None, "a"), Ok(()));
         assert_eq!(check_attach(&p, Some(false), "b"), Ok(()));
-        assert!(matches!(check_attach(&p, Some(true), "a"), Err(LifecycleError::TemporaryMismatch { .. })));
+        assert!(matches!(
+            check_attach(&p, Some(true), "a"),
+            Err(LifecycleError::TemporaryMismatch { .. })
+        ));
         assert!(visible_to(&p, "anyone"));
     }
 
@@ -105,9 +112,15 @@ mod tests {
         let t = rec(true, Some("s1"));
         assert_eq!(check_attach(&t, Some(true), "s1"), Ok(()));
         assert_eq!(check_attach(&t, None, "s1"), Ok(()));
-        assert!(matches!(check_attach(&t, None, "s2"), Err(LifecycleError::NotYours { .. })));
+        assert!(matches!(
+            check_attach(&t, None, "s2"),
+            Err(LifecycleError::NotYours { .. })
+        ));
         // Another session learns nothing about lifecycle, only that the id is taken.
-        assert!(matches!(check_attach(&t, Some(false), "s2"), Err(LifecycleError::NotYours { .. })));
+        assert!(matches!(
+            check_attach(&t, Some(false), "s2"),
+            Err(LifecycleError::NotYours { .. })
+        ));
         let msg = check_attach(&t, Some(false), "s1").unwrap_err().to_string();
         assert!(msg.contains("temporary=false"), "{msg}");
         assert!(!visible_to(&t, "s2"));

@@ -81,8 +81,14 @@ pub enum Incoming {
 
 /// Parses one JSON-RPC message. `Err` holds the error response to send back.
 pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Value> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| error_response(Value::Null, codes::PARSE_ERROR, &format!("parse error: {e}"), None))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        error_response(
+            Value::Null,
+            codes::PARSE_ERROR,
+            &format!("parse error: {e}"),
+            None,
+        )
+    })?;
     parse_value(value)
 }
 
@@ -94,7 +100,12 @@ pub fn parse_value(value: Value) -> Result<Incoming, Value> {
         } else {
             "a JSON-RPC message must be an object"
         };
-        return Err(error_response(Value::Null, codes::INVALID_REQUEST, msg, None));
+        return Err(error_response(
+            Value::Null,
+            codes::INVALID_REQUEST,
+            msg,
+            None,
+        ));
     };
     let id = obj.remove("id");
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -115,7 +126,9 @@ pub fn parse_value(value: Value) -> Result<Incoming, Value> {
                 None,
             ));
         }
-        None if obj.contains_key("result") || obj.contains_key("error") => return Ok(Incoming::Response),
+        None if obj.contains_key("result") || obj.contains_key("error") => {
+            return Ok(Incoming::Response);
+        }
         None => {
             return Err(error_response(
                 id.unwrap_or(Value::Null),
@@ -138,7 +151,9 @@ pub fn parse_value(value: Value) -> Result<Incoming, Value> {
     }
     match id {
         None => Ok(Incoming::Notification { method, params }),
-        Some(id @ (Value::String(_) | Value::Number(_))) => Ok(Incoming::Request { id, method, params }),
+        Some(id @ (Value::String(_) | Value::Number(_))) => {
+            Ok(Incoming::Request { id, method, params })
+        }
         Some(_) => Err(error_response(
             Value::Null,
             codes::INVALID_REQUEST,
@@ -260,7 +275,9 @@ impl Dispatcher {
                 }
                 Era::Modern => {
                     obj.insert("resultType".into(), json!("complete"));
-                    let meta = obj.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+                    let meta = obj
+                        .entry("_meta")
+                        .or_insert_with(|| Value::Object(Map::new()));
                     if let Value::Object(meta) = meta {
                         meta.insert(META_SERVER_INFO.into(), self.server_info());
                     }
@@ -275,7 +292,12 @@ impl Dispatcher {
             Era::Legacy(_) => codes::RESOURCE_NOT_FOUND_LEGACY,
             Era::Modern => codes::INVALID_PARAMS,
         };
-        error_response(id, code, &format!("resource not found: {uri}"), Some(json!({ "uri": uri })))
+        error_response(
+            id,
+            code,
+            &format!("resource not found: {uri}"),
+            Some(json!({ "uri": uri })),
+        )
     }
 
     /// Handles one request and returns the full JSON-RPC response.
@@ -307,7 +329,9 @@ impl Dispatcher {
         }
         let result = match method {
             "initialize" => {
-                let requested = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
+                let requested = params
+                    .and_then(|p| p.get("protocolVersion"))
+                    .and_then(Value::as_str);
                 return success_response(id, self.initialize_result(negotiate(requested)));
             }
             "ping" => json!({}),
@@ -351,7 +375,10 @@ impl Dispatcher {
             }
             "resources/templates/list" => json!({ "resourceTemplates": [] }),
             "resources/read" => {
-                let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or("");
+                let uri = params
+                    .and_then(|p| p.get("uri"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 match (&self.config.dashboard_html, self.config.names.lifecycle) {
                     (Some(html), true) if uri == DASHBOARD_URI => {
                         let mut r = json!({ "contents": [{
@@ -371,7 +398,12 @@ impl Dispatcher {
             }
             "tools/call" => {
                 let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-                    return error_response(id, codes::INVALID_PARAMS, "tools/call needs `name` (a string)", None);
+                    return error_response(
+                        id,
+                        codes::INVALID_PARAMS,
+                        "tools/call needs `name` (a string)",
+                        None,
+                    );
                 };
                 let arguments = params.and_then(|p| p.get("arguments"));
                 let result = match parse_tool_call(&self.config.names, name, arguments) {
@@ -379,7 +411,9 @@ impl Dispatcher {
                         return error_response(
                             id,
                             codes::INVALID_PARAMS,
-                            &format!("unknown tool {n:?}; call tools/list to see the available tools"),
+                            &format!(
+                                "unknown tool {n:?}; call tools/list to see the available tools"
+                            ),
                             None,
                         );
                     }
@@ -389,7 +423,11 @@ impl Dispatcher {
                             .and_then(|p| p.get("_meta"))
                             .and_then(|m| m.get("progressToken"))
                             .cloned();
-                        let ctx = CallContext { request_id: id.clone(), progress_token, era: era.clone() };
+                        let ctx = CallContext {
+                            request_id: id.clone(),
+                            progress_token,
+                            era: era.clone(),
+                        };
                         host.call_tool(call, &ctx).await
                     }
                 };
@@ -437,33 +475,61 @@ mod tests {
 
     #[test]
     fn parse_rejects_garbage() {
-        for raw in [&b"{"[..], b"[]", b"3", b"{\"jsonrpc\":\"1.0\",\"method\":\"x\",\"id\":1}",
-            b"{\"jsonrpc\":\"2.0\",\"id\":1}", b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"id\":{}}",
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1],\"id\":1}"] {
+        for raw in [
+            &b"{"[..],
+            b"[]",
+            b"3",
+            b"{\"jsonrpc\":\"1.0\",\"method\":\"x\",\"id\":1}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"id\":{}}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1],\"id\":1}",
+        ] {
             let err = parse_message(raw).unwrap_err();
             assert!(err["error"]["code"].as_i64().unwrap() <= -32600, "{err}");
         }
         assert_eq!(
-            parse_message(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}").unwrap(),
-            Incoming::Notification { method: "notifications/initialized".into(), params: None }
+            parse_message(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}")
+                .unwrap(),
+            Incoming::Notification {
+                method: "notifications/initialized".into(),
+                params: None
+            }
         );
-        assert_eq!(parse_message(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap(), Incoming::Response);
+        assert_eq!(
+            parse_message(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap(),
+            Incoming::Response
+        );
     }
 
     #[test]
     fn initialize_echoes_known_versions() {
         let d = dispatcher(true);
         for v in LEGACY_VERSIONS {
-            let r = run(&d, Era::Legacy((*v).into()), "initialize", json!({"protocolVersion": v}));
+            let r = run(
+                &d,
+                Era::Legacy((*v).into()),
+                "initialize",
+                json!({"protocolVersion": v}),
+            );
             assert_eq!(r["result"]["protocolVersion"], *v);
         }
-        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "initialize", json!({"protocolVersion": "1999-01-01"}));
+        let r = run(
+            &d,
+            Era::Legacy(LATEST_LEGACY.into()),
+            "initialize",
+            json!({"protocolVersion": "1999-01-01"}),
+        );
         assert_eq!(r["result"]["protocolVersion"], LATEST_LEGACY);
         assert_eq!(
             r["result"]["capabilities"]["extensions"][UI_EXTENSION]["mimeTypes"][0],
             MCP_APP_MIME
         );
-        let r = run(&dispatcher(false), Era::Legacy(LATEST_LEGACY.into()), "initialize", json!({}));
+        let r = run(
+            &dispatcher(false),
+            Era::Legacy(LATEST_LEGACY.into()),
+            "initialize",
+            json!({}),
+        );
         assert!(r["result"]["capabilities"].get("extensions").is_none());
     }
 
@@ -472,12 +538,22 @@ mod tests {
         let d = dispatcher(false);
         let r = run(&d, Era::Modern, "server/discover", json!({}));
         assert_eq!(r["result"]["resultType"], "complete");
-        assert!(r["result"]["supportedVersions"].as_array().unwrap().contains(&json!(MODERN_VERSION)));
+        assert!(
+            r["result"]["supportedVersions"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(MODERN_VERSION))
+        );
         assert_eq!(r["result"]["_meta"][META_SERVER_INFO]["name"], "t");
         let r = run(&d, Era::Modern, "tools/list", json!({}));
         assert_eq!(r["result"]["cacheScope"], "public");
         assert!(r["result"]["ttlMs"].is_u64());
-        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "tools/list", json!({}));
+        let r = run(
+            &d,
+            Era::Legacy(LATEST_LEGACY.into()),
+            "tools/list",
+            json!({}),
+        );
         assert!(r["result"].get("resultType").is_none());
         assert!(r["result"].get("ttlMs").is_none());
     }
@@ -485,7 +561,12 @@ mod tests {
     #[test]
     fn modern_version_mismatch_is_refused() {
         let d = dispatcher(false);
-        let r = run(&d, Era::Modern, "tools/list", json!({"_meta": {META_PROTOCOL_VERSION: "2030-01-01"}}));
+        let r = run(
+            &d,
+            Era::Modern,
+            "tools/list",
+            json!({"_meta": {META_PROTOCOL_VERSION: "2030-01-01"}}),
+        );
         assert_eq!(r["error"]["code"], codes::UNSUPPORTED_VERSION);
         assert_eq!(r["error"]["data"]["requested"], "2030-01-01");
     }
@@ -493,13 +574,28 @@ mod tests {
     #[test]
     fn tool_calls_validate_before_the_host() {
         let d = dispatcher(false);
-        let r = run(&d, Era::Modern, "tools/call", json!({"name": "terminal_execute", "arguments": {}}));
+        let r = run(
+            &d,
+            Era::Modern,
+            "tools/call",
+            json!({"name": "terminal_execute", "arguments": {}}),
+        );
         assert_eq!(r["result"]["isError"], true);
         assert!(r["result"].get("structuredContent").is_none());
-        let r = run(&d, Era::Modern, "tools/call", json!({"name": "terminal_execute", "arguments": {"command": "ls"}}));
+        let r = run(
+            &d,
+            Era::Modern,
+            "tools/call",
+            json!({"name": "terminal_execute", "arguments": {"command": "ls"}}),
+        );
         assert_eq!(r["result"]["isError"], false);
         assert_eq!(r["result"]["resultType"], "complete");
-        let r = run(&d, Era::Modern, "tools/call", json!({"name": "computer_list"}));
+        let r = run(
+            &d,
+            Era::Modern,
+            "tools/call",
+            json!({"name": "computer_list"}),
+        );
         assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
         let r = run(&d, Era::Modern, "tools/call", json!({}));
         assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
@@ -510,10 +606,23 @@ mod tests {
     #[test]
     fn dashboard_resource() {
         let d = dispatcher(true);
-        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "resources/read", json!({"uri": DASHBOARD_URI}));
+        let r = run(
+            &d,
+            Era::Legacy(LATEST_LEGACY.into()),
+            "resources/read",
+            json!({"uri": DASHBOARD_URI}),
+        );
         assert_eq!(r["result"]["contents"][0]["mimeType"], MCP_APP_MIME);
-        assert_eq!(r["result"]["contents"][0]["_meta"], json!({"ui": {"csp": {}, "prefersBorder": true}}));
-        let r = run(&d, Era::Legacy(LATEST_LEGACY.into()), "resources/read", json!({"uri": "ui://x"}));
+        assert_eq!(
+            r["result"]["contents"][0]["_meta"],
+            json!({"ui": {"csp": {}, "prefersBorder": true}})
+        );
+        let r = run(
+            &d,
+            Era::Legacy(LATEST_LEGACY.into()),
+            "resources/read",
+            json!({"uri": "ui://x"}),
+        );
         assert_eq!(r["error"]["code"], codes::RESOURCE_NOT_FOUND_LEGACY);
         let r = run(&d, Era::Modern, "resources/read", json!({"uri": "ui://x"}));
         assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);

@@ -108,13 +108,21 @@ fn append_notice(stderr: &mut Vec<u8>, notice: &str) {
     stderr.push(b'\n');
 }
 
-fn put_stream(out: &mut Map<String, Value>, key: &str, bytes: &[u8], extra: &mut Map<String, Value>) {
+fn put_stream(
+    out: &mut Map<String, Value>,
+    key: &str,
+    bytes: &[u8],
+    extra: &mut Map<String, Value>,
+) {
     match std::str::from_utf8(bytes) {
         Ok(s) => {
             out.insert(key.into(), Value::String(s.to_owned()));
         }
         Err(_) => {
-            out.insert(key.into(), Value::String(String::from_utf8_lossy(bytes).into_owned()));
+            out.insert(
+                key.into(),
+                Value::String(String::from_utf8_lossy(bytes).into_owned()),
+            );
             extra.insert(
                 format!("{key}_base64"),
                 Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
@@ -161,7 +169,10 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
     match stderr_raw {
         None => put_stream(&mut out, "stderr", &stderr, &mut extra),
         Some(raw) => {
-            out.insert("stderr".into(), Value::String(String::from_utf8_lossy(&stderr).into_owned()));
+            out.insert(
+                "stderr".into(),
+                Value::String(String::from_utf8_lossy(&stderr).into_owned()),
+            );
             extra.insert(
                 "stderr_base64".into(),
                 Value::String(base64::engine::general_purpose::STANDARD.encode(raw)),
@@ -234,7 +245,10 @@ mod tests {
         assert_eq!(c.push(Stream::Stdout, b"fghijkl"), Push::LimitHit);
         assert_eq!(c.push(Stream::Stderr, b"zz"), Push::LimitHit);
         let (o, e, t) = c.finish();
-        assert_eq!((o.as_slice(), e.as_slice(), t), (&b"abcfghij"[..], &b"de"[..], true));
+        assert_eq!(
+            (o.as_slice(), e.as_slice(), t),
+            (&b"abcfghij"[..], &b"de"[..], true)
+        );
     }
 
     #[test]
@@ -254,10 +268,25 @@ mod tests {
         let v = exec_structured(
             "a-b",
             true,
-            ExecOutcome { stdout: b"hi\n".to_vec(), exit_code: 3, duration_ms: 7, ..Default::default() },
+            ExecOutcome {
+                stdout: b"hi\n".to_vec(),
+                exit_code: 3,
+                duration_ms: 7,
+                ..Default::default()
+            },
         );
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys, ["computer_id", "temporary", "stdout", "stderr", "exit_code", "exec_duration_ms"]);
+        assert_eq!(
+            keys,
+            [
+                "computer_id",
+                "temporary",
+                "stdout",
+                "stderr",
+                "exit_code",
+                "exec_duration_ms"
+            ]
+        );
         assert_eq!(v["exit_code"], 3);
     }
 
@@ -280,7 +309,10 @@ mod tests {
         assert_eq!(v["truncated"], true);
         assert_eq!(v["stdout_base64"], "/wBh");
         let stderr = v["stderr"].as_str().unwrap();
-        assert!(stderr.starts_with("partial\n[timed out after 1 s"), "{stderr}");
+        assert!(
+            stderr.starts_with("partial\n[timed out after 1 s"),
+            "{stderr}"
+        );
         assert!(stderr.contains("truncated at 100 bytes"));
         assert!(v.get("stderr_base64").is_none());
     }

@@ -311,9 +311,11 @@ fn parse_exec(tool: &str, arguments: Option<&Value>) -> Result<ExecRequest, Vali
     let timeout_secs = match args.map.get("timeout") {
         None => None,
         Some(Value::Number(n)) => {
-            let secs = n
-                .as_u64()
-                .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64));
+            let secs = n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            });
             match secs {
                 Some(s) if (1..=MAX_TIMEOUT_SECS).contains(&s) => Some(s),
                 _ => {
@@ -369,8 +371,10 @@ mod tests {
 
     #[test]
     fn nulls_and_empties_are_absent() {
-        let r = exec(json!({"command": "ls", "args": null, "stdin": null, "timeout": null,
-            "computer_id": "", "working_directory": null, "temporary": null}))
+        let r = exec(
+            json!({"command": "ls", "args": null, "stdin": null, "timeout": null,
+            "computer_id": "", "working_directory": null, "temporary": null}),
+        )
         .unwrap();
         assert_eq!(r.computer_id, None);
         assert_eq!(r.timeout_secs, None);
@@ -383,7 +387,10 @@ mod tests {
         let cases = [
             (json!({}), "pass `command`"),
             (json!({"command": "ls", "args": ["ls"]}), "not both"),
-            (json!({"command": "ls", "bogus": 1}), "unknown argument \"bogus\""),
+            (
+                json!({"command": "ls", "bogus": 1}),
+                "unknown argument \"bogus\"",
+            ),
             (json!({"command": 5}), "`command` must be a string"),
             (json!({"args": "ls"}), "`args` must be an array"),
             (json!({"args": ["ls", 3]}), "args[1]"),
@@ -393,9 +400,18 @@ mod tests {
             (json!({"command": "ls", "timeout": 1.5}), "`timeout`"),
             (json!({"command": "ls", "timeout": "10"}), "`timeout`"),
             (json!({"command": "ls", "timeout": 86401}), "`timeout`"),
-            (json!({"command": "ls", "working_directory": "tmp"}), "absolute"),
-            (json!({"command": "ls", "computer_id": "Bad_Id"}), "lowercase"),
-            (json!({"command": "ls", "temporary": "false"}), "true or false"),
+            (
+                json!({"command": "ls", "working_directory": "tmp"}),
+                "absolute",
+            ),
+            (
+                json!({"command": "ls", "computer_id": "Bad_Id"}),
+                "lowercase",
+            ),
+            (
+                json!({"command": "ls", "temporary": "false"}),
+                "true or false",
+            ),
             (json!({"command": "a\u{0}b"}), "NUL"),
         ];
         for (args, needle) in cases {
@@ -403,7 +419,11 @@ mod tests {
             assert!(err.contains(needle), "{args}: {err}");
         }
         let big = "x".repeat(MAX_STDIN_BYTES + 1);
-        assert!(exec(json!({"command": "cat", "stdin": big})).unwrap_err().contains("2 MiB"));
+        assert!(
+            exec(json!({"command": "cat", "stdin": big}))
+                .unwrap_err()
+                .contains("2 MiB")
+        );
         assert!(exec(json!({"command": "ls", "timeout": 5.0})).is_ok());
     }
 
@@ -418,11 +438,16 @@ mod tests {
         let n = names();
         assert_eq!(
             parse_tool_call(&n, "computer_create", None).unwrap(),
-            ToolCall::Create { computer_id: None, temporary: true }
+            ToolCall::Create {
+                computer_id: None,
+                temporary: true
+            }
         );
         assert_eq!(
             parse_tool_call(&n, "computer_delete", Some(&json!({"computer_id": "a1"}))).unwrap(),
-            ToolCall::Delete { computer_id: "a1".into() }
+            ToolCall::Delete {
+                computer_id: "a1".into()
+            }
         );
         let err = parse_tool_call(&n, "computer_restart", Some(&json!({}))).unwrap_err();
         assert!(err.to_string().contains("needs `computer_id`"));
@@ -438,15 +463,30 @@ mod tests {
     fn never_panics_on_arbitrary_json() {
         // A small structured fuzz: every shape of value in every argument slot.
         let values = [
-            json!(null), json!(true), json!(0), json!(-1), json!(1e300), json!(""), json!("x"),
-            json!([]), json!([null]), json!(["a", "b"]), json!({}), json!({"a": 1}),
-            json!(u64::MAX), json!("\u{0}"),
+            json!(null),
+            json!(true),
+            json!(0),
+            json!(-1),
+            json!(1e300),
+            json!(""),
+            json!("x"),
+            json!([]),
+            json!([null]),
+            json!(["a", "b"]),
+            json!({}),
+            json!({"a": 1}),
+            json!(u64::MAX),
+            json!("\u{0}"),
         ];
         for key in EXEC_ARGS.iter().chain(["other"].iter()) {
             for v in &values {
                 let mut m = Map::new();
                 m.insert((*key).to_owned(), v.clone());
-                let _ = parse_tool_call(&names(), "terminal_execute", Some(&Value::Object(m.clone())));
+                let _ = parse_tool_call(
+                    &names(),
+                    "terminal_execute",
+                    Some(&Value::Object(m.clone())),
+                );
                 m.insert("command".into(), json!("true"));
                 let _ = parse_tool_call(&names(), "terminal_execute", Some(&Value::Object(m)));
             }

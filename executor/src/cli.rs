@@ -1,0 +1,212 @@
+//! The command line: the seed's flags, same names and defaults (SPEC §4).
+//!
+//! Owns parsing only. Turning flags into a checked [`crate::config::Config`] is `config`'s job.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum BackendArg {
+    Docker,
+    E2b,
+    Fly,
+    GoBusybox,
+    Modal,
+    Wasm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    Stdio,
+    Http,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FlyCpuKind {
+    Shared,
+    Performance,
+}
+
+/// MCP server providing isolated Linux sandboxes for LLM agent shell execution.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "mcp-sandbox-computer-vm-for-ai", version, about)]
+pub struct Cli {
+    // ---- core options ----
+    /// Backend to use.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "docker",
+        help_heading = "core options"
+    )]
+    pub backend: BackendArg,
+    /// MCP transport.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "stdio",
+        help_heading = "core options"
+    )]
+    pub transport: TransportArg,
+    /// HTTP bind address (HTTP mode only).
+    #[arg(long, default_value = "127.0.0.1", help_heading = "core options")]
+    pub host: String,
+    /// HTTP listen port (HTTP mode only).
+    #[arg(long, default_value_t = 8435, help_heading = "core options")]
+    pub port: u16,
+    /// Default exec timeout in seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400), help_heading = "core options")]
+    pub timeout: u64,
+    /// Max combined stdout+stderr bytes per exec (2 MiB).
+    #[arg(long, default_value_t = 2_097_152, value_parser = clap::value_parser!(u64).range(1..=1_073_741_824), help_heading = "core options")]
+    pub output_limit: u64,
+    /// Idle session timeout in seconds (HTTP sessions, and unused temporary computers of stateless callers).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "core options")]
+    pub session_timeout: u64,
+    /// Bearer token for /mcp.
+    #[arg(
+        long,
+        env = "KILNTAINERS_AUTH_TOKEN",
+        hide_env_values = true,
+        help_heading = "core options"
+    )]
+    pub auth_token: Option<String>,
+    /// Explicitly allow a non-loopback listener without built-in auth.
+    #[arg(long, help_heading = "core options")]
+    pub allow_unauthenticated_http: bool,
+    /// Shell binary for command mode (e.g. /bin/bash, /bin/sh). Default: /bin/bash, falling back to /bin/sh when the image has no bash.
+    #[arg(long, help_heading = "core options")]
+    pub shell: Option<String>,
+    /// Enable network access in sandboxes (default).
+    #[arg(long, overrides_with = "no_network", help_heading = "core options")]
+    pub network: bool,
+    /// Disable network access in sandboxes.
+    #[arg(long, overrides_with = "network", help_heading = "core options")]
+    pub no_network: bool,
+    /// Rename the exec tool (e.g. sandbox_exec, the older project's name).
+    #[arg(long, default_value = shared::catalogue::EXEC_TOOL, help_heading = "core options")]
+    pub tool_name: String,
+    /// Where fly.json, permanent WASM computers and caches live.
+    #[arg(long, env = "MCP_SANDBOX_STATE_DIR", help_heading = "core options")]
+    pub state_dir: Option<PathBuf>,
+
+    // ---- tool description ----
+    /// Replace the entire terminal_execute tool description.
+    #[arg(long, help_heading = "tool description")]
+    pub tool_instruction_override: Option<String>,
+    /// Append to the backend's default tool description.
+    #[arg(long, help_heading = "tool description")]
+    pub extended_tool_instruction: Option<String>,
+
+    // ---- docker backend options ----
+    /// Container engine: docker or podman.
+    #[arg(
+        long,
+        default_value = "docker",
+        help_heading = "docker backend options"
+    )]
+    pub engine: String,
+    /// Engine API address: unix:///path/to.sock, tcp://host:2375, http://host:2375.
+    #[arg(long, env = "DOCKER_HOST", help_heading = "docker backend options")]
+    pub docker_host: Option<String>,
+    /// Docker image.
+    #[arg(
+        long,
+        default_value = "debian:bookworm-slim",
+        help_heading = "docker backend options"
+    )]
+    pub image: String,
+    /// Docker CPU limit (e.g. "1.5").
+    #[arg(long, help_heading = "docker backend options")]
+    pub cpu: Option<String>,
+    /// Docker memory limit (e.g. "512m").
+    #[arg(long, help_heading = "docker backend options")]
+    pub memory: Option<String>,
+    /// Additional `docker run` flag. Repeatable (e.g. --docker-run-flag "--pids-limit=256").
+    #[arg(
+        long = "docker-run-flag",
+        allow_hyphen_values = true,
+        help_heading = "docker backend options"
+    )]
+    pub docker_run_flags: Vec<String>,
+
+    // ---- fly backend options ----
+    /// flyctl/fly executable (used only to print the exact login command).
+    #[arg(long, default_value = "fly", help_heading = "fly backend options")]
+    pub fly_cli: String,
+    /// Fly App that owns sandbox Machines.
+    #[arg(long, env = "FLY_APP_NAME", help_heading = "fly backend options")]
+    pub fly_app: Option<String>,
+    /// Fly API token (default: FLY_API_TOKEN or FLY_TOKEN).
+    #[arg(long, hide_env_values = true, help_heading = "fly backend options")]
+    pub fly_token: Option<String>,
+    /// Base OCI image for sandbox Machines.
+    #[arg(long, help_heading = "fly backend options")]
+    pub fly_image: Option<String>,
+    /// Region for newly created Machines.
+    #[arg(long, env = "FLY_REGION", help_heading = "fly backend options")]
+    pub fly_region: Option<String>,
+    #[arg(long, value_enum, help_heading = "fly backend options")]
+    pub fly_cpu_kind: Option<FlyCpuKind>,
+    #[arg(long, help_heading = "fly backend options")]
+    pub fly_cpus: Option<u32>,
+    /// Memory per Machine in MB.
+    #[arg(long, default_value_t = 512, help_heading = "fly backend options")]
+    pub fly_memory: u32,
+    /// Optional root filesystem size in GB.
+    #[arg(long, help_heading = "fly backend options")]
+    pub fly_rootfs_size: Option<u32>,
+
+    // ---- e2b backend options ----
+    /// E2B API key (overrides E2B_API_KEY).
+    #[arg(long, hide_env_values = true, help_heading = "e2b backend options")]
+    pub e2b_api_key: Option<String>,
+    /// E2B template name or ID.
+    #[arg(long, default_value = "base", help_heading = "e2b backend options")]
+    pub e2b_template: String,
+    /// Sandbox lifetime timeout in seconds.
+    #[arg(long, default_value_t = 3600, help_heading = "e2b backend options")]
+    pub e2b_sandbox_timeout: u64,
+    /// Metadata key=value pairs (repeatable).
+    #[arg(long, help_heading = "e2b backend options")]
+    pub e2b_metadata: Vec<String>,
+    /// Environment variable key=value pairs (repeatable).
+    #[arg(long, help_heading = "e2b backend options")]
+    pub e2b_env: Vec<String>,
+
+    // ---- modal backend options ----
+    #[arg(long, hide_env_values = true, help_heading = "modal backend options")]
+    pub modal_token_id: Option<String>,
+    #[arg(long, hide_env_values = true, help_heading = "modal backend options")]
+    pub modal_token_secret: Option<String>,
+    #[arg(long, help_heading = "modal backend options")]
+    pub modal_app_name: Option<String>,
+    /// CPU cores (fractional).
+    #[arg(long, default_value_t = 1.0, help_heading = "modal backend options")]
+    pub modal_cpu: f64,
+    /// Memory in MiB.
+    #[arg(long, default_value_t = 512, help_heading = "modal backend options")]
+    pub modal_memory: u32,
+    /// GPU type (e.g. "A10G", "H100").
+    #[arg(long, help_heading = "modal backend options")]
+    pub gpu: Option<String>,
+    /// Geographic region (e.g. "us-east").
+    #[arg(long, help_heading = "modal backend options")]
+    pub region: Option<String>,
+    /// Sandbox lifetime timeout in seconds (max 86400).
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400), help_heading = "modal backend options")]
+    pub sandbox_timeout: u64,
+
+    // ---- wasm backend options ----
+    /// Path to the .wasm file to execute (required for the wasm backend).
+    #[arg(long, help_heading = "wasm backend options")]
+    pub wasm_path: Option<PathBuf>,
+    /// Max WASM memory in MiB.
+    #[arg(long, default_value_t = 256, help_heading = "wasm backend options")]
+    pub wasm_max_memory: u64,
+    /// WASM instruction fuel limit (default: unlimited).
+    #[arg(long, help_heading = "wasm backend options")]
+    pub wasm_fuel: Option<u64>,
+}

@@ -1,0 +1,420 @@
+//! Checked configuration: flags and environment turned into what the server runs with.
+//!
+//! Owns every start-up refusal (backend not built yet, both description flags, a custom
+//! image without a description, a public listener without a token, bad limits), each with
+//! a message that says what to pass instead. Nothing here talks to Docker.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use shared::catalogue::{DescriptionError, assemble_description, usage_text};
+
+use crate::cli::{BackendArg, Cli, TransportArg};
+use crate::docker::flags::{DockerRunFlags, FlagError, parse_docker_run_flags};
+
+/// The default image, which the built-in description describes.
+pub const DEFAULT_IMAGE: &str = "debian:bookworm-slim";
+/// The default shell for command mode.
+pub const DEFAULT_SHELL: &str = "/bin/bash";
+
+/// A start-up error. Printed, then the process exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "--backend {0} is not built yet in this release; use --backend docker (the default) with Docker or Podman"
+    )]
+    BackendNotBuilt(&'static str),
+    #[error(transparent)]
+    Description(#[from] DescriptionError),
+    #[error(
+        "refusing to listen on {0} without authentication: set --auth-token (or KILNTAINERS_AUTH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated-http if something in front of this server authenticates"
+    )]
+    PublicWithoutToken(String),
+    #[error("--host {0:?} is not an IP address; use e.g. 127.0.0.1, ::1 or 0.0.0.0")]
+    BadHost(String),
+    #[error("--engine {0:?} is not supported; use docker or podman")]
+    BadEngine(String),
+    #[error("--docker-host {0:?}: {1}")]
+    BadDockerHost(String, String),
+    #[error("--cpu {0:?} must be a positive number of CPUs such as 1 or 1.5")]
+    BadCpu(String),
+    #[error("--memory {0:?} must be a size such as 512m or 2g (at least 6m)")]
+    BadMemory(String),
+    #[error(transparent)]
+    RunFlag(#[from] FlagError),
+    #[error("--tool-name {0:?} must be 1-64 letters, digits, '_' or '-' (e.g. sandbox_exec)")]
+    BadToolName(String),
+    #[error("--auth-token must not be empty")]
+    EmptyToken,
+    #[error("--shell {0:?} must be an absolute path such as /bin/sh")]
+    BadShell(String),
+}
+
+/// Where the Engine API is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DockerEndpoint {
+    /// The engine's usual local socket (Docker's, or Podman's probed sockets).
+    Default,
+    Unix(String),
+    Http(String),
+}
+
+/// Docker backend settings.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    pub podman: bool,
+    pub endpoint: DockerEndpoint,
+    pub image: String,
+    pub nano_cpus: Option<i64>,
+    pub memory_bytes: Option<i64>,
+    pub network: bool,
+    pub run_flags: DockerRunFlags,
+}
+
+/// Everything the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub transport: TransportArg,
+    pub host: IpAddr,
+    pub port: u16,
+    pub default_timeout_secs: u64,
+    pub output_limit: u64,
+    pub session_timeout_secs: u64,
+    pub auth_token: Option<String>,
+    /// The configured shell, or `None` for bash with a /bin/sh fallback.
+    pub shell: Option<String>,
+    pub tool_name: String,
+    pub lifecycle_tools: bool,
+    pub exec_description: String,
+    pub state_dir: PathBuf,
+    pub docker: DockerConfig,
+}
+
+/// Reads `ENABLE_LIFECYCLE_TOOLS` (trimmed, case-insensitive `true`).
+pub fn lifecycle_enabled(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+fn parse_cpu(s: &str) -> Result<i64, ConfigError> {
+    let cpus: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| ConfigError::BadCpu(s.into()))?;
+    if !(cpus.is_finite() && cpus > 0.0 && cpus <= 1024.0) {
+        return Err(ConfigError::BadCpu(s.into()));
+    }
+    Ok((cpus * 1e9).round() as i64)
+}
+
+/// Parses a Docker-style size: bytes, or a number with b/k/m/g (case-insensitive).
+pub fn parse_size(s: &str) -> Option<i64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix('b')
+        .filter(|r| !r.is_empty() && r.ends_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(&t);
+    let (num, mult) = match t.chars().last()? {
+        'k' => (&t[..t.len() - 1], 1i64 << 10),
+        'm' => (&t[..t.len() - 1], 1 << 20),
+        'g' => (&t[..t.len() - 1], 1 << 30),
+        'b' => (&t[..t.len() - 1], 1),
+        _ => (t, 1),
+    };
+    let n: f64 = num.parse().ok()?;
+    if !(n.is_finite() && n > 0.0) {
+        return None;
+    }
+    let bytes = n * mult as f64;
+    (bytes < i64::MAX as f64).then_some(bytes as i64)
+}
+
+fn parse_memory(s: &str) -> Result<i64, ConfigError> {
+    match parse_size(s) {
+        Some(b) if b >= 6 * 1024 * 1024 => Ok(b),
+        _ => Err(ConfigError::BadMemory(s.into())),
+    }
+}
+
+fn parse_endpoint(raw: Option<&str>) -> Result<DockerEndpoint, ConfigError> {
+    let Some(raw) = raw.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(DockerEndpoint::Default);
+    };
+    let bad = |why: &str| ConfigError::BadDockerHost(raw.into(), why.into());
+    if let Some(path) = raw.strip_prefix("unix://") {
+        if path.is_empty() {
+            return Err(bad(
+                "a unix socket path is needed, e.g. unix:///var/run/docker.sock",
+            ));
+        }
+        return Ok(DockerEndpoint::Unix(path.into()));
+    }
+    if raw.starts_with('/') {
+        return Ok(DockerEndpoint::Unix(raw.into()));
+    }
+    for scheme in ["tcp://", "http://"] {
+        if let Some(rest) = raw.strip_prefix(scheme) {
+            if rest.is_empty() {
+                return Err(bad("a host:port is needed, e.g. tcp://127.0.0.1:2375"));
+            }
+            return Ok(DockerEndpoint::Http(format!("tcp://{rest}")));
+        }
+    }
+    if raw.starts_with("ssh://") {
+        return Err(bad(
+            "ssh:// is not supported; forward the socket instead: `ssh -NL /tmp/docker.sock:/var/run/docker.sock user@host` and pass --docker-host unix:///tmp/docker.sock",
+        ));
+    }
+    if raw.starts_with("https://") {
+        return Err(bad(
+            "TLS endpoints are not supported yet; use a unix socket or an SSH-forwarded socket",
+        ));
+    }
+    Err(bad("use unix:///path/to/docker.sock or tcp://host:port"))
+}
+
+fn default_state_dir() -> PathBuf {
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".mcp-sandbox-computer-vm-for-ai"),
+        None => std::env::temp_dir().join("mcp-sandbox-computer-vm-for-ai"),
+    }
+}
+
+fn backend_description(
+    image: &str,
+    shell: Option<&str>,
+    network: bool,
+    timeout: u64,
+    limit: u64,
+) -> String {
+    let shell_text = match shell {
+        None => "bash (/bin/sh when the image has no bash)".to_owned(),
+        Some(s) => s.to_owned(),
+    };
+    let net = if network {
+        "network access on"
+    } else {
+        "no network access"
+    };
+    format!(
+        "Run a command on an isolated Linux computer ({image} container: Debian 12 with apt, coreutils, {shell_text}; {net}). \
+Files persist between calls on the same computer; shell state (current directory, variables, background jobs) does not, so use `working_directory` or `cd dir && …`. \
+{}",
+        usage_text(timeout, limit)
+    )
+}
+
+impl Config {
+    /// Checks the flags; `lifecycle_env` is the value of `ENABLE_LIFECYCLE_TOOLS`.
+    pub fn from_cli(cli: &Cli, lifecycle_env: Option<&str>) -> Result<Self, ConfigError> {
+        match cli.backend {
+            BackendArg::Docker => {}
+            BackendArg::E2b => return Err(ConfigError::BackendNotBuilt("e2b")),
+            BackendArg::Fly => return Err(ConfigError::BackendNotBuilt("fly")),
+            BackendArg::GoBusybox => return Err(ConfigError::BackendNotBuilt("go_busybox")),
+            BackendArg::Modal => return Err(ConfigError::BackendNotBuilt("modal")),
+            BackendArg::Wasm => return Err(ConfigError::BackendNotBuilt("wasm")),
+        }
+        let podman = match cli.engine.trim() {
+            "docker" => false,
+            "podman" => true,
+            other => return Err(ConfigError::BadEngine(other.into())),
+        };
+        let host: IpAddr = cli
+            .host
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::BadHost(cli.host.clone()))?;
+        let auth_token = match cli.auth_token.as_deref() {
+            None => None,
+            Some(t) if t.trim().is_empty() => return Err(ConfigError::EmptyToken),
+            Some(t) => Some(t.trim().to_owned()),
+        };
+        if cli.transport == TransportArg::Http
+            && !host.is_loopback()
+            && auth_token.is_none()
+            && !cli.allow_unauthenticated_http
+        {
+            return Err(ConfigError::PublicWithoutToken(format!(
+                "{host}:{}",
+                cli.port
+            )));
+        }
+        let name_ok = !cli.tool_name.is_empty()
+            && cli.tool_name.len() <= 64
+            && cli
+                .tool_name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(ConfigError::BadToolName(cli.tool_name.clone()));
+        }
+        if let Some(shell) = &cli.shell
+            && !shell.starts_with('/')
+        {
+            return Err(ConfigError::BadShell(shell.clone()));
+        }
+        let network = !cli.no_network;
+        let image = cli.image.trim().to_owned();
+        let custom = (image != DEFAULT_IMAGE).then_some(image.as_str());
+        let exec_description = assemble_description(
+            &backend_description(
+                &image,
+                cli.shell.as_deref(),
+                network,
+                cli.timeout,
+                cli.output_limit,
+            ),
+            custom,
+            cli.tool_instruction_override.as_deref(),
+            cli.extended_tool_instruction.as_deref(),
+        )?;
+        let docker = DockerConfig {
+            podman,
+            endpoint: parse_endpoint(cli.docker_host.as_deref())?,
+            image,
+            nano_cpus: cli.cpu.as_deref().map(parse_cpu).transpose()?,
+            memory_bytes: cli.memory.as_deref().map(parse_memory).transpose()?,
+            network,
+            run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
+        };
+        Ok(Self {
+            transport: cli.transport,
+            host,
+            port: cli.port,
+            default_timeout_secs: cli.timeout,
+            output_limit: cli.output_limit,
+            session_timeout_secs: cli.session_timeout,
+            auth_token,
+            shell: cli.shell.clone(),
+            tool_name: cli.tool_name.clone(),
+            lifecycle_tools: lifecycle_enabled(lifecycle_env),
+            exec_description,
+            state_dir: cli.state_dir.clone().unwrap_or_else(default_state_dir),
+            docker,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cfg(args: &[&str]) -> Result<Config, ConfigError> {
+        let mut argv = vec!["x"];
+        argv.extend_from_slice(args);
+        Config::from_cli(&Cli::try_parse_from(argv).unwrap(), None)
+    }
+
+    #[test]
+    fn defaults_match_the_seed() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.port, 8435);
+        assert_eq!(c.default_timeout_secs, 120);
+        assert_eq!(c.output_limit, 2_097_152);
+        assert_eq!(c.session_timeout_secs, 300);
+        assert_eq!(c.docker.image, DEFAULT_IMAGE);
+        assert!(c.docker.network);
+        assert_eq!(c.tool_name, "terminal_execute");
+        assert!(!c.lifecycle_tools);
+    }
+
+    #[test]
+    fn start_up_refusals() {
+        assert!(matches!(
+            cfg(&["--backend", "fly"]),
+            Err(ConfigError::BackendNotBuilt("fly"))
+        ));
+        assert!(matches!(
+            cfg(&[
+                "--tool-instruction-override",
+                "a",
+                "--extended-tool-instruction",
+                "b"
+            ]),
+            Err(ConfigError::Description(DescriptionError::BothGiven))
+        ));
+        assert!(matches!(
+            cfg(&["--image", "alpine"]),
+            Err(ConfigError::Description(
+                DescriptionError::CustomImageNeedsOverride(_)
+            ))
+        ));
+        assert!(cfg(&["--image", "alpine", "--tool-instruction-override", "Alpine"]).is_ok());
+        assert!(matches!(
+            cfg(&["--transport", "http", "--host", "0.0.0.0"]),
+            Err(ConfigError::PublicWithoutToken(_))
+        ));
+        assert!(
+            cfg(&[
+                "--transport",
+                "http",
+                "--host",
+                "0.0.0.0",
+                "--auth-token",
+                "t"
+            ])
+            .is_ok()
+        );
+        assert!(
+            cfg(&[
+                "--transport",
+                "http",
+                "--host",
+                "0.0.0.0",
+                "--allow-unauthenticated-http"
+            ])
+            .is_ok()
+        );
+        assert!(matches!(
+            cfg(&["--engine", "lxc"]),
+            Err(ConfigError::BadEngine(_))
+        ));
+        assert!(matches!(
+            cfg(&["--docker-host", "ssh://me@h"]),
+            Err(ConfigError::BadDockerHost(..))
+        ));
+        assert!(matches!(cfg(&["--cpu=-1"]), Err(ConfigError::BadCpu(_))));
+        assert!(matches!(
+            cfg(&["--memory", "1k"]),
+            Err(ConfigError::BadMemory(_))
+        ));
+        assert!(matches!(
+            cfg(&["--tool-name", "a b"]),
+            Err(ConfigError::BadToolName(_))
+        ));
+        assert!(matches!(
+            cfg(&["--shell", "bash"]),
+            Err(ConfigError::BadShell(_))
+        ));
+    }
+
+    #[test]
+    fn sizes_and_endpoints() {
+        assert_eq!(parse_size("512m"), Some(512 << 20));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("1.5g"), Some(3 << 29));
+        assert_eq!(parse_size("100mb"), Some(100 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("-1m"), None);
+        assert_eq!(
+            parse_endpoint(Some("unix:///s.sock")).unwrap(),
+            DockerEndpoint::Unix("/s.sock".into())
+        );
+        assert_eq!(
+            parse_endpoint(Some("tcp://h:2375")).unwrap(),
+            DockerEndpoint::Http("tcp://h:2375".into())
+        );
+        assert_eq!(parse_endpoint(None).unwrap(), DockerEndpoint::Default);
+        assert!(parse_endpoint(Some("npipe:////./pipe/docker")).is_err());
+    }
+
+    #[test]
+    fn lifecycle_env_is_trimmed_and_case_insensitive() {
+        assert!(lifecycle_enabled(Some(" TRUE \n")));
+        assert!(lifecycle_enabled(Some("true")));
+        assert!(!lifecycle_enabled(Some("1")));
+        assert!(!lifecycle_enabled(None));
+    }
+}

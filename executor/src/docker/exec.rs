@@ -1,0 +1,317 @@
+//! One command on a container, through the Engine API, with real process control.
+//!
+//! Every exec runs under a tiny `/bin/sh` wrapper that prints its PID (runc makes each exec
+//! a session and process-group leader), changes directory (126 with the shell's reason on
+//! failure) and `exec`s the program. On timeout, output limit or cancellation (the future
+//! is dropped) the whole process group is killed inside the container with a second exec,
+//! so `sleep 1000 &` children die too. Output is capped at the source of our memory: past
+//! the limit nothing more is kept.
+
+use std::time::{Duration, Instant};
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use shared::result::{ExecOutcome, OutputCollector, Push, Stream};
+use tokio::io::AsyncWriteExt;
+
+use super::{Docker, DockerError};
+
+/// Marker argument: run bash if the image has it, else /bin/sh.
+const AUTO_SHELL: &str = "@auto-shell";
+
+/// `$0`=wrapper name, `$1`=working directory (may be empty), `$2…`=argv.
+const WRAPPER: &str = r#"echo $$
+d=$1; shift
+if [ -n "$d" ]; then cd -- "$d" || exit 126; fi
+if [ "$1" = "@auto-shell" ]; then shift; if [ -x /bin/bash ]; then set -- /bin/bash "$@"; else set -- /bin/sh "$@"; fi; fi
+exec "$@""#;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// The program: argv, or `[shell, "-c", command]` (shell `None`: bash, else /bin/sh).
+    pub argv: Vec<String>,
+    pub shell_command: Option<(Option<String>, String)>,
+    pub stdin: Option<String>,
+    pub working_directory: Option<String>,
+    pub timeout: Duration,
+    pub output_limit: usize,
+}
+
+fn wrapper_cmd(spec: &ExecSpec) -> Vec<String> {
+    let mut cmd = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        WRAPPER.to_owned(),
+        "msc-exec".to_owned(),
+        spec.working_directory.clone().unwrap_or_default(),
+    ];
+    match &spec.shell_command {
+        Some((shell, command)) => {
+            cmd.push(shell.clone().unwrap_or_else(|| AUTO_SHELL.to_owned()));
+            cmd.push("-c".to_owned());
+            cmd.push(command.clone());
+        }
+        None => cmd.extend(spec.argv.iter().cloned()),
+    }
+    cmd
+}
+
+/// Kills the process group `pid` inside `container` when dropped unarmed.
+struct KillGuard {
+    docker: Option<Docker>,
+    container: String,
+    pid: Option<u32>,
+}
+
+impl KillGuard {
+    fn disarm(&mut self) {
+        self.docker = None;
+    }
+}
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        if let (Some(docker), Some(pid)) = (self.docker.take(), self.pid) {
+            let container = std::mem::take(&mut self.container);
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    if let Err(e) = docker.kill_group(&container, pid).await {
+                        tracing::warn!(container, pid, error = %e, "could not kill a cancelled command");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Parses the wrapper's PID line off the front of stdout. Returns the rest.
+fn take_pid(header: &mut Vec<u8>, chunk: &[u8]) -> Option<(u32, Vec<u8>)> {
+    header.extend_from_slice(chunk);
+    let nl = header.iter().position(|b| *b == b'\n')?;
+    let pid = std::str::from_utf8(&header[..nl])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let rest = header[nl + 1..].to_vec();
+    Some((pid, rest))
+}
+
+impl Docker {
+    /// Kills process group `pid` (and `pid` itself) inside the container.
+    pub async fn kill_group(&self, container: &str, pid: u32) -> Result<(), DockerError> {
+        let opts = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec![
+                "/bin/sh".to_owned(),
+                "-c".to_owned(),
+                "kill -9 -- -$1 2>/dev/null; kill -9 $1 2>/dev/null; true".to_owned(),
+                "msc-kill".to_owned(),
+                pid.to_string(),
+            ]),
+            ..Default::default()
+        };
+        let exec = self
+            .client
+            .create_exec(container, opts)
+            .await
+            .map_err(DockerError::from_bollard)?;
+        if let StartExecResults::Attached { mut output, .. } = self
+            .client
+            .start_exec(&exec.id, None::<StartExecOptions>)
+            .await
+            .map_err(DockerError::from_bollard)?
+        {
+            while output.next().await.is_some() {}
+        }
+        Ok(())
+    }
+
+    /// Runs one command and collects its outcome.
+    pub async fn exec(&self, container: &str, spec: &ExecSpec) -> Result<ExecOutcome, DockerError> {
+        let started = Instant::now();
+        let opts = CreateExecOptions {
+            attach_stdin: Some(spec.stdin.is_some()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(Vec::new()),
+            cmd: Some(wrapper_cmd(spec)),
+            ..Default::default()
+        };
+        let exec = match self.client.create_exec(container, opts).await {
+            Ok(e) => e,
+            Err(e) if super::status_of(&e) == Some(404) => {
+                return Err(DockerError::NotFound(
+                    container.trim_start_matches(super::NAME_PREFIX).into(),
+                ));
+            }
+            Err(e) if super::status_of(&e) == Some(409) => {
+                return Err(DockerError::Stream(
+                    "the computer is not running; restart it with computer_restart".into(),
+                ));
+            }
+            Err(e) => return Err(DockerError::from_bollard(e)),
+        };
+        let start_opts = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: Some(64 * 1024),
+        };
+        let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = self
+            .client
+            .start_exec(&exec.id, Some(start_opts))
+            .await
+            .map_err(DockerError::from_bollard)?
+        else {
+            return Err(DockerError::Stream(
+                "the engine did not attach to the command".into(),
+            ));
+        };
+        let writer = spec.stdin.clone().map(|data| {
+            tokio::spawn(async move {
+                // A command that never reads its stdin is not an error: ignore write failures.
+                let _ = input.write_all(data.as_bytes()).await;
+                let _ = input.shutdown().await;
+            })
+        });
+        let mut guard = KillGuard {
+            docker: Some(self.clone()),
+            container: container.to_owned(),
+            pid: None,
+        };
+        let mut collector = OutputCollector::new(spec.output_limit);
+        let mut header = Vec::new();
+        let deadline = tokio::time::Instant::now() + spec.timeout;
+        let mut timed_out = false;
+        let mut stream_error = None;
+        loop {
+            let item = tokio::select! {
+                item = output.next() => item,
+                _ = tokio::time::sleep_until(deadline) => { timed_out = true; break; }
+            };
+            let (stream, bytes) = match item {
+                None => break,
+                Some(Ok(LogOutput::StdOut { message })) => (Stream::Stdout, message),
+                Some(Ok(LogOutput::StdErr { message })) => (Stream::Stderr, message),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    stream_error = Some(e.to_string());
+                    break;
+                }
+            };
+            let bytes: &[u8] = &bytes;
+            let rest;
+            let bytes = if stream == Stream::Stdout && guard.pid.is_none() {
+                match take_pid(&mut header, bytes) {
+                    Some((pid, r)) => {
+                        guard.pid = Some(pid);
+                        rest = r;
+                        &rest[..]
+                    }
+                    None => continue,
+                }
+            } else {
+                bytes
+            };
+            if collector.push(stream, bytes) == Push::LimitHit {
+                break;
+            }
+        }
+        if let Some(w) = writer {
+            w.abort();
+        }
+        let truncated = collector.is_truncated();
+        if timed_out || truncated {
+            if let Some(pid) = guard.pid {
+                self.kill_group(container, pid).await?;
+            }
+            guard.disarm();
+            let (stdout, stderr, _) = collector.finish();
+            return Ok(ExecOutcome {
+                stdout,
+                stderr,
+                exit_code: if timed_out {
+                    shared::result::TIMEOUT_EXIT_CODE
+                } else {
+                    128 + 9
+                },
+                duration_ms: started.elapsed().as_millis() as u64,
+                truncated_at: truncated.then_some(spec.output_limit as u64),
+                timed_out_after: timed_out.then_some(spec.timeout.as_secs()),
+            });
+        }
+        guard.disarm();
+        if let Some(e) = stream_error {
+            return Err(DockerError::Stream(e));
+        }
+        let exit_code = self.exit_code(&exec.id).await?;
+        let (stdout, stderr, _) = collector.finish();
+        Ok(ExecOutcome {
+            stdout,
+            stderr,
+            exit_code,
+            duration_ms: started.elapsed().as_millis() as u64,
+            truncated_at: None,
+            timed_out_after: None,
+        })
+    }
+
+    /// The exit code of a finished exec (the stream can end a moment before the engine
+    /// records the exit, so poll briefly).
+    async fn exit_code(&self, exec_id: &str) -> Result<i64, DockerError> {
+        for attempt in 0..200u32 {
+            let info = self
+                .client
+                .inspect_exec(exec_id)
+                .await
+                .map_err(DockerError::from_bollard)?;
+            if info.running != Some(true)
+                && let Some(code) = info.exit_code
+            {
+                return Ok(code);
+            }
+            tokio::time::sleep(Duration::from_millis(if attempt < 10 { 2 } else { 10 })).await;
+        }
+        Err(DockerError::Stream(
+            "the engine did not report an exit code".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_header_is_split_off() {
+        let mut h = Vec::new();
+        assert_eq!(take_pid(&mut h, b"12"), None);
+        assert_eq!(
+            take_pid(&mut h, b"3\nhello"),
+            Some((123, b"hello".to_vec()))
+        );
+        let mut h = Vec::new();
+        assert_eq!(take_pid(&mut h, b"x\n"), None);
+    }
+
+    #[test]
+    fn wrapper_argv() {
+        let spec = ExecSpec {
+            argv: vec![],
+            shell_command: Some((None, "ls".into())),
+            stdin: None,
+            working_directory: Some("/tmp".into()),
+            timeout: Duration::from_secs(1),
+            output_limit: 1,
+        };
+        let cmd = wrapper_cmd(&spec);
+        assert_eq!(&cmd[3..], ["msc-exec", "/tmp", AUTO_SHELL, "-c", "ls"]);
+    }
+}

@@ -1,0 +1,517 @@
+//! Docker and Podman computers through the Engine API (bollard; no CLI subprocesses).
+//!
+//! Owns container naming and labels (compatible with the older project: container
+//! `kilntainer-<id>`, labels `kilntainers*`), creation with default limits, discovery,
+//! restart, factory reset, delete and the reaping of temporaries left by dead servers.
+//! Exec lives in [`exec`]. Must not decide who may reach a computer: that is the
+//! lifecycle policy's job, applied by `computers`.
+
+pub mod exec;
+pub mod flags;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::errors::Error as BollardError;
+use bollard::models::{ContainerCreateBody, DeviceMapping, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
+    RestartContainerOptions, StartContainerOptions,
+};
+use futures_util::StreamExt;
+
+use crate::config::{DockerConfig, DockerEndpoint};
+
+/// Container name prefix (compatible with the older project).
+pub const NAME_PREFIX: &str = "kilntainer-";
+pub const LABEL_OURS: &str = "kilntainers";
+pub const LABEL_ID: &str = "kilntainers.computer-id";
+pub const LABEL_TEMPORARY: &str = "kilntainers.temporary";
+pub const LABEL_IMAGE: &str = "kilntainers.image";
+/// The server instance that owns a temporary computer.
+pub const LABEL_INSTANCE: &str = "mcp-sandbox.instance";
+/// The machine that server runs on (reaping only judges its own machine's instances).
+pub const LABEL_HOST: &str = "mcp-sandbox.host";
+
+/// PID 1's program: sleeps forever, exits at once on SIGTERM/SIGINT (so stop and restart
+/// never wait out a grace period, with or without `--init`).
+const KEEPALIVE: &str = "trap 'exit 0' TERM INT HUP; while :; do sleep 86400 & wait $!; done";
+
+/// Errors of the Docker layer. Messages are for the agent: no host paths, no bodies.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    #[error(
+        "cannot reach the container engine ({0}); start Docker (or Podman) or pass --docker-host"
+    )]
+    Unreachable(String),
+    #[error(
+        "image {image:?} is not available locally and could not be pulled ({detail}); load or build it (docker pull / docker load) or choose another --image"
+    )]
+    ImageUnavailable { image: String, detail: String },
+    #[error(
+        "a container named {name:?} exists but was not created by this server (no kilntainers label); choose another computer_id or remove that container"
+    )]
+    NotOurs { name: String },
+    #[error(
+        "computer {0:?} does not exist; create it with computer_create or pass it to terminal_execute"
+    )]
+    NotFound(String),
+    #[error("the container engine refused the request: {0}")]
+    Engine(String),
+    #[error("the computer stopped while the command ran: {0}")]
+    Stream(String),
+}
+
+impl DockerError {
+    fn from_bollard(e: BollardError) -> Self {
+        match e {
+            BollardError::DockerResponseServerError {
+                status_code,
+                message,
+            } => DockerError::Engine(format!("{status_code}: {message}")),
+            other => DockerError::Unreachable(other.to_string()),
+        }
+    }
+}
+
+fn status_of(e: &BollardError) -> Option<u16> {
+    match e {
+        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// One of our containers, as found on the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRecord {
+    pub computer_id: String,
+    pub container_id: String,
+    pub temporary: bool,
+    pub instance: Option<String>,
+    pub host: Option<String>,
+    pub image: String,
+    pub state: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+/// The Docker backend.
+#[derive(Debug, Clone)]
+pub struct Docker {
+    client: bollard::Docker,
+    cfg: DockerConfig,
+    instance: String,
+    host: String,
+}
+
+/// Formats unix seconds as RFC 3339 UTC (no clock crate needed).
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The container name of a computer.
+pub fn container_name(computer_id: &str) -> String {
+    format!("{NAME_PREFIX}{computer_id}")
+}
+
+fn record_from_labels(
+    labels: &HashMap<String, String>,
+    container_id: String,
+    state: String,
+    created_at: String,
+    fallback_image: &str,
+) -> Option<ContainerRecord> {
+    if labels.get(LABEL_OURS).map(String::as_str) != Some("true") {
+        return None;
+    }
+    Some(ContainerRecord {
+        computer_id: labels.get(LABEL_ID)?.clone(),
+        container_id,
+        temporary: labels.get(LABEL_TEMPORARY).map(String::as_str) != Some("false"),
+        instance: labels.get(LABEL_INSTANCE).cloned(),
+        host: labels.get(LABEL_HOST).cloned(),
+        image: labels
+            .get(LABEL_IMAGE)
+            .cloned()
+            .unwrap_or_else(|| fallback_image.to_owned()),
+        state,
+        created_at,
+    })
+}
+
+impl Docker {
+    /// Connects, negotiates the API version and pings the engine.
+    pub async fn connect(
+        cfg: DockerConfig,
+        instance: String,
+        host: String,
+    ) -> Result<Self, DockerError> {
+        // Attached execs may stream for as long as the longest timeout.
+        const TIMEOUT_SECS: u64 = 90_000;
+        let version = bollard::API_DEFAULT_VERSION;
+        let client = match &cfg.endpoint {
+            DockerEndpoint::Default if cfg.podman => {
+                bollard::Docker::connect_with_podman_defaults()
+            }
+            DockerEndpoint::Default => {
+                bollard::Docker::connect_with_unix("/var/run/docker.sock", TIMEOUT_SECS, version)
+            }
+            DockerEndpoint::Unix(path) => {
+                bollard::Docker::connect_with_unix(path, TIMEOUT_SECS, version)
+            }
+            DockerEndpoint::Http(addr) => {
+                bollard::Docker::connect_with_http(addr, TIMEOUT_SECS, version)
+            }
+        }
+        .map_err(|e| DockerError::Unreachable(e.to_string()))?
+        .with_timeout(Duration::from_secs(TIMEOUT_SECS));
+        let client = client
+            .negotiate_version()
+            .await
+            .map_err(|e| DockerError::Unreachable(e.to_string()))?;
+        client
+            .ping()
+            .await
+            .map_err(|e| DockerError::Unreachable(e.to_string()))?;
+        Ok(Self {
+            client,
+            cfg,
+            instance,
+            host,
+        })
+    }
+
+    pub fn client(&self) -> &bollard::Docker {
+        &self.client
+    }
+
+    pub fn image(&self) -> &str {
+        &self.cfg.image
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Finds a computer's container. `Err(NotOurs)` when the name is held by something else.
+    pub async fn find(&self, computer_id: &str) -> Result<Option<ContainerRecord>, DockerError> {
+        let name = container_name(computer_id);
+        match self.client.inspect_container(&name, None).await {
+            Ok(c) => {
+                let labels = c
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.labels.clone())
+                    .unwrap_or_default();
+                let state = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.status)
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                let created = c.created.clone().unwrap_or_default();
+                record_from_labels(
+                    &labels,
+                    c.id.unwrap_or_default(),
+                    state,
+                    created,
+                    &self.cfg.image,
+                )
+                .filter(|r| r.computer_id == computer_id)
+                .map(Some)
+                .ok_or(DockerError::NotOurs { name })
+            }
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(DockerError::from_bollard(e)),
+        }
+    }
+
+    /// Lists all our containers.
+    pub async fn list(&self) -> Result<Vec<ContainerRecord>, DockerError> {
+        let mut filters = HashMap::new();
+        filters.insert("label".to_owned(), vec![format!("{LABEL_OURS}=true")]);
+        let opts = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let list = self
+            .client
+            .list_containers(Some(opts))
+            .await
+            .map_err(DockerError::from_bollard)?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let labels = c.labels.unwrap_or_default();
+                let state = c
+                    .state
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "unknown".into());
+                record_from_labels(
+                    &labels,
+                    c.id.unwrap_or_default(),
+                    state,
+                    rfc3339(c.created.unwrap_or_default()),
+                    &self.cfg.image,
+                )
+            })
+            .collect())
+    }
+
+    /// Makes sure the image exists locally, pulling it if needed.
+    pub async fn ensure_image(&self) -> Result<(), DockerError> {
+        let image = &self.cfg.image;
+        match self.client.inspect_image(image).await {
+            Ok(_) => return Ok(()),
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => return Err(DockerError::from_bollard(e)),
+        }
+        tracing::info!(image, "pulling image");
+        let opts = CreateImageOptions {
+            from_image: Some(image.clone()),
+            ..Default::default()
+        };
+        let mut stream = self.client.create_image(Some(opts), None, None);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(status) = info.status {
+                        tracing::debug!(image, status, "pull");
+                    }
+                }
+                Err(e) => {
+                    return Err(DockerError::ImageUnavailable {
+                        image: image.clone(),
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn create_body(&self, computer_id: &str, temporary: bool) -> ContainerCreateBody {
+        let f = &self.cfg.run_flags;
+        let mut labels: HashMap<String, String> = f.labels.iter().cloned().collect();
+        labels.insert(LABEL_OURS.into(), "true".into());
+        labels.insert(LABEL_ID.into(), computer_id.into());
+        labels.insert(LABEL_TEMPORARY.into(), temporary.to_string());
+        labels.insert(LABEL_IMAGE.into(), self.cfg.image.clone());
+        if temporary {
+            labels.insert(LABEL_INSTANCE.into(), self.instance.clone());
+            labels.insert(LABEL_HOST.into(), self.host.clone());
+        }
+        let network_mode = if !self.cfg.network {
+            Some("none".to_owned())
+        } else {
+            f.network_mode.clone()
+        };
+        let host_config = HostConfig {
+            init: Some(f.init),
+            network_mode,
+            nano_cpus: self.cfg.nano_cpus,
+            memory: self.cfg.memory_bytes,
+            memory_swap: f.memory_swap,
+            pids_limit: f.pids_limit,
+            readonly_rootfs: Some(f.read_only),
+            cap_add: (!f.cap_add.is_empty()).then(|| f.cap_add.clone()),
+            cap_drop: (!f.cap_drop.is_empty()).then(|| f.cap_drop.clone()),
+            security_opt: (!f.security_opt.is_empty()).then(|| f.security_opt.clone()),
+            tmpfs: (!f.tmpfs.is_empty()).then(|| f.tmpfs.iter().cloned().collect()),
+            shm_size: f.shm_size,
+            binds: (!f.binds.is_empty()).then(|| f.binds.clone()),
+            privileged: Some(f.privileged),
+            extra_hosts: (!f.extra_hosts.is_empty()).then(|| f.extra_hosts.clone()),
+            dns: (!f.dns.is_empty()).then(|| f.dns.clone()),
+            cpuset_cpus: f.cpuset_cpus.clone(),
+            ulimits: (!f.ulimits.is_empty()).then(|| {
+                f.ulimits
+                    .iter()
+                    .map(|(name, soft, hard)| ResourcesUlimits {
+                        name: Some(name.clone()),
+                        soft: Some(*soft),
+                        hard: Some(*hard),
+                    })
+                    .collect()
+            }),
+            runtime: f.runtime.clone(),
+            devices: (!f.devices.is_empty()).then(|| {
+                f.devices
+                    .iter()
+                    .map(|d| {
+                        let mut parts = d.split(':');
+                        let host = parts.next().unwrap_or_default().to_owned();
+                        let inside = parts
+                            .next()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| host.clone());
+                        DeviceMapping {
+                            path_on_host: Some(host),
+                            path_in_container: Some(inside),
+                            cgroup_permissions: Some(parts.next().unwrap_or("rwm").to_owned()),
+                        }
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(self.cfg.image.clone()),
+            hostname: Some(f.hostname.clone().unwrap_or_else(|| computer_id.to_owned())),
+            labels: Some(labels),
+            entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), KEEPALIVE.into()]),
+            cmd: Some(vec![]),
+            env: Some(f.env.clone()),
+            user: f.user.clone(),
+            working_dir: f.workdir.clone(),
+            network_disabled: (!self.cfg.network).then_some(true),
+            host_config: Some(host_config),
+            ..Default::default()
+        }
+    }
+
+    /// Creates and starts a computer. If another process created it first, returns theirs.
+    pub async fn create(
+        &self,
+        computer_id: &str,
+        temporary: bool,
+    ) -> Result<ContainerRecord, DockerError> {
+        self.ensure_image().await?;
+        let name = container_name(computer_id);
+        let opts = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        match self
+            .client
+            .create_container(Some(opts), self.create_body(computer_id, temporary))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if status_of(&e) == Some(409) => {
+                // Lost a race with another creator: use what is there (the caller re-checks policy).
+                return self
+                    .find(computer_id)
+                    .await?
+                    .ok_or_else(|| DockerError::NotFound(computer_id.into()));
+            }
+            Err(e) if status_of(&e) == Some(404) => {
+                return Err(DockerError::ImageUnavailable {
+                    image: self.cfg.image.clone(),
+                    detail: e.to_string(),
+                });
+            }
+            Err(e) => return Err(DockerError::from_bollard(e)),
+        }
+        self.start(computer_id).await?;
+        self.find(computer_id)
+            .await?
+            .ok_or_else(|| DockerError::NotFound(computer_id.into()))
+    }
+
+    /// Starts a stopped computer (e.g. after the engine restarted).
+    pub async fn start(&self, computer_id: &str) -> Result<(), DockerError> {
+        match self
+            .client
+            .start_container(&container_name(computer_id), None::<StartContainerOptions>)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(304) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Err(DockerError::NotFound(computer_id.into())),
+            Err(e) => Err(DockerError::from_bollard(e)),
+        }
+    }
+
+    /// Restarts a computer, keeping its writable filesystem.
+    pub async fn restart(&self, computer_id: &str) -> Result<(), DockerError> {
+        let opts = RestartContainerOptions {
+            t: Some(2),
+            ..Default::default()
+        };
+        match self
+            .client
+            .restart_container(&container_name(computer_id), Some(opts))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Err(DockerError::NotFound(computer_id.into())),
+            Err(e) => Err(DockerError::from_bollard(e)),
+        }
+    }
+
+    /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
+    pub async fn remove(&self, computer_id: &str) -> Result<bool, DockerError> {
+        let opts = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self
+            .client
+            .remove_container(&container_name(computer_id), Some(opts))
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            // 409: removal already in progress.
+            Err(e) if status_of(&e) == Some(409) => Ok(true),
+            Err(e) => Err(DockerError::from_bollard(e)),
+        }
+    }
+
+    /// Erases the writable filesystem: remove, then create again from the image.
+    pub async fn factory_reset(
+        &self,
+        computer_id: &str,
+        temporary: bool,
+    ) -> Result<ContainerRecord, DockerError> {
+        self.remove(computer_id).await?;
+        self.create(computer_id, temporary).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_000_000), "2026-11-30T00:53:20Z");
+    }
+
+    #[test]
+    fn labels_identify_ours() {
+        let mut l = HashMap::new();
+        assert!(record_from_labels(&l, "c".into(), "running".into(), "t".into(), "img").is_none());
+        l.insert(LABEL_OURS.to_owned(), "true".to_owned());
+        l.insert(LABEL_ID.to_owned(), "box".to_owned());
+        l.insert(LABEL_TEMPORARY.to_owned(), "false".to_owned());
+        let r = record_from_labels(&l, "c".into(), "running".into(), "t".into(), "img").unwrap();
+        assert_eq!(
+            (r.computer_id.as_str(), r.temporary, r.image.as_str()),
+            ("box", false, "img")
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! Start-up and shutdown: build the backend and the dispatcher, serve a transport, and
+//! remove this server's temporary computers on the way out (EOF, SIGTERM, SIGINT).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared::catalogue::ToolNames;
+use shared::mcp::{Dispatcher, ServerConfig};
+
+use crate::cli::TransportArg;
+use crate::computers::{Computers, ExecDefaults, SessionHost};
+use crate::config::Config;
+use crate::docker::Docker;
+use crate::http::{HttpState, app};
+use crate::instance::{InstanceLock, host_name};
+
+/// Errors that stop the server (printed by `main`).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(
+        "cannot use the state directory {path}: {source}; pass --state-dir (or MCP_SANDBOX_STATE_DIR) pointing at a writable directory"
+    )]
+    StateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Docker(#[from] crate::docker::DockerError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The dispatcher for a configuration.
+pub fn dispatcher(config: &Config) -> Dispatcher {
+    Dispatcher::new(ServerConfig {
+        name: "mcp-sandbox-computer-vm-for-ai".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        names: ToolNames::new(config.tool_name.clone(), config.lifecycle_tools),
+        exec_description: config.exec_description.clone(),
+        instructions: Some(
+            "Each computer is an isolated Linux machine with a stable id. Run commands with the exec tool; \
+             omit computer_id to use this session's default computer."
+                .into(),
+        ),
+        dashboard_html: None,
+    })
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Runs the server until its transport ends or a signal arrives.
+pub async fn run(config: Config) -> Result<(), RunError> {
+    let lock = InstanceLock::acquire(&config.state_dir).map_err(|source| RunError::StateDir {
+        path: config.state_dir.display().to_string(),
+        source,
+    })?;
+    let docker = Docker::connect(config.docker.clone(), lock.id.clone(), host_name()).await?;
+    let computers = Arc::new(Computers::new(
+        docker,
+        ExecDefaults {
+            timeout_secs: config.default_timeout_secs,
+            output_limit: usize::try_from(config.output_limit).unwrap_or(usize::MAX),
+            shell: config.shell.clone(),
+            session_timeout_secs: config.session_timeout_secs,
+        },
+        config.state_dir.clone(),
+        host_name(),
+    ));
+    {
+        let c = computers.clone();
+        tokio::spawn(async move {
+            if let Err(e) = c.reap_orphans().await {
+                tracing::warn!(error = %e, "could not look for temporaries of dead servers");
+            }
+        });
+    }
+    let dispatcher = Arc::new(dispatcher(&config));
+    match config.transport {
+        TransportArg::Stdio => {
+            let host = SessionHost::new(computers.clone(), "stdio", false);
+            tokio::select! {
+                r = crate::stdio::serve(dispatcher, host.clone()) => { r?; }
+                _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
+            }
+        }
+        TransportArg::Http => {
+            let addr = std::net::SocketAddr::new(config.host, config.port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| RunError::Listen {
+                    addr: addr.to_string(),
+                    source,
+                })?;
+            let state = Arc::new(HttpState::new(
+                dispatcher,
+                computers.clone(),
+                config.auth_token.clone(),
+                config.host,
+                config.lifecycle_tools,
+                Duration::from_secs(config.session_timeout_secs),
+            ));
+            let reaper = {
+                let s = state.clone();
+                let every = Duration::from_millis(
+                    (config.session_timeout_secs * 1000 / 4).clamp(250, 5000),
+                );
+                tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(every);
+                    loop {
+                        tick.tick().await;
+                        s.expire().await;
+                    }
+                })
+            };
+            tracing::info!(%addr, "listening (MCP endpoint /mcp)");
+            eprintln!(
+                "mcp-sandbox-computer-vm-for-ai listening on http://{}/mcp",
+                listener.local_addr()?
+            );
+            axum::serve(listener, app(state.clone()))
+                .with_graceful_shutdown(shutdown_signal())
+                .await?;
+            reaper.abort();
+            state.close_all().await;
+        }
+    }
+    computers.shutdown().await;
+    drop(lock);
+    Ok(())
+}
