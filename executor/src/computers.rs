@@ -6,7 +6,6 @@
 //! It applies `shared::lifecycle` and implements `shared::mcp::ToolHost` per caller.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -69,18 +68,16 @@ fn now_ms() -> u64 {
 pub struct Computers {
     docker: Docker,
     defaults: ExecDefaults,
-    state_dir: PathBuf,
     host: String,
     tracked: Mutex<HashMap<String, Tracked>>,
     id_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Computers {
-    pub fn new(docker: Docker, defaults: ExecDefaults, state_dir: PathBuf, host: String) -> Self {
+    pub fn new(docker: Docker, defaults: ExecDefaults, host: String) -> Self {
         Self {
             docker,
             defaults,
-            state_dir,
             host,
             tracked: Mutex::new(HashMap::new()),
             id_locks: Mutex::new(HashMap::new()),
@@ -317,8 +314,11 @@ impl Computers {
             .filter(|r| r.temporary && r.host.as_deref() == Some(self.host.as_str()))
             .filter(|r| match r.instance.as_deref() {
                 Some(i) if i == self.docker.instance() => false,
-                Some(i) => !crate::instance::is_alive(&self.state_dir, i),
+                Some(i) => !crate::instance::is_alive(i),
                 None => false,
+            })
+            .inspect(|r| {
+                tracing::info!(computer_id = r.computer_id, instance = ?r.instance, "reaping a temporary computer of a server that is gone")
             })
             .map(|r| r.computer_id)
             .collect();
@@ -405,7 +405,7 @@ impl SessionHost {
             } => {
                 let id = computer_id.unwrap_or_else(|| c.new_slug());
                 let temporary = c
-                    .attach(&id, Some(temporary), &self.owner, self.stateless)
+                    .attach(&id, temporary, &self.owner, self.stateless)
                     .await?;
                 let r = c
                     .docker

@@ -1,71 +1,42 @@
 //! This server's identity and liveness, for reaping temporaries of servers that died.
 //!
-//! Each running server holds an exclusive lock on `<state-dir>/instances/<id>.lock` for its
-//! whole life. Temporary containers carry the instance id and host name; at start-up a
-//! server removes the temporaries of instances on this host whose lock is free (the process
-//! is gone, even if it was SIGKILLed). The lock is released by the kernel on any exit.
+//! Temporary containers carry the creating server's instance id (`<pid>-<start time>`,
+//! read from `/proc`) and host name. At start-up a server removes the temporaries of
+//! instances on this host that are no longer running: the PID is gone, or now belongs to a
+//! process that started at another time. This needs no shared directory, so servers with
+//! different `--state-dir`s or users never reap each other's live computers. Where `/proc`
+//! is missing, nothing is judged dead (no reaping rather than a wrong one).
 
-use std::fs::{File, OpenOptions};
-use std::io;
-use std::path::{Path, PathBuf};
-
-/// A held instance lock. Dropping it removes the lock file.
-#[derive(Debug)]
-pub struct InstanceLock {
-    pub id: String,
-    path: PathBuf,
-    _file: File,
+fn start_time(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may itself hold spaces and parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    // `rest` starts at field 3 (state); start time is field 22.
+    rest.split_whitespace().nth(19).map(str::to_owned)
 }
 
-fn dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("instances")
-}
-
-impl InstanceLock {
-    /// Creates and locks a fresh instance file.
-    pub fn acquire(state_dir: &Path) -> io::Result<Self> {
-        let dir = dir(state_dir);
-        std::fs::create_dir_all(&dir)?;
-        let id = format!("{:016x}", rand::random::<u64>());
-        let path = dir.join(format!("{id}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)?;
-        file.lock()?;
-        Ok(Self {
-            id,
-            path,
-            _file: file,
-        })
+/// This process's instance id.
+pub fn current() -> String {
+    let pid = std::process::id().to_string();
+    match start_time(&pid) {
+        Some(t) => format!("{pid}-{t}"),
+        None => format!("{pid}-x{:016x}", rand::random::<u64>()),
     }
 }
 
-impl Drop for InstanceLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Is the instance `id` still running on this host?
-pub fn is_alive(state_dir: &Path, id: &str) -> bool {
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return false;
-    }
-    let path = dir(state_dir).join(format!("{id}.lock"));
-    let Ok(file) = OpenOptions::new().write(true).open(&path) else {
-        return false;
+/// Is the instance `id` (from this host) still running?
+pub fn is_alive(id: &str) -> bool {
+    let Some((pid, start)) = id.split_once('-') else {
+        return true;
     };
-    match file.try_lock() {
-        Ok(()) => {
-            // Nobody holds it: a dead instance left its file behind.
-            let _ = std::fs::remove_file(&path);
-            false
-        }
-        Err(std::fs::TryLockError::WouldBlock) => true,
-        Err(std::fs::TryLockError::Error(_)) => true,
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || start.starts_with('x') {
+        // Not an id we can judge: leave it alone.
+        return true;
     }
+    if !std::path::Path::new("/proc/self/stat").exists() {
+        return true;
+    }
+    start_time(pid).as_deref() == Some(start)
 }
 
 /// This machine's name, to tell our instances from other machines' on a shared engine.
@@ -83,14 +54,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn liveness_follows_the_lock() {
-        let dir = std::env::temp_dir().join(format!("msc-inst-{}", rand::random::<u32>()));
-        let lock = InstanceLock::acquire(&dir).unwrap();
-        assert!(is_alive(&dir, &lock.id));
-        let id = lock.id.clone();
-        drop(lock);
-        assert!(!is_alive(&dir, &id));
-        assert!(!is_alive(&dir, "../etc"));
-        let _ = std::fs::remove_dir_all(&dir);
+    fn liveness() {
+        let me = current();
+        assert!(is_alive(&me), "{me}");
+        let (pid, start) = me.split_once('-').unwrap();
+        assert!(!is_alive(&format!("{pid}-{}0", start)), "same pid, other start time");
+        assert!(!is_alive("4194304999-1"), "no such pid");
+        assert!(is_alive("garbage"));
+        assert!(is_alive("../etc-1"));
     }
 }

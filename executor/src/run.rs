@@ -12,7 +12,7 @@ use crate::computers::{Computers, ExecDefaults, SessionHost};
 use crate::config::Config;
 use crate::docker::Docker;
 use crate::http::{HttpState, app};
-use crate::instance::{InstanceLock, host_name};
+use crate::instance::{self, host_name};
 
 /// Errors that stop the server (printed by `main`).
 #[derive(Debug, thiserror::Error)]
@@ -68,11 +68,7 @@ async fn shutdown_signal() {
 
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let lock = InstanceLock::acquire(&config.state_dir).map_err(|source| RunError::StateDir {
-        path: config.state_dir.display().to_string(),
-        source,
-    })?;
-    let docker = Docker::connect(config.docker.clone(), lock.id.clone(), host_name()).await?;
+    let docker = Docker::connect(config.docker.clone(), instance::current(), host_name()).await?;
     let computers = Arc::new(Computers::new(
         docker,
         ExecDefaults {
@@ -81,7 +77,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             shell: config.shell.clone(),
             session_timeout_secs: config.session_timeout_secs,
         },
-        config.state_dir.clone(),
         host_name(),
     ));
     {
@@ -143,6 +138,5 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     }
     computers.shutdown().await;
-    drop(lock);
     Ok(())
 }

@@ -45,7 +45,8 @@ pub enum ToolCall {
     Dashboard,
     Create {
         computer_id: Option<String>,
-        temporary: bool,
+        /// `None`: attach to an existing computer as it is, or create a temporary one.
+        temporary: Option<bool>,
     },
     Restart {
         computer_id: String,
@@ -226,7 +227,7 @@ pub fn parse_tool_call(
             let args = Args::new(arguments, &["computer_id", "temporary"], name)?;
             Ok(ToolCall::Create {
                 computer_id: args.computer_id()?,
-                temporary: args.boolean("temporary")?.unwrap_or(true),
+                temporary: args.boolean("temporary")?,
             })
         }
         ToolKind::Restart | ToolKind::FactoryReset | ToolKind::Delete => {

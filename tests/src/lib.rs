@@ -1,1 +1,271 @@
-//! x
+//! Test harness: the real binary, a real Docker daemon, real MCP clients (rmcp).
+//!
+//! Helpers only; the tests live in `tests/e2e/`. Each test server gets its own
+//! `--state-dir` and tags its containers with a unique `msc-test=<tag>` label, so tests run
+//! in parallel and every leak check counts exactly that test's containers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bollard::query_parameters::ListContainersOptions;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::RoleClient;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+pub type Client = RunningService<RoleClient, ClientConfig>;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The server binary, built once per test run (debug profile).
+pub fn binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-q", "-p", "executor", "--bin", "mcp-sandbox-computer-vm-for-ai"])
+            .current_dir(workspace())
+            .status();
+        assert!(status.map(|s| s.success()).unwrap_or(false), "building the server failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+        target.join("debug").join("mcp-sandbox-computer-vm-for-ai")
+    })
+    .clone()
+}
+
+/// A unique tag for one test's containers and state.
+pub fn tag(name: &str) -> String {
+    format!("{name}-{:08x}", rand_u32())
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    t ^ std::process::id().rotate_left(16) ^ (Box::into_raw(Box::new(0u8)) as usize as u32)
+}
+
+/// A fresh state directory for one test.
+pub fn state_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join("msc-tests").join(tag);
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// Where server logs go (one file per server).
+pub fn log_file(tag: &str) -> std::fs::File {
+    let dir = workspace().join("target").join("test-logs");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("{tag}-{:08x}.log", rand_u32()));
+    std::fs::File::create(path).unwrap_or_else(|_| tempfile_fallback())
+}
+
+fn tempfile_fallback() -> std::fs::File {
+    #[allow(clippy::expect_used)]
+    std::fs::File::create("/dev/null").expect("/dev/null")
+}
+
+/// Options for one server process.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOpts {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub lifecycle: bool,
+}
+
+impl ServerOpts {
+    pub fn lifecycle() -> Self {
+        Self { lifecycle: true, ..Default::default() }
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.to_owned());
+        self
+    }
+}
+
+/// The command line for a server of test `tag`.
+pub fn command(tag: &str, state: &Path, opts: &ServerOpts) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(binary());
+    cmd.arg("--state-dir").arg(state);
+    cmd.arg(format!("--docker-run-flag=--label=msc-test={tag}"));
+    cmd.args(&opts.args);
+    cmd.env_remove("ENABLE_LIFECYCLE_TOOLS");
+    cmd.env_remove("KILNTAINERS_AUTH_TOKEN");
+    if opts.lifecycle {
+        cmd.env("ENABLE_LIFECYCLE_TOOLS", "true");
+    }
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    cmd.env("RUST_LOG", "info");
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+/// Starts a server over stdio and connects rmcp's client with the legacy handshake.
+pub async fn stdio_client(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Client> {
+    stdio_client_with(tag, state, opts, ClientLifecycleMode::Initialize).await
+}
+
+/// Starts a server over stdio and connects rmcp's client in the stateless 2026-07-28 era.
+pub async fn stdio_client_modern(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Client> {
+    let mode = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    stdio_client_with(tag, state, opts, mode).await
+}
+
+async fn stdio_client_with(tag: &str, state: &Path, opts: &ServerOpts, mode: ClientLifecycleMode) -> Result<Client> {
+    let cmd = command(tag, state, opts);
+    let (transport, _) = TokioChildProcess::builder(cmd).stderr(Stdio::from(log_file(tag))).spawn()?;
+    let client = ClientConfig::default().serve_with_lifecycle(transport, mode).await?;
+    Ok(client)
+}
+
+/// A server over HTTP.
+pub struct HttpServer {
+    pub child: tokio::process::Child,
+    pub url: String,
+    pub base: String,
+}
+
+impl HttpServer {
+    /// Starts `--transport http --port 0` and waits for its address.
+    pub async fn start(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Self> {
+        let mut cmd = command(tag, state, opts);
+        cmd.args(["--transport", "http", "--port", "0"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut log = log_file(tag);
+        loop {
+            let line = tokio::time::timeout_at(deadline.into(), lines.next_line()).await??;
+            let Some(line) = line else { bail!("server exited before listening") };
+            use std::io::Write;
+            let _ = writeln!(log, "{line}");
+            if let Some(rest) = line.strip_prefix("mcp-sandbox-computer-vm-for-ai listening on ") {
+                let url = rest.trim().to_owned();
+                let base = url.trim_end_matches("/mcp").to_owned();
+                tokio::spawn(async move {
+                    while let Ok(Some(l)) = lines.next_line().await {
+                        let _ = writeln!(log, "{l}");
+                    }
+                });
+                return Ok(Self { child, url, base });
+            }
+        }
+    }
+
+    fn config(&self, token: Option<&str>) -> StreamableHttpClientTransportConfig {
+        let mut c = StreamableHttpClientTransportConfig::with_uri(self.url.clone());
+        if let Some(t) = token {
+            c = c.auth_header(t.to_owned());
+        }
+        c
+    }
+
+    /// rmcp's Streamable HTTP client, legacy session handshake.
+    pub async fn legacy_client(&self, token: Option<&str>) -> Result<Client> {
+        let t = StreamableHttpClientTransport::from_config(self.config(token));
+        Ok(ClientConfig::default().serve_with_lifecycle(t, ClientLifecycleMode::Initialize).await?)
+    }
+
+    /// rmcp's Streamable HTTP client, stateless 2026-07-28.
+    pub async fn modern_client(&self, token: Option<&str>) -> Result<Client> {
+        let t = StreamableHttpClientTransport::from_config(self.config(token));
+        let mode = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+        Ok(ClientConfig::default().serve_with_lifecycle(t, mode).await?)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub async fn terminate(mut self) -> Result<std::process::ExitStatus> {
+        if let Some(pid) = self.child.id() {
+            signal(pid, "TERM");
+        }
+        Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
+    }
+}
+
+/// Sends a signal with kill(1) (keeps the harness free of unsafe code).
+pub fn signal(pid: u32, sig: &str) {
+    let _ = std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+/// Builds tool arguments from a JSON object literal.
+pub fn args(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Calls a tool.
+pub async fn call(client: &Client, tool: &str, arguments: Value) -> Result<CallToolResult> {
+    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args(arguments));
+    Ok(client.call_tool(params).await?)
+}
+
+/// Calls the exec tool and returns its structured content (fails on `isError`).
+pub async fn exec(client: &Client, arguments: Value) -> Result<Value> {
+    let r = call(client, "terminal_execute", arguments.clone()).await?;
+    if r.is_error == Some(true) {
+        bail!("exec {arguments} failed: {:?}", r.content);
+    }
+    r.structured_content.context("no structuredContent")
+}
+
+/// The text of the first content block.
+pub fn text(r: &CallToolResult) -> String {
+    r.content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+/// The Docker daemon the tests use.
+pub fn docker() -> Result<bollard::Docker> {
+    Ok(bollard::Docker::connect_with_unix_defaults()?)
+}
+
+/// Containers labelled `msc-test=<tag>` (all states).
+pub async fn containers(tag: &str) -> Result<Vec<bollard::models::ContainerSummary>> {
+    let mut filters = HashMap::new();
+    filters.insert("label".to_owned(), vec![format!("msc-test={tag}")]);
+    let opts = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    Ok(docker()?.list_containers(Some(opts)).await?)
+}
+
+/// Waits until the test's container count equals `n` (polling, bounded).
+pub async fn wait_for_count(tag: &str, n: usize, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = containers(tag).await?.len();
+        if now == n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("expected {n} containers for {tag}, found {now}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Removes every container of a test (cleanup after permanent computers).
+pub async fn remove_all(tag: &str) -> Result<()> {
+    let d = docker()?;
+    for c in containers(tag).await? {
+        if let Some(id) = c.id {
+            let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
+            let _ = d.remove_container(&id, Some(opts)).await;
+        }
+    }
+    Ok(())
+}

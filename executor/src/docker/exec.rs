@@ -62,6 +62,7 @@ fn wrapper_cmd(spec: &ExecSpec) -> Vec<String> {
 struct KillGuard {
     docker: Option<Docker>,
     container: String,
+    exec_id: String,
     pid: Option<u32>,
 }
 
@@ -73,13 +74,14 @@ impl KillGuard {
 
 impl Drop for KillGuard {
     fn drop(&mut self) {
-        if let (Some(docker), Some(pid)) = (self.docker.take(), self.pid) {
+        if let Some(docker) = self.docker.take() {
             let container = std::mem::take(&mut self.container);
+            let exec_id = std::mem::take(&mut self.exec_id);
+            let pid = self.pid;
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
-                    if let Err(e) = docker.kill_group(&container, pid).await {
-                        tracing::warn!(container, pid, error = %e, "could not kill a cancelled command");
-                    }
+                    tracing::info!(container, "command cancelled: stopping it");
+                    docker.stop_exec(&container, &exec_id, pid).await;
                 });
             }
         }
@@ -100,15 +102,16 @@ fn take_pid(header: &mut Vec<u8>, chunk: &[u8]) -> Option<(u32, Vec<u8>)> {
 }
 
 impl Docker {
-    /// Kills process group `pid` (and `pid` itself) inside the container.
-    pub async fn kill_group(&self, container: &str, pid: u32) -> Result<(), DockerError> {
+    /// Kills process group `pid` (and `pid` itself) inside the container. `Ok(true)` when
+    /// the kill script ran (it cannot start while a fork bomb holds every pid slot).
+    pub async fn kill_group(&self, container: &str, pid: u32) -> Result<bool, DockerError> {
         let opts = CreateExecOptions {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             cmd: Some(vec![
                 "/bin/sh".to_owned(),
                 "-c".to_owned(),
-                "kill -9 -- -$1 2>/dev/null; kill -9 $1 2>/dev/null; true".to_owned(),
+                "kill -9 -$1 2>/dev/null; kill -9 $1 2>/dev/null; echo killed".to_owned(),
                 "msc-kill".to_owned(),
                 pid.to_string(),
             ]),
@@ -119,15 +122,65 @@ impl Docker {
             .create_exec(container, opts)
             .await
             .map_err(DockerError::from_bollard)?;
+        let mut confirmed = false;
         if let StartExecResults::Attached { mut output, .. } = self
             .client
             .start_exec(&exec.id, None::<StartExecOptions>)
             .await
             .map_err(DockerError::from_bollard)?
         {
-            while output.next().await.is_some() {}
+            while let Some(item) = output.next().await {
+                if let Ok(LogOutput::StdOut { message }) = item
+                    && message.starts_with(b"killed")
+                {
+                    confirmed = true;
+                }
+            }
         }
-        Ok(())
+        Ok(confirmed)
+    }
+
+    /// Stops a running exec and its whole process group, escalating: an in-container kill
+    /// (works with remote engines), then a kill of the group from this host (local engines,
+    /// when the in-container kill cannot even start, e.g. under a fork bomb), then a restart
+    /// of the computer (keeps its filesystem). Returns a note for stderr when it had to
+    /// restart.
+    pub async fn stop_exec(&self, container: &str, exec_id: &str, pid: Option<u32>) -> Option<String> {
+        if let Some(pid) = pid {
+            for attempt in 0..3u64 {
+                match self.kill_group(container, pid).await {
+                    Ok(true) => return None,
+                    Ok(false) => tracing::debug!(attempt, "in-container kill did not run"),
+                    Err(e) => tracing::debug!(error = %e, "in-container kill failed"),
+                }
+                tokio::time::sleep(Duration::from_millis(20 * (attempt + 1))).await;
+            }
+        }
+        if let Ok(info) = self.client.inspect_exec(exec_id).await {
+            tracing::debug!(running = ?info.running, host_pid = ?info.pid, "exec state before host kill");
+            if info.running != Some(true) {
+                return None;
+            }
+            if let Some(host_pid) = info.pid.filter(|p| *p > 1) {
+                let status = tokio::process::Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{host_pid}")])
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .await;
+                if status.map(|s| s.success()).unwrap_or(false) {
+                    tracing::info!(container, host_pid, "stopped a command from the host");
+                    return None;
+                }
+            }
+        }
+        tracing::warn!(container, "could not kill a command inside the computer; restarting it");
+        let id = container.trim_start_matches(super::NAME_PREFIX);
+        match self.restart(id).await {
+            Ok(()) => Some(
+                "[the command could not be stopped inside the computer (it had exhausted the process limit), so the computer was restarted; files are kept]".to_owned(),
+            ),
+            Err(e) => Some(format!("[the command could not be stopped: {e}]")),
+        }
     }
 
     /// Runs one command and collects its outcome.
@@ -184,6 +237,7 @@ impl Docker {
         let mut guard = KillGuard {
             docker: Some(self.clone()),
             container: container.to_owned(),
+            exec_id: exec.id.clone(),
             pid: None,
         };
         let mut collector = OutputCollector::new(spec.output_limit);
@@ -229,11 +283,17 @@ impl Docker {
         }
         let truncated = collector.is_truncated();
         if timed_out || truncated {
-            if let Some(pid) = guard.pid {
-                self.kill_group(container, pid).await?;
-            }
+            tracing::debug!(timed_out, truncated, pid = ?guard.pid, "stopping the command");
+            drop(output);
             guard.disarm();
-            let (stdout, stderr, _) = collector.finish();
+            let note = self.stop_exec(container, &exec.id, guard.pid).await;
+            let (stdout, mut stderr, _) = collector.finish();
+            if let Some(note) = note {
+                if !stderr.is_empty() && !stderr.ends_with(b"\n") {
+                    stderr.push(b'\n');
+                }
+                stderr.extend_from_slice(note.as_bytes());
+            }
             return Ok(ExecOutcome {
                 stdout,
                 stderr,

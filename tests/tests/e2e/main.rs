@@ -1,0 +1,18 @@
+//! End-to-end tests: the real binary, real Docker containers, rmcp's client.
+//!
+//! Table of contents:
+//! - `exec`: results, exit codes, timeouts, cancellation, output limits, binary output, stdin, concurrency
+//! - `validation`: every bad input gets an actionable `isError` and touches nothing
+//! - `lifecycle`: temporary/permanent, defaults, ownership, lifecycle tools, restarts of the server
+//! - `cleanup`: temporaries go away on EOF, SIGTERM, SIGKILL of the server, HTTP session end and idleness
+//! - `http`: both protocol eras over Streamable HTTP, auth, Host/Origin checks, service routes
+//! - `security`: server secrets never reach a computer; isolation flags
+//! - `startup`: start-up refusals and flags
+
+mod cleanup;
+mod exec;
+mod http;
+mod lifecycle;
+mod security;
+mod startup;
+mod validation;
