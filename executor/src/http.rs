@@ -127,6 +127,24 @@ fn json_response(status: StatusCode, body: Value) -> Response {
         .into_response()
 }
 
+/// Why a request is refused before dispatch; the one place such refusals become replies.
+#[derive(Debug)]
+enum Refusal {
+    Unauthorized,
+    Forbidden(&'static str),
+    Rpc(StatusCode, Value),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Unauthorized => unauthorized(),
+            Refusal::Forbidden(why) => forbidden(why),
+            Refusal::Rpc(status, body) => json_response(status, body),
+        }
+    }
+}
+
 fn unauthorized() -> Response {
     let mut r = json_response(StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"}));
     r.headers_mut().insert(
@@ -161,21 +179,21 @@ fn is_loopback_name(host: &str) -> bool {
 
 /// DNS-rebinding protection: on a loopback listener only loopback names are served, and a
 /// browser Origin must match.
-fn check_host_origin(state: &HttpState, headers: &HeaderMap) -> Result<(), Response> {
+fn check_host_origin(state: &HttpState, headers: &HeaderMap) -> Result<(), Refusal> {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(host_of)
         .unwrap_or("");
     if state.bind.is_loopback() && !is_loopback_name(host) {
-        return Err(forbidden(
+        return Err(Refusal::Forbidden(
             "Host header is not a loopback name; this server only answers on localhost",
         ));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if origin == "null" {
-            return Err(forbidden("opaque Origin"));
+            return Err(Refusal::Forbidden("opaque Origin"));
         }
         let authority = origin.split_once("://").map(|(_, a)| a).unwrap_or("");
         let origin_host = host_of(authority.split('/').next().unwrap_or(""));
@@ -186,13 +204,13 @@ fn check_host_origin(state: &HttpState, headers: &HeaderMap) -> Result<(), Respo
             same_host
         };
         if !ok {
-            return Err(forbidden("Origin does not match this server"));
+            return Err(Refusal::Forbidden("Origin does not match this server"));
         }
     }
     Ok(())
 }
 
-fn check_auth(state: &HttpState, headers: &HeaderMap) -> Result<(), Response> {
+fn check_auth(state: &HttpState, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(token) = &state.auth_token else {
         return Ok(());
     };
@@ -208,7 +226,7 @@ fn check_auth(state: &HttpState, headers: &HeaderMap) -> Result<(), Response> {
     if constant_time_eq(given.as_bytes(), token.as_bytes()) {
         Ok(())
     } else {
-        Err(unauthorized())
+        Err(Refusal::Unauthorized)
     }
 }
 
@@ -251,13 +269,16 @@ fn check_modern_headers(
     id: &Value,
     method: &str,
     params: Option<&Value>,
-) -> Result<(), Response> {
+) -> Result<(), Refusal> {
     let mismatch = |what: &str| {
-        rpc_error(
+        Refusal::Rpc(
             StatusCode::BAD_REQUEST,
-            id.clone(),
-            codes::HEADER_MISMATCH,
-            &format!("header mismatch: {what}"),
+            error_response(
+                id.clone(),
+                codes::HEADER_MISMATCH,
+                &format!("header mismatch: {what}"),
+                None,
+            ),
         )
     };
     match header_str(headers, "mcp-method") {
@@ -308,7 +329,7 @@ async fn mcp_post(
     body: Bytes,
 ) -> Response {
     if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
-        return r;
+        return r.into_response();
     }
     let msg = match parse_message(&body) {
         Ok(m) => m,
@@ -345,7 +366,7 @@ async fn mcp_post(
         if let Ok(v) = HeaderValue::from_str(&sid) {
             r.headers_mut().insert("mcp-session-id", v);
         }
-        return r;
+        return r.into_response();
     }
 
     // ---- legacy: a request inside a session ----
@@ -424,7 +445,7 @@ async fn mcp_post(
         Incoming::Response | Incoming::Notification { .. } => StatusCode::ACCEPTED.into_response(),
         Incoming::Request { id, method, params } => {
             if let Err(r) = check_modern_headers(&headers, &id, &method, params.as_ref()) {
-                return r;
+                return r.into_response();
             }
             let host = SessionHost::new(state.computers.clone(), principal(&state), true);
             let d = state.dispatcher.clone();
@@ -452,7 +473,7 @@ async fn mcp_post(
 
 async fn mcp_delete(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
     if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
-        return r;
+        return r.into_response();
     }
     let Some(sid) = header_str(&headers, "mcp-session-id") else {
         return rpc_error(
@@ -487,7 +508,7 @@ async fn mcp_other(
     headers: HeaderMap,
 ) -> Response {
     if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
-        return r;
+        return r.into_response();
     }
     let mut r = json_response(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -504,7 +525,7 @@ async fn healthz() -> Response {
 
 async fn root(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
     if let Err(r) = check_host_origin(&state, &headers) {
-        return r;
+        return r.into_response();
     }
     let mut info = json!({
         "name": state.dispatcher.config().name,

@@ -58,7 +58,10 @@ mod tests {
         let me = current();
         assert!(is_alive(&me), "{me}");
         let (pid, start) = me.split_once('-').unwrap();
-        assert!(!is_alive(&format!("{pid}-{}0", start)), "same pid, other start time");
+        assert!(
+            !is_alive(&format!("{pid}-{}0", start)),
+            "same pid, other start time"
+        );
         assert!(!is_alive("4194304999-1"), "no such pid");
         assert!(is_alive("garbage"));
         assert!(is_alive("../etc-1"));

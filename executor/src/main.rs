@@ -39,7 +39,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
-    match runtime.block_on(executor::run::run(config)) {
+    let result = runtime.block_on(executor::run::run(config));
+    // A blocking read of stdin may still be parked in tokio's blocking pool: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -441,7 +441,7 @@ mod tests {
             parse_tool_call(&n, "computer_create", None).unwrap(),
             ToolCall::Create {
                 computer_id: None,
-                temporary: true
+                temporary: None
             }
         );
         assert_eq!(

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bollard::query_parameters::ListContainersOptions;
+use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::RoleClient;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -24,7 +24,10 @@ pub type Client = RunningService<RoleClient, ClientConfig>;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// The server binary, built once per test run (debug profile).
@@ -33,11 +36,23 @@ pub fn binary() -> PathBuf {
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = std::process::Command::new(cargo)
-            .args(["build", "-q", "-p", "executor", "--bin", "mcp-sandbox-computer-vm-for-ai"])
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "executor",
+                "--bin",
+                "mcp-sandbox-computer-vm-for-ai",
+            ])
             .current_dir(workspace())
             .status();
-        assert!(status.map(|s| s.success()).unwrap_or(false), "building the server failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+        assert!(
+            status.map(|s| s.success()).unwrap_or(false),
+            "building the server failed"
+        );
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace().join("target"));
         target.join("debug").join("mcp-sandbox-computer-vm-for-ai")
     })
     .clone()
@@ -49,7 +64,10 @@ pub fn tag(name: &str) -> String {
 }
 
 fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     t ^ std::process::id().rotate_left(16) ^ (Box::into_raw(Box::new(0u8)) as usize as u32)
 }
 
@@ -83,7 +101,10 @@ pub struct ServerOpts {
 
 impl ServerOpts {
     pub fn lifecycle() -> Self {
-        Self { lifecycle: true, ..Default::default() }
+        Self {
+            lifecycle: true,
+            ..Default::default()
+        }
     }
     pub fn arg(mut self, a: &str) -> Self {
         self.args.push(a.to_owned());
@@ -117,14 +138,25 @@ pub async fn stdio_client(tag: &str, state: &Path, opts: &ServerOpts) -> Result<
 
 /// Starts a server over stdio and connects rmcp's client in the stateless 2026-07-28 era.
 pub async fn stdio_client_modern(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Client> {
-    let mode = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    let mode = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
     stdio_client_with(tag, state, opts, mode).await
 }
 
-async fn stdio_client_with(tag: &str, state: &Path, opts: &ServerOpts, mode: ClientLifecycleMode) -> Result<Client> {
+async fn stdio_client_with(
+    tag: &str,
+    state: &Path,
+    opts: &ServerOpts,
+    mode: ClientLifecycleMode,
+) -> Result<Client> {
     let cmd = command(tag, state, opts);
-    let (transport, _) = TokioChildProcess::builder(cmd).stderr(Stdio::from(log_file(tag))).spawn()?;
-    let client = ClientConfig::default().serve_with_lifecycle(transport, mode).await?;
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::from(log_file(tag)))
+        .spawn()?;
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, mode)
+        .await?;
     Ok(client)
 }
 
@@ -139,7 +171,10 @@ impl HttpServer {
     /// Starts `--transport http --port 0` and waits for its address.
     pub async fn start(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Self> {
         let mut cmd = command(tag, state, opts);
-        cmd.args(["--transport", "http", "--port", "0"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.args(["--transport", "http", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn()?;
         let stderr = child.stderr.take().context("stderr")?;
         let mut lines = BufReader::new(stderr).lines();
@@ -147,7 +182,9 @@ impl HttpServer {
         let mut log = log_file(tag);
         loop {
             let line = tokio::time::timeout_at(deadline.into(), lines.next_line()).await??;
-            let Some(line) = line else { bail!("server exited before listening") };
+            let Some(line) = line else {
+                bail!("server exited before listening")
+            };
             use std::io::Write;
             let _ = writeln!(log, "{line}");
             if let Some(rest) = line.strip_prefix("mcp-sandbox-computer-vm-for-ai listening on ") {
@@ -174,14 +211,20 @@ impl HttpServer {
     /// rmcp's Streamable HTTP client, legacy session handshake.
     pub async fn legacy_client(&self, token: Option<&str>) -> Result<Client> {
         let t = StreamableHttpClientTransport::from_config(self.config(token));
-        Ok(ClientConfig::default().serve_with_lifecycle(t, ClientLifecycleMode::Initialize).await?)
+        Ok(ClientConfig::default()
+            .serve_with_lifecycle(t, ClientLifecycleMode::Initialize)
+            .await?)
     }
 
     /// rmcp's Streamable HTTP client, stateless 2026-07-28.
     pub async fn modern_client(&self, token: Option<&str>) -> Result<Client> {
         let t = StreamableHttpClientTransport::from_config(self.config(token));
-        let mode = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-        Ok(ClientConfig::default().serve_with_lifecycle(t, mode).await?)
+        let mode = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        Ok(ClientConfig::default()
+            .serve_with_lifecycle(t, mode)
+            .await?)
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -195,7 +238,10 @@ impl HttpServer {
 
 /// Sends a signal with kill(1) (keeps the harness free of unsafe code).
 pub fn signal(pid: u32, sig: &str) {
-    let _ = std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 /// Builds tool arguments from a JSON object literal.
@@ -239,7 +285,11 @@ pub fn docker() -> Result<bollard::Docker> {
 pub async fn containers(tag: &str) -> Result<Vec<bollard::models::ContainerSummary>> {
     let mut filters = HashMap::new();
     filters.insert("label".to_owned(), vec![format!("msc-test={tag}")]);
-    let opts = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
     Ok(docker()?.list_containers(Some(opts)).await?)
 }
 
@@ -263,7 +313,10 @@ pub async fn remove_all(tag: &str) -> Result<()> {
     let d = docker()?;
     for c in containers(tag).await? {
         if let Some(id) = c.id {
-            let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
+            let opts = bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            };
             let _ = d.remove_container(&id, Some(opts)).await;
         }
     }

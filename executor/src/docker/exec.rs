@@ -145,7 +145,12 @@ impl Docker {
     /// when the in-container kill cannot even start, e.g. under a fork bomb), then a restart
     /// of the computer (keeps its filesystem). Returns a note for stderr when it had to
     /// restart.
-    pub async fn stop_exec(&self, container: &str, exec_id: &str, pid: Option<u32>) -> Option<String> {
+    pub async fn stop_exec(
+        &self,
+        container: &str,
+        exec_id: &str,
+        pid: Option<u32>,
+    ) -> Option<String> {
         if let Some(pid) = pid {
             for attempt in 0..3u64 {
                 match self.kill_group(container, pid).await {
@@ -173,7 +178,10 @@ impl Docker {
                 }
             }
         }
-        tracing::warn!(container, "could not kill a command inside the computer; restarting it");
+        tracing::warn!(
+            container,
+            "could not kill a command inside the computer; restarting it"
+        );
         let id = container.trim_start_matches(super::NAME_PREFIX);
         match self.restart(id).await {
             Ok(()) => Some(

@@ -10,7 +10,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 /// Starts a raw stdio server, creates `n` temporaries (and one permanent), returns the child.
 async fn raw_server_with_temporaries(t: &str, n: usize) -> anyhow::Result<tokio::process::Child> {
     let mut cmd = command(t, &state_dir(t), &ServerOpts::default());
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::from(log_file(t)));
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file(t)));
     let mut child = cmd.spawn()?;
     let mut stdin = child.stdin.take().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -26,7 +28,9 @@ async fn raw_server_with_temporaries(t: &str, n: usize) -> anyhow::Result<tokio:
         stdin.write_all(format!("{m}\n").as_bytes()).await?;
     }
     for _ in 0..send.len() {
-        let line = tokio::time::timeout(Duration::from_secs(60), out.next_line()).await??.unwrap_or_default();
+        let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+            .await??
+            .unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(&line)?;
         assert!(v.get("result").is_some(), "{v}");
         assert_ne!(v["result"]["isError"], true, "{v}");
@@ -44,9 +48,17 @@ async fn issue_2_stdio_eof_removes_temporaries() -> anyhow::Result<()> {
     let t = tag("eof");
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
     for i in 0..3 {
-        exec(&c, json!({"command": "true", "computer_id": format!("{t}-{i}")})).await?;
+        exec(
+            &c,
+            json!({"command": "true", "computer_id": format!("{t}-{i}")}),
+        )
+        .await?;
     }
-    exec(&c, json!({"command": "true", "computer_id": format!("{t}-p"), "temporary": false})).await?;
+    exec(
+        &c,
+        json!({"command": "true", "computer_id": format!("{t}-p"), "temporary": false}),
+    )
+    .await?;
     assert_eq!(containers(&t).await?.len(), 4);
     c.cancel().await?; // closes stdin
     wait_for_count(&t, 1, Duration::from_secs(10)).await?;
@@ -101,12 +113,17 @@ async fn issue_2_sigterm_removes_temporaries_and_exits_cleanly() -> anyhow::Resu
     signal(child.id().unwrap(), "TERM");
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await??;
     assert!(status.success(), "{status}");
-    assert_eq!(containers(&t).await?.len(), 1, "only the permanent computer stays");
+    assert_eq!(
+        containers(&t).await?.len(),
+        1,
+        "only the permanent computer stays"
+    );
     remove_all(&t).await
 }
 
 #[tokio::test]
-async fn issue_2_temporaries_of_a_killed_server_are_reaped_by_the_next_start() -> anyhow::Result<()> {
+async fn issue_2_temporaries_of_a_killed_server_are_reaped_by_the_next_start() -> anyhow::Result<()>
+{
     let t = tag("sigkill");
     let mut child = raw_server_with_temporaries(&t, 3).await?;
     child.kill().await?; // SIGKILL: no cleanup possible
@@ -118,7 +135,11 @@ async fn issue_2_temporaries_of_a_killed_server_are_reaped_by_the_next_start() -
     exec(&live, json!({"command": "true"})).await?;
     let next = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
     wait_for_count(&t, 1, Duration::from_secs(15)).await?;
-    assert_eq!(containers(&live_tag).await?.len(), 1, "a live server's temporary was reaped");
+    assert_eq!(
+        containers(&live_tag).await?.len(),
+        1,
+        "a live server's temporary was reaped"
+    );
     live.cancel().await?;
     next.cancel().await?;
     wait_for_count(&live_tag, 0, Duration::from_secs(15)).await?;

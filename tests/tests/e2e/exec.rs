@@ -18,7 +18,17 @@ async fn issue_2_result_shape_and_session_default() -> anyhow::Result<()> {
     assert!(tools[0].output_schema.is_some());
     let r = exec(&c, json!({"command": "echo hi; echo err >&2; exit 3"})).await?;
     let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["computer_id", "temporary", "stdout", "stderr", "exit_code", "exec_duration_ms"]);
+    assert_eq!(
+        keys,
+        [
+            "computer_id",
+            "temporary",
+            "stdout",
+            "stderr",
+            "exit_code",
+            "exec_duration_ms"
+        ]
+    );
     assert_eq!(r["stdout"], "hi\n");
     assert_eq!(r["stderr"], "err\n");
     assert_eq!(r["exit_code"], 3);
@@ -26,7 +36,12 @@ async fn issue_2_result_shape_and_session_default() -> anyhow::Result<()> {
     let id = r["computer_id"].as_str().unwrap().to_owned();
     assert_eq!(id.split('-').count(), 3, "readable slug: {id}");
     // The text block mirrors structuredContent.
-    let raw = call(&c, "terminal_execute", json!({"args": ["sh", "-c", "echo x > /tmp/f"]})).await?;
+    let raw = call(
+        &c,
+        "terminal_execute",
+        json!({"args": ["sh", "-c", "echo x > /tmp/f"]}),
+    )
+    .await?;
     let mirrored: serde_json::Value = serde_json::from_str(&text(&raw))?;
     assert_eq!(Some(mirrored), raw.structured_content);
     // Same default computer, files persist.
@@ -66,14 +81,27 @@ async fn issue_2_timeout_kills_the_tree_and_keeps_output() -> anyhow::Result<()>
     let t = tag("timeout");
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
     let started = Instant::now();
-    let r = exec(&c, json!({"command": "echo before; sleep 1000 & sleep 1000; echo never", "timeout": 1})).await?;
+    let r = exec(
+        &c,
+        json!({"command": "echo before; sleep 1000 & sleep 1000; echo never", "timeout": 1}),
+    )
+    .await?;
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(r["exit_code"], 124);
     assert_eq!(r["timed_out"], true);
     assert_eq!(r["stdout"], "before\n");
-    assert!(r["stderr"].as_str().unwrap().contains("timed out after 1 s"), "{r}");
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 1 s"),
+        "{r}"
+    );
     let left = exec(&c, json!({"command": PS})).await?;
-    assert_eq!(left["stdout"], "0\n", "sleep processes survived the timeout");
+    assert_eq!(
+        left["stdout"], "0\n",
+        "sleep processes survived the timeout"
+    );
     c.cancel().await?;
     Ok(())
 }
@@ -83,7 +111,11 @@ async fn issue_2_fork_bomb_is_contained_and_killed() -> anyhow::Result<()> {
     let t = tag("forkbomb");
     let opts = ServerOpts::default().arg("--docker-run-flag=--pids-limit=300");
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
-    let r = exec(&c, json!({"command": "bomb() { bomb | bomb & }; bomb; sleep 1000", "timeout": 3})).await?;
+    let r = exec(
+        &c,
+        json!({"command": "bomb() { bomb | bomb & }; bomb; sleep 1000", "timeout": 3}),
+    )
+    .await?;
     assert_eq!(r["exit_code"], 124);
     // The computer still works and nothing of the bomb is left.
     let mut alive = String::new();
@@ -95,7 +127,10 @@ async fn issue_2_fork_bomb_is_contained_and_killed() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert!(alive.parse::<u32>().unwrap_or(999) < 10, "{alive} processes left");
+    assert!(
+        alive.parse::<u32>().unwrap_or(999) < 10,
+        "{alive} processes left"
+    );
     c.cancel().await?;
     Ok(())
 }
@@ -107,8 +142,16 @@ async fn issue_2_cancel_kills_the_command() -> anyhow::Result<()> {
     let first = exec(&c, json!({"command": "true"})).await?;
     let id = first["computer_id"].as_str().unwrap().to_owned();
     // Dropping the call makes rmcp send notifications/cancelled.
-    let slow = call(&c, "terminal_execute", json!({"command": "sleep 1000 & sleep 1000", "computer_id": id}));
-    assert!(tokio::time::timeout(Duration::from_millis(1500), slow).await.is_err());
+    let slow = call(
+        &c,
+        "terminal_execute",
+        json!({"command": "sleep 1000 & sleep 1000", "computer_id": id}),
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), slow)
+            .await
+            .is_err()
+    );
     let mut left = json!(null);
     for _ in 0..40 {
         left = exec(&c, json!({"command": PS})).await?;
@@ -128,16 +171,29 @@ async fn issue_2_output_limit_keeps_the_head_and_stops() -> anyhow::Result<()> {
     let opts = ServerOpts::default().arg("--output-limit=100000");
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
     let started = Instant::now();
-    let r = exec(&c, json!({"command": "echo start; yes line", "timeout": 60})).await?;
+    let r = exec(
+        &c,
+        json!({"command": "echo start; yes line", "timeout": 60}),
+    )
+    .await?;
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(r["truncated"], true);
     let out = r["stdout"].as_str().unwrap();
     assert!(out.starts_with("start\nline\n"));
     assert!(out.len() <= 100_000, "{}", out.len());
     assert!(out.len() > 90_000);
-    assert!(r["stderr"].as_str().unwrap().contains("truncated at 100000 bytes"));
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("truncated at 100000 bytes")
+    );
     // 1 GB of output is stopped at the source, not buffered.
-    let r = exec(&c, json!({"command": "head -c 1000000000 /dev/zero", "timeout": 60})).await?;
+    let r = exec(
+        &c,
+        json!({"command": "head -c 1000000000 /dev/zero", "timeout": 60}),
+    )
+    .await?;
     assert_eq!(r["truncated"], true);
     assert!(r.get("stdout_base64").is_none(), "NULs are valid UTF-8");
     let left = exec(&c, json!({"command": "for p in /proc/[0-9]*; do cat $p/comm; done | grep -c -e '^yes$' -e '^head$' || true"})).await?;
@@ -150,7 +206,11 @@ async fn issue_2_output_limit_keeps_the_head_and_stops() -> anyhow::Result<()> {
 async fn issue_2_binary_output_is_lossless() -> anyhow::Result<()> {
     let t = tag("binary");
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
-    let r = exec(&c, json!({"command": "printf 'a\\377\\000b'; printf '\\376' >&2"})).await?;
+    let r = exec(
+        &c,
+        json!({"command": "printf 'a\\377\\000b'; printf '\\376' >&2"}),
+    )
+    .await?;
     assert_eq!(r["stdout_base64"], "Yf8AYg==");
     assert_eq!(r["stderr_base64"], "/g==");
     assert_eq!(r["stdout"], "a\u{fffd}\u{0}b");
@@ -179,20 +239,39 @@ async fn issue_2_stdin_in_and_unread() -> anyhow::Result<()> {
 async fn issue_2_concurrent_execs_on_one_computer() -> anyhow::Result<()> {
     let t = tag("concurrent");
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
-    let id = exec(&c, json!({"command": "true"})).await?["computer_id"].as_str().unwrap().to_owned();
-    let other = exec(&c, json!({"command": "true", "computer_id": format!("{id}-b")})).await?;
+    let id = exec(&c, json!({"command": "true"})).await?["computer_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other = exec(
+        &c,
+        json!({"command": "true", "computer_id": format!("{id}-b")}),
+    )
+    .await?;
     assert_eq!(other["computer_id"], format!("{id}-b"));
     let started = Instant::now();
     let calls = (0..6).map(|i| {
-        let target = if i % 2 == 0 { id.clone() } else { format!("{id}-b") };
+        let target = if i % 2 == 0 {
+            id.clone()
+        } else {
+            format!("{id}-b")
+        };
         let c = &c;
         async move {
-            let r = exec(c, json!({"command": format!("sleep 1; echo {i}"), "computer_id": target})).await?;
+            let r = exec(
+                c,
+                json!({"command": format!("sleep 1; echo {i}"), "computer_id": target}),
+            )
+            .await?;
             anyhow::Ok((i, target, r))
         }
     });
     let results = futures_util::future::try_join_all(calls).await?;
-    assert!(started.elapsed() < Duration::from_secs(4), "execs ran one after another: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "execs ran one after another: {:?}",
+        started.elapsed()
+    );
     for (i, target, r) in results {
         assert_eq!(r["computer_id"], target.as_str());
         assert_eq!(r["stdout"], format!("{i}\n"));

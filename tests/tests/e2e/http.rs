@@ -9,8 +9,15 @@ fn raw() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-async fn post(s: &HttpServer, headers: &[(&str, &str)], body: Value) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
-    let mut req = raw().post(&s.url).header("content-type", "application/json").header("accept", "application/json, text/event-stream");
+async fn post(
+    s: &HttpServer,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    let mut req = raw()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -18,7 +25,11 @@ async fn post(s: &HttpServer, headers: &[(&str, &str)], body: Value) -> anyhow::
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let text = resp.text().await?;
-    Ok((status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+    Ok((
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
 }
 
 #[tokio::test]
@@ -30,7 +41,10 @@ async fn issue_2_http_legacy_session_and_delete() -> anyhow::Result<()> {
     let r = exec(&c, json!({"command": "echo over-http"})).await?;
     assert_eq!(r["stdout"], "over-http\n");
     let again = exec(&c, json!({"command": "true"})).await?;
-    assert_eq!(again["computer_id"], r["computer_id"], "the session keeps its default computer");
+    assert_eq!(
+        again["computer_id"], r["computer_id"],
+        "the session keeps its default computer"
+    );
     assert_eq!(containers(&t).await?.len(), 1);
     c.cancel().await?; // rmcp sends DELETE for the session
     wait_for_count(&t, 0, Duration::from_secs(15)).await?;
@@ -70,7 +84,12 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
     assert_eq!(root["mcp_endpoint"], "/mcp");
     assert_eq!(root["health"], "/healthz");
     assert_eq!(root["dashboard_resource"], "ui://kilntainers/computers");
-    let health: Value = raw().get(format!("{}/healthz", s.base)).send().await?.json().await?;
+    let health: Value = raw()
+        .get(format!("{}/healthz", s.base))
+        .send()
+        .await?
+        .json()
+        .await?;
     assert_eq!(health, json!({"status": "ok"}));
     // Legacy initialize always issues a session id and echoes each released revision.
     for v in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
@@ -87,27 +106,77 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
     let (status, _, _) = post(&s, &[], list.clone()).await?;
     assert_eq!(status, 400);
     // Modern: headers must match the body.
-    let modern = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")];
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
     let (status, _, body) = post(&s, &modern, list.clone()).await?;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["resultType"], "complete");
     assert_eq!(body["result"]["cacheScope"], "public");
-    let (status, _, body) = post(&s, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call")], list.clone()).await?;
+    let (status, _, body) = post(
+        &s,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+        ],
+        list.clone(),
+    )
+    .await?;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], -32020);
-    let (status, _, body) = post(&s, &[("mcp-protocol-version", "2031-01-01"), ("mcp-method", "tools/list")], list.clone()).await?;
+    let (status, _, body) = post(
+        &s,
+        &[
+            ("mcp-protocol-version", "2031-01-01"),
+            ("mcp-method", "tools/list"),
+        ],
+        list.clone(),
+    )
+    .await?;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], -32022);
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "computer_list", "arguments": {}}});
-    let (status, _, _) = post(&s, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "other")], call.clone()).await?;
+    let (status, _, _) = post(
+        &s,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "other"),
+        ],
+        call.clone(),
+    )
+    .await?;
     assert_eq!(status, 400);
-    let (status, _, body) = post(&s, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "computer_list")], call).await?;
+    let (status, _, body) = post(
+        &s,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "computer_list"),
+        ],
+        call,
+    )
+    .await?;
     assert_eq!(status, 200, "{body}");
-    let (status, _, body) = post(&s, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "nope/x")], json!({"jsonrpc": "2.0", "id": 4, "method": "nope/x"})).await?;
+    let (status, _, body) = post(
+        &s,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "nope/x"),
+        ],
+        json!({"jsonrpc": "2.0", "id": 4, "method": "nope/x"}),
+    )
+    .await?;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], -32601);
     // Malformed JSON.
-    let resp = raw().post(&s.url).header("content-type", "application/json").body("{not json").send().await?;
+    let resp = raw()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await?;
     assert_eq!(resp.status().as_u16(), 400);
     // GET opens no stream here.
     assert_eq!(raw().get(&s.url).send().await?.status().as_u16(), 405);
@@ -116,7 +185,16 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
     assert_eq!(status, 403);
     let (status, _, _) = post(&s, &[("origin", "http://evil.example")], list.clone()).await?;
     assert_eq!(status, 403);
-    let (status, _, _) = post(&s, &[("origin", "http://localhost:3000"), ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")], list).await?;
+    let (status, _, _) = post(
+        &s,
+        &[
+            ("origin", "http://localhost:3000"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ],
+        list,
+    )
+    .await?;
     assert_eq!(status, 200);
     s.terminate().await?;
     Ok(())
@@ -126,11 +204,20 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
 async fn issue_2_http_bearer_token() -> anyhow::Result<()> {
     let t = tag("httpauth");
     let mut opts = ServerOpts::default();
-    opts.env.push(("KILNTAINERS_AUTH_TOKEN".into(), "s3cret-token".into()));
+    opts.env
+        .push(("KILNTAINERS_AUTH_TOKEN".into(), "s3cret-token".into()));
     let s = HttpServer::start(&t, &state_dir(&t), &opts).await?;
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-    let modern = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")];
-    for auth in [None, Some("Bearer wrong"), Some("Bearer s3cret-toke"), Some("s3cret-token")] {
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Bearer s3cret-toke"),
+        Some("s3cret-token"),
+    ] {
         let mut h = modern.to_vec();
         if let Some(a) = auth {
             h.push(("authorization", a));
@@ -138,14 +225,28 @@ async fn issue_2_http_bearer_token() -> anyhow::Result<()> {
         let (status, headers, body) = post(&s, &h, list.clone()).await?;
         assert_eq!(status, 401, "{auth:?}");
         assert_eq!(body, json!({"error": "unauthorized"}));
-        assert!(headers.get("www-authenticate").unwrap().to_str()?.starts_with("Bearer"));
+        assert!(
+            headers
+                .get("www-authenticate")
+                .unwrap()
+                .to_str()?
+                .starts_with("Bearer")
+        );
     }
     let mut h = modern.to_vec();
     h.push(("authorization", "Bearer s3cret-token"));
     let (status, _, _) = post(&s, &h, list).await?;
     assert_eq!(status, 200);
     // Health stays open for probes.
-    assert_eq!(raw().get(format!("{}/healthz", s.base)).send().await?.status().as_u16(), 200);
+    assert_eq!(
+        raw()
+            .get(format!("{}/healthz", s.base))
+            .send()
+            .await?
+            .status()
+            .as_u16(),
+        200
+    );
     let c = s.legacy_client(Some("s3cret-token")).await?;
     let r = exec(&c, json!({"command": "echo authed"})).await?;
     assert_eq!(r["stdout"], "authed\n");
@@ -165,7 +266,15 @@ async fn issue_2_http_idle_session_expires() -> anyhow::Result<()> {
     assert_eq!(status, 200);
     let sid = h.get("mcp-session-id").unwrap().to_str()?.to_owned();
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "terminal_execute", "arguments": {"command": "true"}}});
-    let (status, _, body) = post(&s, &[("mcp-session-id", &sid), ("mcp-protocol-version", "2025-06-18")], call.clone()).await?;
+    let (status, _, body) = post(
+        &s,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+        call.clone(),
+    )
+    .await?;
     assert_eq!(status, 200, "{body}");
     assert_eq!(containers(&t).await?.len(), 1);
     wait_for_count(&t, 0, Duration::from_secs(15)).await?;

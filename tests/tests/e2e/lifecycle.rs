@@ -9,10 +9,17 @@ use tests::*;
 async fn issue_2_permanent_without_id_is_new_and_not_the_default() -> anyhow::Result<()> {
     let t = tag("permnoid");
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
-    let p = exec(&c, json!({"command": "echo kept > /root/f", "temporary": false})).await?;
+    let p = exec(
+        &c,
+        json!({"command": "echo kept > /root/f", "temporary": false}),
+    )
+    .await?;
     assert_eq!(p["temporary"], false);
     let d = exec(&c, json!({"command": "cat /root/f"})).await?;
-    assert_ne!(d["computer_id"], p["computer_id"], "permanent computer became the default");
+    assert_ne!(
+        d["computer_id"], p["computer_id"],
+        "permanent computer became the default"
+    );
     assert_eq!(d["temporary"], true);
     c.cancel().await?;
     // The permanent one survives the session; the temporary one does not.
@@ -28,21 +35,44 @@ async fn issue_2_ownership_between_sessions() -> anyhow::Result<()> {
     let b = stdio_client(&t, &state, &ServerOpts::default()).await?;
     let tmp = format!("{t}-tmp");
     let perm = format!("{t}-perm");
-    exec(&a, json!({"command": "echo secret > /tmp/s", "computer_id": tmp})).await?;
+    exec(
+        &a,
+        json!({"command": "echo secret > /tmp/s", "computer_id": tmp}),
+    )
+    .await?;
     // Guessing another session's temporary id gets nowhere.
-    let r = call(&b, "terminal_execute", json!({"command": "cat /tmp/s", "computer_id": tmp})).await?;
+    let r = call(
+        &b,
+        "terminal_execute",
+        json!({"command": "cat /tmp/s", "computer_id": tmp}),
+    )
+    .await?;
     assert_eq!(r.is_error, Some(true));
     assert!(text(&r).contains("another session"), "{}", text(&r));
     // Permanent computers are shared by id.
-    exec(&a, json!({"command": "echo shared > /tmp/p", "computer_id": perm, "temporary": false})).await?;
+    exec(
+        &a,
+        json!({"command": "echo shared > /tmp/p", "computer_id": perm, "temporary": false}),
+    )
+    .await?;
     let r = exec(&b, json!({"command": "cat /tmp/p", "computer_id": perm})).await?;
     assert_eq!(r["stdout"], "shared\n");
     assert_eq!(r["temporary"], false);
     // The other lifecycle value is refused, never silently switched.
-    let r = call(&b, "terminal_execute", json!({"command": "true", "computer_id": perm, "temporary": true})).await?;
+    let r = call(
+        &b,
+        "terminal_execute",
+        json!({"command": "true", "computer_id": perm, "temporary": true}),
+    )
+    .await?;
     assert_eq!(r.is_error, Some(true));
     assert!(text(&r).contains("temporary=false"), "{}", text(&r));
-    let r = call(&a, "terminal_execute", json!({"command": "true", "computer_id": tmp, "temporary": false})).await?;
+    let r = call(
+        &a,
+        "terminal_execute",
+        json!({"command": "true", "computer_id": tmp, "temporary": false}),
+    )
+    .await?;
     assert_eq!(r.is_error, Some(true));
     a.cancel().await?;
     b.cancel().await?;
@@ -55,17 +85,41 @@ async fn issue_2_lifecycle_tools() -> anyhow::Result<()> {
     let t = tag("tools");
     let state = state_dir(&t);
     let mut opts = ServerOpts::lifecycle();
-    opts.env.push(("ENABLE_LIFECYCLE_TOOLS".into(), "  TRUE\n".into()));
+    opts.env
+        .push(("ENABLE_LIFECYCLE_TOOLS".into(), "  TRUE\n".into()));
     let c = stdio_client(&t, &state, &opts).await?;
-    let names: Vec<String> = c.list_all_tools().await?.iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(names, ["terminal_execute", "computer_dashboard", "computer_list", "computer_create",
-        "computer_restart", "computer_factory_reset", "computer_delete"]);
+    let names: Vec<String> = c
+        .list_all_tools()
+        .await?
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "terminal_execute",
+            "computer_dashboard",
+            "computer_list",
+            "computer_create",
+            "computer_restart",
+            "computer_factory_reset",
+            "computer_delete"
+        ]
+    );
     let info = c.peer_info().unwrap();
     let caps = serde_json::to_value(&info.capabilities)?;
-    assert_eq!(caps["extensions"]["io.modelcontextprotocol/ui"]["mimeTypes"][0], "text/html;profile=mcp-app");
+    assert_eq!(
+        caps["extensions"]["io.modelcontextprotocol/ui"]["mimeTypes"][0],
+        "text/html;profile=mcp-app"
+    );
 
     let id = format!("{t}-box");
-    let r = call(&c, "computer_create", json!({"computer_id": id, "temporary": false})).await?;
+    let r = call(
+        &c,
+        "computer_create",
+        json!({"computer_id": id, "temporary": false}),
+    )
+    .await?;
     let s = r.structured_content.clone().unwrap();
     assert_eq!(s["ok"], true);
     assert_eq!(s["computer_id"], id.as_str());
@@ -73,46 +127,109 @@ async fn issue_2_lifecycle_tools() -> anyhow::Result<()> {
     assert!(s["sandbox_id"].as_str().unwrap().len() >= 12);
     // Attaching again is fine; with the other lifecycle value it is refused.
     let again = call(&c, "computer_create", json!({"computer_id": id})).await?;
-    assert_eq!(again.structured_content.unwrap()["sandbox_id"], s["sandbox_id"]);
-    let r = call(&c, "computer_create", json!({"computer_id": id, "temporary": true})).await?;
+    assert_eq!(
+        again.structured_content.unwrap()["sandbox_id"],
+        s["sandbox_id"]
+    );
+    let r = call(
+        &c,
+        "computer_create",
+        json!({"computer_id": id, "temporary": true}),
+    )
+    .await?;
     assert_eq!(r.is_error, Some(true));
-    assert!(r.structured_content.unwrap()["error"].as_str().unwrap().contains("permanent"));
+    assert!(
+        r.structured_content.unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("permanent")
+    );
     // A fresh slug each time without an id.
-    let r1 = call(&c, "computer_create", json!({})).await?.structured_content.unwrap();
-    let r2 = call(&c, "computer_create", json!({})).await?.structured_content.unwrap();
+    let r1 = call(&c, "computer_create", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let r2 = call(&c, "computer_create", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
     assert_ne!(r1["computer_id"], r2["computer_id"]);
     assert_eq!(r1["temporary"], true);
 
-    let list = call(&c, "computer_list", json!({})).await?.structured_content.unwrap();
-    let ids: Vec<&str> = list["computers"].as_array().unwrap().iter().filter_map(|i| i["computer_id"].as_str()).collect();
+    let list = call(&c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let ids: Vec<&str> = list["computers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["computer_id"].as_str())
+        .collect();
     assert_eq!(list["count"].as_u64().unwrap() as usize, ids.len());
-    for want in [id.as_str(), r1["computer_id"].as_str().unwrap(), r2["computer_id"].as_str().unwrap()] {
+    for want in [
+        id.as_str(),
+        r1["computer_id"].as_str().unwrap(),
+        r2["computer_id"].as_str().unwrap(),
+    ] {
         assert!(ids.contains(&want), "{want} not in {ids:?}");
     }
-    let item = list["computers"].as_array().unwrap().iter().find(|i| i["computer_id"] == id.as_str()).unwrap().clone();
-    for key in ["computer_id", "sandbox_id", "backend", "state", "temporary", "image", "created_at"] {
+    let item = list["computers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["computer_id"] == id.as_str())
+        .unwrap()
+        .clone();
+    for key in [
+        "computer_id",
+        "sandbox_id",
+        "backend",
+        "state",
+        "temporary",
+        "image",
+        "created_at",
+    ] {
         assert!(item.get(key).is_some(), "missing {key} in {item}");
     }
     assert_eq!(item["backend"], "docker");
     assert_eq!(item["state"], "running");
     assert_eq!(item["image"], "debian:bookworm-slim");
-    let dash = call(&c, "computer_dashboard", json!({})).await?.structured_content.unwrap();
+    let dash = call(&c, "computer_dashboard", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
     assert_eq!(dash["count"], list["count"]);
 
-    exec(&c, json!({"command": "echo keep > /root/file", "computer_id": id})).await?;
+    exec(
+        &c,
+        json!({"command": "echo keep > /root/file", "computer_id": id}),
+    )
+    .await?;
     let r = call(&c, "computer_restart", json!({"computer_id": id})).await?;
     assert_eq!(r.structured_content.unwrap()["ok"], true);
     let r = exec(&c, json!({"command": "cat /root/file", "computer_id": id})).await?;
-    assert_eq!(r["stdout"], "keep\n", "restart must keep the writable filesystem");
+    assert_eq!(
+        r["stdout"], "keep\n",
+        "restart must keep the writable filesystem"
+    );
     let r = call(&c, "computer_factory_reset", json!({"computer_id": id})).await?;
     assert_eq!(r.structured_content.unwrap()["temporary"], false);
     let r = exec(&c, json!({"command": "cat /root/file", "computer_id": id})).await?;
     assert_eq!(r["exit_code"], 1, "factory reset must erase the filesystem");
     let r = call(&c, "computer_delete", json!({"computer_id": id})).await?;
-    assert_eq!(r.structured_content.unwrap(), json!({"ok": true, "computer_id": id, "deleted": true}));
+    assert_eq!(
+        r.structured_content.unwrap(),
+        json!({"ok": true, "computer_id": id, "deleted": true})
+    );
     let r = call(&c, "computer_restart", json!({"computer_id": id})).await?;
     assert_eq!(r.is_error, Some(true));
-    assert!(r.structured_content.unwrap()["error"].as_str().unwrap().contains("does not exist"));
+    assert!(
+        r.structured_content.unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist")
+    );
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
@@ -123,13 +240,32 @@ async fn issue_2_permanent_found_again_after_server_restart() -> anyhow::Result<
     let state = state_dir(&t);
     let id = format!("{t}-keep");
     let c = stdio_client(&t, &state, &ServerOpts::lifecycle()).await?;
-    exec(&c, json!({"command": "echo persisted > /root/p", "computer_id": id, "temporary": false})).await?;
+    exec(
+        &c,
+        json!({"command": "echo persisted > /root/p", "computer_id": id, "temporary": false}),
+    )
+    .await?;
     c.cancel().await?;
     let c = stdio_client(&t, &state, &ServerOpts::lifecycle()).await?;
-    let list = call(&c, "computer_list", json!({})).await?.structured_content.unwrap();
-    let item = list["computers"].as_array().unwrap().iter().find(|i| i["computer_id"] == id.as_str()).cloned();
-    assert_eq!(item.expect("permanent computer listed after restart")["temporary"], false);
-    let r = exec(&c, json!({"command": "cat /root/p", "computer_id": id, "temporary": false})).await?;
+    let list = call(&c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let item = list["computers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["computer_id"] == id.as_str())
+        .cloned();
+    assert_eq!(
+        item.expect("permanent computer listed after restart")["temporary"],
+        false
+    );
+    let r = exec(
+        &c,
+        json!({"command": "cat /root/p", "computer_id": id, "temporary": false}),
+    )
+    .await?;
     assert_eq!(r["stdout"], "persisted\n");
     c.cancel().await?;
     remove_all(&t).await
@@ -146,12 +282,24 @@ async fn issue_2_foreign_container_name_is_refused() -> anyhow::Result<()> {
         labels: Some([("msc-test".to_owned(), t.clone())].into()),
         ..Default::default()
     };
-    let opts = bollard::query_parameters::CreateContainerOptions { name: Some(name), ..Default::default() };
+    let opts = bollard::query_parameters::CreateContainerOptions {
+        name: Some(name),
+        ..Default::default()
+    };
     d.create_container(Some(opts), body).await?;
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
-    let r = call(&c, "terminal_execute", json!({"command": "true", "computer_id": format!("{t}-x")})).await?;
+    let r = call(
+        &c,
+        "terminal_execute",
+        json!({"command": "true", "computer_id": format!("{t}-x")}),
+    )
+    .await?;
     assert_eq!(r.is_error, Some(true));
-    assert!(text(&r).contains("not created by this server"), "{}", text(&r));
+    assert!(
+        text(&r).contains("not created by this server"),
+        "{}",
+        text(&r)
+    );
     c.cancel().await?;
     remove_all(&t).await
 }

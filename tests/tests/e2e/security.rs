@@ -9,15 +9,21 @@ use tests::*;
 async fn issue_2_server_secrets_never_enter_a_computer() -> anyhow::Result<()> {
     let t = tag("secrets");
     let mut opts = ServerOpts::default();
-    opts.env.push(("KILNTAINERS_AUTH_TOKEN".into(), "tok-9f8e7d6c5b4a".into()));
-    opts.env.push(("FLY_API_TOKEN".into(), "fly-1a2b3c4d5e6f".into()));
-    opts.env.push(("E2B_API_KEY".into(), "e2b-0f1e2d3c4b5a".into()));
+    opts.env
+        .push(("KILNTAINERS_AUTH_TOKEN".into(), "tok-9f8e7d6c5b4a".into()));
+    opts.env
+        .push(("FLY_API_TOKEN".into(), "fly-1a2b3c4d5e6f".into()));
+    opts.env
+        .push(("E2B_API_KEY".into(), "e2b-0f1e2d3c4b5a".into()));
     let s = HttpServer::start(&t, &state_dir(&t), &opts).await?;
     let c = s.legacy_client(Some("tok-9f8e7d6c5b4a")).await?;
     let r = exec(&c, json!({"command": "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' '; grep -rs -e tok-9f8e -e fly-1a2b -e e2b-0f1e /etc /root /tmp /run 2>/dev/null"})).await?;
     let all = format!("{}{}", r["stdout"], r["stderr"]);
     for secret in ["tok-9f8e7d6c5b4a", "fly-1a2b3c4d5e6f", "e2b-0f1e2d3c4b5a"] {
-        assert!(!all.contains(secret), "{secret} visible inside the computer");
+        assert!(
+            !all.contains(secret),
+            "{secret} visible inside the computer"
+        );
     }
     assert!(all.contains("PATH="), "env ran: {all}");
     c.cancel().await?;
@@ -28,11 +34,21 @@ async fn issue_2_server_secrets_never_enter_a_computer() -> anyhow::Result<()> {
 #[tokio::test]
 async fn issue_2_no_network_and_default_limits() -> anyhow::Result<()> {
     let t = tag("isolation");
-    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default().arg("--no-network").arg("--memory=256m").arg("--cpu=0.5")).await?;
+    let c = stdio_client(
+        &t,
+        &state_dir(&t),
+        &ServerOpts::default()
+            .arg("--no-network")
+            .arg("--memory=256m")
+            .arg("--cpu=0.5"),
+    )
+    .await?;
     let r = exec(&c, json!({"command": "ls /sys/class/net"})).await?;
     assert_eq!(r["stdout"], "lo\n");
     let id = r["computer_id"].as_str().unwrap().to_owned();
-    let info = docker()?.inspect_container(&format!("kilntainer-{id}"), None).await?;
+    let info = docker()?
+        .inspect_container(&format!("kilntainer-{id}"), None)
+        .await?;
     let hc = info.host_config.unwrap();
     assert_eq!(hc.pids_limit, Some(4096));
     assert_eq!(hc.memory, Some(256 * 1024 * 1024));

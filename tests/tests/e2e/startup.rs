@@ -5,10 +5,18 @@ use tests::*;
 
 async fn refused(args: &[&str], env: &[(&str, &str)], needle: &str) -> anyhow::Result<()> {
     let t = tag("refuse");
-    let mut opts = ServerOpts::default();
-    opts.args = args.iter().map(|s| s.to_string()).collect();
-    opts.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let out = command(&t, &state_dir(&t), &opts).stdin(std::process::Stdio::null()).output().await?;
+    let opts = ServerOpts {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        lifecycle: false,
+    };
+    let out = command(&t, &state_dir(&t), &opts)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await?;
     assert_eq!(out.status.code(), Some(2), "{args:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(needle), "{args:?}: {err}");
@@ -17,14 +25,34 @@ async fn refused(args: &[&str], env: &[(&str, &str)], needle: &str) -> anyhow::R
 
 #[tokio::test]
 async fn issue_2_start_up_refusals() -> anyhow::Result<()> {
-    refused(&["--tool-instruction-override", "a", "--extended-tool-instruction", "b"], &[], "cannot be used together").await?;
+    refused(
+        &[
+            "--tool-instruction-override",
+            "a",
+            "--extended-tool-instruction",
+            "b",
+        ],
+        &[],
+        "cannot be used together",
+    )
+    .await?;
     refused(&["--image", "alpine:3"], &[], "--tool-instruction-override").await?;
-    refused(&["--transport", "http", "--host", "0.0.0.0"], &[], "--allow-unauthenticated-http").await?;
+    refused(
+        &["--transport", "http", "--host", "0.0.0.0"],
+        &[],
+        "--allow-unauthenticated-http",
+    )
+    .await?;
     refused(&["--backend", "e2b"], &[], "not built yet").await?;
     refused(&["--backend", "go_busybox"], &[], "not built yet").await?;
     refused(&["--docker-run-flag=--rm"], &[], "not supported").await?;
     refused(&["--docker-host", "ssh://me@example"], &[], "ssh -NL").await?;
-    refused(&["--transport", "http"], &[("KILNTAINERS_AUTH_TOKEN", " ")], "must not be empty").await?;
+    refused(
+        &["--transport", "http"],
+        &[("KILNTAINERS_AUTH_TOKEN", " ")],
+        "must not be empty",
+    )
+    .await?;
     Ok(())
 }
 
@@ -41,15 +69,29 @@ async fn issue_2_tool_name_and_description_flags() -> anyhow::Result<()> {
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].name, "sandbox_exec");
     let d = tools[0].description.clone().unwrap_or_default();
-    assert!(d.contains("Debian") && d.ends_with("Project lives in /srv."), "{d}");
+    assert!(
+        d.contains("Debian") && d.ends_with("Project lives in /srv."),
+        "{d}"
+    );
     let r = call(&c, "sandbox_exec", json!({"command": "echo renamed"})).await?;
     assert_eq!(r.structured_content.unwrap()["stdout"], "renamed\n");
-    assert!(call(&c, "terminal_execute", json!({"command": "true"})).await.is_err());
+    assert!(
+        call(&c, "terminal_execute", json!({"command": "true"}))
+            .await
+            .is_err()
+    );
     c.cancel().await?;
     let t = tag("override");
-    let opts = ServerOpts::default().arg("--image").arg("debian:bookworm-slim").arg("--tool-instruction-override").arg("Only this.");
+    let opts = ServerOpts::default()
+        .arg("--image")
+        .arg("debian:bookworm-slim")
+        .arg("--tool-instruction-override")
+        .arg("Only this.");
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
-    assert_eq!(c.list_all_tools().await?[0].description.as_deref(), Some("Only this."));
+    assert_eq!(
+        c.list_all_tools().await?[0].description.as_deref(),
+        Some("Only this.")
+    );
     c.cancel().await?;
     Ok(())
 }

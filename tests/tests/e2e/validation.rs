@@ -11,21 +11,77 @@ async fn issue_2_every_validation_error_is_actionable_and_harmless() -> anyhow::
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::lifecycle()).await?;
     let cases = [
         ("terminal_execute", json!({}), "pass `command`"),
-        ("terminal_execute", json!({"command": "ls", "args": ["ls"]}), "not both"),
-        ("terminal_execute", json!({"command": "ls", "shell": "zsh"}), "unknown argument \"shell\""),
-        ("terminal_execute", json!({"command": ["ls"]}), "`command` must be a string"),
-        ("terminal_execute", json!({"args": "ls -la"}), "`args` must be an array"),
-        ("terminal_execute", json!({"command": "ls", "timeout": 0}), "`timeout`"),
-        ("terminal_execute", json!({"command": "ls", "timeout": "5"}), "`timeout`"),
-        ("terminal_execute", json!({"command": "ls", "working_directory": "relative"}), "absolute path"),
-        ("terminal_execute", json!({"command": "ls", "computer_id": "Not_Valid"}), "lowercase letters"),
-        ("terminal_execute", json!({"command": "ls", "computer_id": "-edge"}), "start and end"),
-        ("terminal_execute", json!({"command": "ls", "computer_id": "a".repeat(64)}), "at most 63"),
-        ("terminal_execute", json!({"command": "ls", "temporary": "no"}), "true or false"),
-        ("terminal_execute", json!({"command": "cat", "stdin": "x".repeat(2 * 1024 * 1024 + 1)}), "2 MiB"),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "args": ["ls"]}),
+            "not both",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "shell": "zsh"}),
+            "unknown argument \"shell\"",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": ["ls"]}),
+            "`command` must be a string",
+        ),
+        (
+            "terminal_execute",
+            json!({"args": "ls -la"}),
+            "`args` must be an array",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "timeout": 0}),
+            "`timeout`",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "timeout": "5"}),
+            "`timeout`",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "working_directory": "relative"}),
+            "absolute path",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "computer_id": "Not_Valid"}),
+            "lowercase letters",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "computer_id": "-edge"}),
+            "start and end",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "computer_id": "a".repeat(64)}),
+            "at most 63",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "ls", "temporary": "no"}),
+            "true or false",
+        ),
+        (
+            "terminal_execute",
+            json!({"command": "cat", "stdin": "x".repeat(2 * 1024 * 1024 + 1)}),
+            "2 MiB",
+        ),
         ("computer_restart", json!({}), "needs `computer_id`"),
-        ("computer_delete", json!({"computer_id": "UPPER"}), "lowercase"),
-        ("computer_create", json!({"computer_id": "ok", "temporary": 1}), "true or false"),
+        (
+            "computer_delete",
+            json!({"computer_id": "UPPER"}),
+            "lowercase",
+        ),
+        (
+            "computer_create",
+            json!({"computer_id": "ok", "temporary": 1}),
+            "true or false",
+        ),
         ("computer_list", json!({"all": true}), "takes no arguments"),
     ];
     for (tool, arguments, needle) in cases {
@@ -35,10 +91,18 @@ async fn issue_2_every_validation_error_is_actionable_and_harmless() -> anyhow::
         let msg = text(&r);
         assert!(msg.contains(needle), "{tool} {arguments}: {msg}");
     }
-    assert_eq!(containers(&t).await?.len(), 0, "validation errors must not create computers");
+    assert_eq!(
+        containers(&t).await?.len(),
+        0,
+        "validation errors must not create computers"
+    );
     // Explicit nulls mean absent; a non-reading command with stdin is fine.
-    let r = exec(&c, json!({"command": "echo ok", "args": null, "stdin": null, "timeout": null,
-        "working_directory": null, "computer_id": null, "temporary": null})).await?;
+    let r = exec(
+        &c,
+        json!({"command": "echo ok", "args": null, "stdin": null, "timeout": null,
+        "working_directory": null, "computer_id": null, "temporary": null}),
+    )
+    .await?;
     assert_eq!(r["stdout"], "ok\n");
     // An unknown tool is a protocol error.
     assert!(call(&c, "no_such_tool", json!({})).await.is_err());
