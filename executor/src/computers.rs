@@ -112,25 +112,13 @@ impl Computers {
         stateless: bool,
     ) -> Result<bool, ComputerError> {
         // Fast path: a computer this server already tracks needs no engine round trip.
-        if let Some(t) = self.tracked().get(id).cloned() {
-            let existing = Existing {
-                computer_id: id,
-                temporary: t.temporary,
-                owner: t.owner.as_deref(),
-            };
-            check_attach(&existing, requested, owner)?;
-            return Ok(t.temporary);
+        if let Some(known) = self.check_tracked(id, requested, owner) {
+            return known;
         }
         let lock = self.id_lock(id);
         let _held = lock.lock().await;
-        if let Some(t) = self.tracked().get(id).cloned() {
-            let existing = Existing {
-                computer_id: id,
-                temporary: t.temporary,
-                owner: t.owner.as_deref(),
-            };
-            check_attach(&existing, requested, owner)?;
-            return Ok(t.temporary);
+        if let Some(known) = self.check_tracked(id, requested, owner) {
+            return known;
         }
         let record = match self.docker.find(id).await? {
             Some(r) => r,
@@ -157,6 +145,26 @@ impl Computers {
         }
         self.track_new(&record, owner, stateless);
         Ok(record.temporary)
+    }
+
+    /// The policy's answer for a computer this server tracks; `None` if it is not tracked.
+    fn check_tracked(
+        &self,
+        id: &str,
+        requested: Option<bool>,
+        owner: &str,
+    ) -> Option<Result<bool, ComputerError>> {
+        let t = self.tracked().get(id).cloned()?;
+        let existing = Existing {
+            computer_id: id,
+            temporary: t.temporary,
+            owner: t.owner.as_deref(),
+        };
+        Some(
+            check_attach(&existing, requested, owner)
+                .map(|()| t.temporary)
+                .map_err(Into::into),
+        )
     }
 
     fn track_new(&self, r: &ContainerRecord, owner: &str, stateless: bool) {
