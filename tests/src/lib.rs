@@ -30,20 +30,26 @@ pub fn workspace() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// The server binary, built once per test run (debug profile).
+/// The server binary, built once per run: release for the benchmark (`MSC_RELEASE=1`),
+/// debug for tests.
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        let release = std::env::var_os("MSC_RELEASE").is_some();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut args = vec![
+            "build",
+            "-q",
+            "-p",
+            "executor",
+            "--bin",
+            "mcp-sandbox-computer-vm-for-ai",
+        ];
+        if release {
+            args.push("--release");
+        }
         let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "executor",
-                "--bin",
-                "mcp-sandbox-computer-vm-for-ai",
-            ])
+            .args(&args)
             .current_dir(workspace())
             .status();
         assert!(
@@ -53,7 +59,8 @@ pub fn binary() -> PathBuf {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| workspace().join("target"));
-        target.join("debug").join("mcp-sandbox-computer-vm-for-ai")
+        let profile = if release { "release" } else { "debug" };
+        target.join(profile).join("mcp-sandbox-computer-vm-for-ai")
     })
     .clone()
 }

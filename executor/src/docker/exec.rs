@@ -2,7 +2,7 @@
 //!
 //! Every exec runs under a tiny `/bin/sh` wrapper that prints its PID (runc makes each exec
 //! a session and process-group leader), changes directory (126 with the shell's reason on
-//! failure) and `exec`s the program. On timeout, output limit or cancellation (the future
+//! failure), runs the program and reports its exit status in-band (see [`WRAPPER`]). On timeout, output limit or cancellation (the future
 //! is dropped) the whole process group is killed inside the container with a second exec,
 //! so `sleep 1000 &` children die too. Output is capped at the source of our memory: past
 //! the limit nothing more is kept.
@@ -20,12 +20,37 @@ use super::{Docker, DockerError};
 /// Marker argument: run bash if the image has it, else /bin/sh.
 const AUTO_SHELL: &str = "@auto-shell";
 
-/// `$0`=wrapper name, `$1`=working directory (may be empty), `$2…`=argv.
+/// `$0`=wrapper name, `$1`=nonce, `$2`=working directory (may be empty), `$3…`=argv.
+/// The program runs in a subshell that `exec`s it (so `args` never hit a shell builtin);
+/// the wrapper then writes the exit status on stderr, tagged with a per-exec nonce, which
+/// saves the engine round trip of an exec inspect. The tag is removed from the output
+/// wherever it lands (background children may write after it). Without it (the wrapper
+/// was killed), the exit code comes from the engine.
 const WRAPPER: &str = r#"echo $$
-d=$1; shift
-if [ -n "$d" ]; then cd -- "$d" || exit 126; fi
+n=$1; d=$2; shift 2
+if [ -n "$d" ]; then cd -- "$d" || { printf '\036msc-exit-%s 126\036' "$n" >&2; exit 126; }; fi
 if [ "$1" = "@auto-shell" ]; then shift; if [ -x /bin/bash ]; then set -- /bin/bash "$@"; else set -- /bin/sh "$@"; fi; fi
-exec "$@""#;
+(exec "$@")
+rc=$?
+printf '\036msc-exit-%s %d\036' "$n" "$rc" >&2
+exit $rc"#;
+
+/// Removes the wrapper's exit tag (`\x1emsc-exit-<nonce> <code>\x1e`, the last one) from
+/// `stderr` and returns the code.
+fn take_exit_tag(stderr: &mut Vec<u8>, nonce: &str) -> Option<i64> {
+    let marker = format!("\x1emsc-exit-{nonce} ");
+    let m = marker.as_bytes();
+    let start = stderr.windows(m.len()).rposition(|w| w == m)?;
+    let digits_at = start + m.len();
+    let len = stderr[digits_at..].iter().position(|b| *b == 0x1e)?;
+    let digits = &stderr[digits_at..digits_at + len];
+    if digits.is_empty() || digits.len() > 3 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let code = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    stderr.drain(start..digits_at + len + 1);
+    Some(code)
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -39,12 +64,13 @@ pub struct ExecSpec {
     pub output_limit: usize,
 }
 
-fn wrapper_cmd(spec: &ExecSpec) -> Vec<String> {
+fn wrapper_cmd(spec: &ExecSpec, nonce: &str) -> Vec<String> {
     let mut cmd = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
         WRAPPER.to_owned(),
         "msc-exec".to_owned(),
+        nonce.to_owned(),
         spec.working_directory.clone().unwrap_or_default(),
     ];
     match &spec.shell_command {
@@ -88,17 +114,34 @@ impl Drop for KillGuard {
     }
 }
 
-/// Parses the wrapper's PID line off the front of stdout. Returns the rest.
-fn take_pid(header: &mut Vec<u8>, chunk: &[u8]) -> Option<(u32, Vec<u8>)> {
+/// What the front of stdout held.
+#[derive(Debug, PartialEq, Eq)]
+enum Header {
+    /// The wrapper's PID, and the output after it.
+    Pid(u32, Vec<u8>),
+    /// No full line yet.
+    Incomplete,
+    /// Not a PID line (treat the bytes as output; process control is then unavailable).
+    NotAPid,
+}
+
+/// Parses the wrapper's PID line off the front of stdout.
+fn take_pid(header: &mut Vec<u8>, chunk: &[u8]) -> Header {
     header.extend_from_slice(chunk);
-    let nl = header.iter().position(|b| *b == b'\n')?;
+    let Some(nl) = header.iter().position(|b| *b == b'\n') else {
+        return if header.len() > 16 {
+            Header::NotAPid
+        } else {
+            Header::Incomplete
+        };
+    };
     let pid = std::str::from_utf8(&header[..nl])
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let rest = header[nl + 1..].to_vec();
-    Some((pid, rest))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    match pid {
+        Some(pid) if pid > 0 => Header::Pid(pid, header[nl + 1..].to_vec()),
+        _ => Header::NotAPid,
+    }
 }
 
 impl Docker {
@@ -194,13 +237,14 @@ impl Docker {
     /// Runs one command and collects its outcome.
     pub async fn exec(&self, container: &str, spec: &ExecSpec) -> Result<ExecOutcome, DockerError> {
         let started = Instant::now();
+        let nonce = format!("{:016x}", rand::random::<u64>());
         let opts = CreateExecOptions {
             attach_stdin: Some(spec.stdin.is_some()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
             env: Some(Vec::new()),
-            cmd: Some(wrapper_cmd(spec)),
+            cmd: Some(wrapper_cmd(spec, &nonce)),
             ..Default::default()
         };
         let exec = match self.client.create_exec(container, opts).await {
@@ -270,21 +314,28 @@ impl Docker {
             };
             let bytes: &[u8] = &bytes;
             let rest;
-            let bytes = if stream == Stream::Stdout && guard.pid.is_none() {
-                match take_pid(&mut header, bytes) {
-                    Some((pid, r)) => {
+            let bytes = match stream {
+                Stream::Stdout if guard.pid.is_none() => match take_pid(&mut header, bytes) {
+                    Header::Pid(pid, r) => {
                         guard.pid = Some(pid);
                         rest = r;
                         &rest[..]
                     }
-                    None => continue,
-                }
-            } else {
-                bytes
+                    Header::Incomplete => continue,
+                    Header::NotAPid => {
+                        guard.pid = Some(0);
+                        rest = std::mem::take(&mut header);
+                        &rest[..]
+                    }
+                },
+                _ => bytes,
             };
             if collector.push(stream, bytes) == Push::LimitHit {
                 break;
             }
+        }
+        if guard.pid == Some(0) {
+            guard.pid = None;
         }
         if let Some(w) = writer {
             w.abort();
@@ -296,6 +347,7 @@ impl Docker {
             guard.disarm();
             let note = self.stop_exec(container, &exec.id, guard.pid).await;
             let (stdout, mut stderr, _) = collector.finish();
+            take_exit_tag(&mut stderr, &nonce);
             if let Some(note) = note {
                 if !stderr.is_empty() && !stderr.ends_with(b"\n") {
                     stderr.push(b'\n');
@@ -319,8 +371,11 @@ impl Docker {
         if let Some(e) = stream_error {
             return Err(DockerError::Stream(e));
         }
-        let exit_code = self.exit_code(&exec.id).await?;
-        let (stdout, stderr, _) = collector.finish();
+        let (stdout, mut stderr, _) = collector.finish();
+        let exit_code = match take_exit_tag(&mut stderr, &nonce) {
+            Some(code) => code,
+            None => self.exit_code(&exec.id).await?,
+        };
         Ok(ExecOutcome {
             stdout,
             stderr,
@@ -360,13 +415,39 @@ mod tests {
     #[test]
     fn pid_header_is_split_off() {
         let mut h = Vec::new();
-        assert_eq!(take_pid(&mut h, b"12"), None);
+        assert_eq!(take_pid(&mut h, b"12"), Header::Incomplete);
         assert_eq!(
             take_pid(&mut h, b"3\nhello"),
-            Some((123, b"hello".to_vec()))
+            Header::Pid(123, b"hello".to_vec())
         );
         let mut h = Vec::new();
-        assert_eq!(take_pid(&mut h, b"x\n"), None);
+        assert_eq!(take_pid(&mut h, b"x\n"), Header::NotAPid);
+        let mut h = Vec::new();
+        assert_eq!(take_pid(&mut h, &[b'1'; 40]), Header::NotAPid);
+    }
+
+    #[test]
+    fn exit_tag_is_found_and_removed() {
+        let mut e = b"err\n\x1emsc-exit-ab 3\x1elate\n".to_vec();
+        assert_eq!(take_exit_tag(&mut e, "ab"), Some(3));
+        assert_eq!(e, b"err\nlate\n");
+        let mut e = b"\x1emsc-exit-zz 9\x1e".to_vec();
+        assert_eq!(
+            take_exit_tag(&mut e, "ab"),
+            None,
+            "another nonce is user output"
+        );
+        assert_eq!(e.len(), 15);
+        for bad in [
+            &b"\x1emsc-exit-ab \x1e"[..],
+            b"\x1emsc-exit-ab 1234\x1e",
+            b"\x1emsc-exit-ab 12",
+            b"",
+        ] {
+            let mut e = bad.to_vec();
+            assert_eq!(take_exit_tag(&mut e, "ab"), None);
+            assert_eq!(e, bad);
+        }
     }
 
     #[test]
@@ -379,7 +460,10 @@ mod tests {
             timeout: Duration::from_secs(1),
             output_limit: 1,
         };
-        let cmd = wrapper_cmd(&spec);
-        assert_eq!(&cmd[3..], ["msc-exec", "/tmp", AUTO_SHELL, "-c", "ls"]);
+        let cmd = wrapper_cmd(&spec, "n1");
+        assert_eq!(
+            &cmd[3..],
+            ["msc-exec", "n1", "/tmp", AUTO_SHELL, "-c", "ls"]
+        );
     }
 }

@@ -69,6 +69,27 @@ async fn issue_2_exit_codes_follow_the_shell() -> anyhow::Result<()> {
     assert_eq!(r["exit_code"], 143);
     let r = exec(&c, json!({"args": ["sh", "-c", "kill -KILL $$"]})).await?;
     assert_eq!(r["exit_code"], 137);
+    // Output written after the program ended (a background child) and look-alike
+    // trailers never change the exit code the program really had.
+    let r = exec(
+        &c,
+        json!({"command": "(sleep 0.3; echo late >&2) & exit 5"}),
+    )
+    .await?;
+    assert_eq!(r["exit_code"], 5);
+    assert_eq!(r["stderr"], "late\n");
+    let r = exec(
+        &c,
+        json!({"command": "printf '\\036msc-exit-0 9\\036' >&2; exit 4"}),
+    )
+    .await?;
+    assert_eq!(r["exit_code"], 4);
+    assert_eq!(r["stderr"], "\u{1e}msc-exit-0 9\u{1e}");
+    let r = exec(&c, json!({"args": ["echo", "-e", "a\\tb"]})).await?;
+    assert_eq!(
+        r["stdout"], "a\tb\n",
+        "args run the program, not a shell builtin"
+    );
     // bash is the default shell.
     let r = exec(&c, json!({"command": "echo $BASH_VERSION | cut -c1"})).await?;
     assert_eq!(r["stdout"], "5\n");
