@@ -277,19 +277,46 @@ async fn main() -> Result<()> {
     floor_throughput(&d, &floor_cs).await?;
     let floor_tput = floor_throughput(&d, &floor_cs).await?;
     let s = HttpServer::start(&t, &state_dir(&t), &ServerOpts::default()).await?;
-    let hc = s.modern_client(None).await?;
+    // Raw HTTP/1.1 requests in the stateless revision: rmcp's client sends one request at a
+    // time per transport, which would measure the client, not the server.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
     let ids: Vec<String> = (0..COMPUTERS).map(|i| format!("{t}-h{i}")).collect();
+    let post = |id: String| {
+        let http = http.clone();
+        let url = s.url.clone();
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "terminal_execute", "arguments": {"args": ["true"], "computer_id": id},
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+            let resp: serde_json::Value = http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "terminal_execute")
+                .body(body.to_string())
+                .send()
+                .await?
+                .json()
+                .await?;
+            anyhow::ensure!(
+                resp["result"]["structuredContent"]["exit_code"] == 0,
+                "exec failed: {resp}"
+            );
+            anyhow::Ok(())
+        }
+    };
     for id in &ids {
-        exec(&hc, json!({"args": ["true"], "computer_id": id})).await?;
+        post(id.clone()).await?;
     }
     let run_http = || async {
         let t0 = Instant::now();
         for _ in 0..ROUNDS {
-            let calls = ids.iter().flat_map(|id| {
-                let hc = &hc;
-                (0..PER_COMPUTER)
-                    .map(move |_| exec(hc, json!({"args": ["true"], "computer_id": id})))
-            });
+            let calls = ids
+                .iter()
+                .flat_map(|id| (0..PER_COMPUTER).map(|_| post(id.clone())));
             futures_util::future::try_join_all(calls).await?;
         }
         anyhow::Ok((ROUNDS * COMPUTERS * PER_COMPUTER) as f64 / t0.elapsed().as_secs_f64())
@@ -304,7 +331,6 @@ async fn main() -> Result<()> {
         target: ">= 0.90x floor".into(),
         pass: ours_tput >= 0.9 * floor_tput,
     });
-    hc.cancel().await?;
     s.terminate().await?;
 
     // ---- start-up and idle memory ----
