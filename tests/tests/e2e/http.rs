@@ -283,3 +283,41 @@ async fn issue_2_http_idle_session_expires() -> anyhow::Result<()> {
     s.terminate().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn issue_2_http_dropped_request_kills_the_command() -> anyhow::Result<()> {
+    let t = tag("httpdrop");
+    let s = HttpServer::start(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    let id = format!("{t}-d");
+    let body = |cmd: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "terminal_execute",
+            "arguments": {"command": cmd, "computer_id": id}}})
+    };
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "terminal_execute"),
+    ];
+    let (status, _, _) = post(&s, &modern, body("true")).await?;
+    assert_eq!(status, 200);
+    // The client gives up after a second: closing the connection cancels the call.
+    let slow = post(&s, &modern, body("sleep 1000 & sleep 1000"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1000), slow)
+            .await
+            .is_err()
+    );
+    let count = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000' || true";
+    let mut left = Value::Null;
+    for _ in 0..40 {
+        let (_, _, r) = post(&s, &modern, body(count)).await?;
+        left = r["result"]["structuredContent"]["stdout"].clone();
+        if left == "0\n" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, "0\n", "the command outlived its closed request");
+    s.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}

@@ -62,3 +62,49 @@ async fn issue_2_no_network_and_default_limits() -> anyhow::Result<()> {
     c.cancel().await?;
     Ok(())
 }
+
+/// Forwards a loopback TCP port to the local Docker socket, so `--docker-host tcp://…` is
+/// tested against the real engine without reconfiguring the daemon.
+async fn tcp_to_docker_socket() -> anyhow::Result<u16> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut unix) = tokio::net::UnixStream::connect("/var/run/docker.sock").await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                }
+            });
+        }
+    });
+    Ok(port)
+}
+
+#[tokio::test]
+async fn issue_2_docker_host_over_tcp() -> anyhow::Result<()> {
+    let t = tag("tcphost");
+    let port = tcp_to_docker_socket().await?;
+    let opts = ServerOpts::default()
+        .arg("--docker-host")
+        .arg(&format!("tcp://127.0.0.1:{port}"));
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let r = exec(&c, json!({"command": "echo via-tcp"})).await?;
+    assert_eq!(r["stdout"], "via-tcp\n");
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await?;
+    // An engine that is not there is a clear start-up error.
+    let out = command(
+        &t,
+        &state_dir(&t),
+        &ServerOpts::default()
+            .arg("--docker-host")
+            .arg("unix:///nonexistent.sock"),
+    )
+    .stdin(std::process::Stdio::null())
+    .output()
+    .await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the container engine"));
+    Ok(())
+}
