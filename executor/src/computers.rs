@@ -23,6 +23,8 @@ use tracing::Instrument;
 
 use crate::docker::exec::ExecSpec;
 use crate::docker::{ContainerRecord, Docker, DockerError, container_name};
+use crate::progress::Progress;
+use tokio::sync::mpsc::UnboundedSender;
 
 /// Errors a tool call can end in (each becomes an `isError` result).
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +112,7 @@ impl Computers {
         requested: Option<bool>,
         owner: &str,
         stateless: bool,
+        progress: &Progress,
     ) -> Result<bool, ComputerError> {
         // Fast path: a computer this server already tracks needs no engine round trip.
         if let Some(known) = self.check_tracked(id, requested, owner) {
@@ -123,7 +126,10 @@ impl Computers {
         let record = match self.docker.find(id).await? {
             Some(r) => r,
             None => {
-                let r = self.docker.create(id, requested.unwrap_or(true)).await?;
+                let r = self
+                    .docker
+                    .create(id, requested.unwrap_or(true), progress)
+                    .await?;
                 if r.temporary && r.instance.as_deref() == Some(self.docker.instance()) {
                     self.track_new(&r, owner, stateless);
                     return Ok(true);
@@ -349,6 +355,7 @@ pub struct SessionHost {
     owner: String,
     stateless: bool,
     default: Arc<tokio::sync::Mutex<Option<String>>>,
+    notifier: Option<UnboundedSender<serde_json::Value>>,
 }
 
 impl SessionHost {
@@ -358,23 +365,30 @@ impl SessionHost {
             owner: owner.into(),
             stateless,
             default: Arc::default(),
+            notifier: None,
         }
+    }
+
+    /// Lets tool calls send progress notifications on this channel (stdio).
+    pub fn with_notifier(mut self, tx: UnboundedSender<serde_json::Value>) -> Self {
+        self.notifier = Some(tx);
+        self
     }
 
     pub fn owner(&self) -> &str {
         &self.owner
     }
 
-    async fn exec(&self, req: ExecRequest) -> CallToolResult {
+    async fn exec(&self, req: ExecRequest, progress: &Progress) -> CallToolResult {
         let c = &self.computers;
         let attached = match &req.computer_id {
             Some(id) => c
-                .attach(id, req.temporary, &self.owner, self.stateless)
+                .attach(id, req.temporary, &self.owner, self.stateless, progress)
                 .await
                 .map(|t| (id.clone(), t)),
             None if !becomes_default(req.temporary) => {
                 let id = c.new_slug();
-                c.attach(&id, Some(false), &self.owner, self.stateless)
+                c.attach(&id, Some(false), &self.owner, self.stateless, progress)
                     .await
                     .map(|t| (id, t))
             }
@@ -383,12 +397,14 @@ impl SessionHost {
                 let mut default = self.default.lock().await;
                 match default.clone() {
                     Some(id) => c
-                        .attach(&id, None, &self.owner, self.stateless)
+                        .attach(&id, None, &self.owner, self.stateless, progress)
                         .await
                         .map(|t| (id, t)),
                     None => {
                         let id = c.new_slug();
-                        let r = c.attach(&id, Some(true), &self.owner, self.stateless).await;
+                        let r = c
+                            .attach(&id, Some(true), &self.owner, self.stateless, progress)
+                            .await;
                         if r.is_ok() {
                             *default = Some(id.clone());
                         }
@@ -403,7 +419,11 @@ impl SessionHost {
         }
     }
 
-    async fn lifecycle(&self, call: ToolCall) -> Result<serde_json::Value, ComputerError> {
+    async fn lifecycle(
+        &self,
+        call: ToolCall,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
         let c = &self.computers;
         match call {
             ToolCall::List | ToolCall::Dashboard => Ok(inventory(&c.list(&self.owner).await?)),
@@ -413,7 +433,7 @@ impl SessionHost {
             } => {
                 let id = computer_id.unwrap_or_else(|| c.new_slug());
                 let temporary = c
-                    .attach(&id, temporary, &self.owner, self.stateless)
+                    .attach(&id, temporary, &self.owner, self.stateless, progress)
                     .await?;
                 let r = c
                     .docker
@@ -435,7 +455,10 @@ impl SessionHost {
                 let r = c.visible_record(&computer_id, &self.owner).await?;
                 let lock = c.id_lock(&computer_id);
                 let _held = lock.lock().await;
-                let fresh = c.docker.factory_reset(&computer_id, r.temporary).await?;
+                let fresh = c
+                    .docker
+                    .factory_reset(&computer_id, r.temporary, progress)
+                    .await?;
                 Ok(
                     json!({"ok": true, "computer_id": computer_id, "sandbox_id": c.info(&fresh).sandbox_id, "temporary": fresh.temporary}),
                 )
@@ -463,12 +486,13 @@ impl SessionHost {
 }
 
 impl ToolHost for SessionHost {
-    async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
+    async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
+        let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
         match call {
-            ToolCall::Exec(req) => self.exec(req).await,
+            ToolCall::Exec(req) => self.exec(req, &progress).await,
             other => {
                 let span = tracing::info_span!("lifecycle", tool = ?other);
-                match self.lifecycle(other).instrument(span).await {
+                match self.lifecycle(other, &progress).instrument(span).await {
                     Ok(v) => structured_result(v),
                     Err(e) => operation_error(&e.to_string()),
                 }

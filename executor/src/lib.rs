@@ -3,7 +3,7 @@
 //! Code map: [`cli`] parses flags, [`config`] checks them, [`docker`] is the Docker/Podman
 //! backend, [`computers`] tracks computers and owners and implements the shared
 //! dispatcher's `ToolHost`, [`stdio`] and [`http`] are the MCP transports, [`instance`]
-//! lets a server tell live peers from dead ones, and [`run`] wires it all together.
+//! lets a server tell live peers from dead ones, [`progress`] sends progress notifications, and [`run`] wires it all together.
 
 pub mod cli;
 pub mod computers;
@@ -11,5 +11,6 @@ pub mod config;
 pub mod docker;
 pub mod http;
 pub mod instance;
+pub mod progress;
 pub mod run;
 pub mod stdio;

@@ -40,6 +40,7 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
             }
         }
     });
+    let host = host.with_notifier(tx.clone());
     let inflight: InFlight = Arc::default();
     let mut era: Option<Era> = None;
     let mut reader = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
@@ -137,6 +138,7 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
     for h in handles {
         h.abort();
     }
+    drop(host);
     drop(tx);
     let _ = writer.await;
     Ok(())

@@ -21,6 +21,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use crate::config::{DockerConfig, DockerEndpoint};
+use crate::progress::Progress;
 
 /// Container name prefix (compatible with the older project).
 pub const NAME_PREFIX: &str = "kilntainer-";
@@ -278,7 +279,7 @@ impl Docker {
     }
 
     /// Makes sure the image exists locally, pulling it if needed.
-    pub async fn ensure_image(&self) -> Result<(), DockerError> {
+    pub async fn ensure_image(&self, progress: &Progress) -> Result<(), DockerError> {
         let image = &self.cfg.image;
         match self.client.inspect_image(image).await {
             Ok(_) => return Ok(()),
@@ -286,6 +287,8 @@ impl Docker {
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
         tracing::info!(image, "pulling image");
+        progress.report(&format!("pulling image {image}"));
+        let mut last_status = String::new();
         let opts = CreateImageOptions {
             from_image: Some(image.clone()),
             ..Default::default()
@@ -294,8 +297,12 @@ impl Docker {
         while let Some(item) = stream.next().await {
             match item {
                 Ok(info) => {
-                    if let Some(status) = info.status {
+                    if let Some(status) = info.status
+                        && status != last_status
+                    {
                         tracing::debug!(image, status, "pull");
+                        progress.report(&format!("pulling image {image}: {status}"));
+                        last_status = status;
                     }
                 }
                 Err(e) => {
@@ -394,8 +401,13 @@ impl Docker {
         &self,
         computer_id: &str,
         temporary: bool,
+        progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
-        self.ensure_image().await?;
+        self.ensure_image(progress).await?;
+        progress.report(&format!(
+            "creating computer {computer_id} from {}",
+            self.cfg.image
+        ));
         let name = container_name(computer_id);
         let opts = CreateContainerOptions {
             name: Some(name.clone()),
@@ -422,6 +434,7 @@ impl Docker {
             }
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
+        progress.report(&format!("starting computer {computer_id}"));
         self.start(computer_id).await?;
         self.find(computer_id)
             .await?
@@ -484,9 +497,10 @@ impl Docker {
         &self,
         computer_id: &str,
         temporary: bool,
+        progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
         self.remove(computer_id).await?;
-        self.create(computer_id, temporary).await
+        self.create(computer_id, temporary, progress).await
     }
 }
 

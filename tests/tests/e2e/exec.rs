@@ -300,3 +300,60 @@ async fn issue_2_concurrent_execs_on_one_computer() -> anyhow::Result<()> {
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
+
+#[tokio::test]
+async fn issue_2_progress_while_a_computer_starts_and_missing_image() -> anyhow::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let t = tag("progress");
+    let mut cmd = command(&t, &state_dir(&t), &ServerOpts::default());
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(log_file(&t)));
+    let mut child = cmd.spawn()?;
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let msgs = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+            "capabilities": {}, "clientInfo": {"name": "p", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "terminal_execute",
+            "arguments": {"command": "echo ready"}, "_meta": {"progressToken": "tok-1"}}}),
+    ];
+    for m in &msgs {
+        stdin.write_all(format!("{m}\n").as_bytes()).await?;
+    }
+    let mut progress = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+            .await??
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&line)?;
+        if v["method"] == "notifications/progress" {
+            assert_eq!(v["params"]["progressToken"], "tok-1");
+            progress.push(v["params"]["progress"].as_u64().unwrap());
+        } else if v["id"] == 1 {
+            assert_eq!(v["result"]["structuredContent"]["stdout"], "ready\n");
+            break;
+        }
+    }
+    assert!(progress.len() >= 2, "{progress:?}");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
+    drop(stdin);
+    child.wait().await?;
+
+    // An image that is neither local nor pullable (no registry here) is a clear error.
+    let opts = ServerOpts::default()
+        .arg("--image")
+        .arg("msc-test/no-such-image:1")
+        .arg("--tool-instruction-override")
+        .arg("x");
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let r = call(&c, "terminal_execute", json!({"command": "true"})).await?;
+    assert_eq!(r.is_error, Some(true));
+    let msg = text(&r);
+    assert!(
+        msg.contains("msc-test/no-such-image:1") && msg.contains("could not be pulled"),
+        "{msg}"
+    );
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
