@@ -10,6 +10,8 @@ pub mod exec;
 pub mod flags;
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
@@ -103,6 +105,19 @@ pub struct Docker {
     cfg: DockerConfig,
     instance: String,
     host: String,
+    /// Cleared when the engine says it has no init binary.
+    init_available: Arc<AtomicBool>,
+}
+
+/// Does this error say the engine cannot provide `--init`?
+fn init_missing(e: &BollardError) -> bool {
+    match e {
+        BollardError::DockerResponseServerError { message, .. } => {
+            let m = message.to_ascii_lowercase();
+            m.contains("container-init") || m.contains("docker-init") || m.contains("init binary")
+        }
+        _ => false,
+    }
 }
 
 /// Formats unix seconds as RFC 3339 UTC (no clock crate needed).
@@ -197,6 +212,7 @@ impl Docker {
             cfg,
             instance,
             host,
+            init_available: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -316,7 +332,7 @@ impl Docker {
         Ok(())
     }
 
-    fn create_body(&self, computer_id: &str, temporary: bool) -> ContainerCreateBody {
+    fn create_body(&self, computer_id: &str, temporary: bool, init: bool) -> ContainerCreateBody {
         let f = &self.cfg.run_flags;
         let mut labels: HashMap<String, String> = f.labels.iter().cloned().collect();
         labels.insert(LABEL_OURS.into(), "true".into());
@@ -333,7 +349,7 @@ impl Docker {
             f.network_mode.clone()
         };
         let host_config = HostConfig {
-            init: Some(f.init),
+            init: Some(init),
             network_mode,
             nano_cpus: self.cfg.nano_cpus,
             memory: self.cfg.memory_bytes,
@@ -413,11 +429,28 @@ impl Docker {
             name: Some(name.clone()),
             ..Default::default()
         };
-        match self
+        let init = self.cfg.run_flags.init && self.init_available.load(Ordering::Relaxed);
+        let mut result = self
             .client
-            .create_container(Some(opts), self.create_body(computer_id, temporary))
-            .await
+            .create_container(
+                Some(opts.clone()),
+                self.create_body(computer_id, temporary, init),
+            )
+            .await;
+        if init
+            && let Err(e) = &result
+            && init_missing(e)
         {
+            // Podman without catatonit, or a Docker without docker-init: PID 1 is then our
+            // own keep-alive shell, which still exits at once on SIGTERM.
+            tracing::warn!(error = %e, "the engine has no init binary; computers run without --init");
+            self.init_available.store(false, Ordering::Relaxed);
+            result = self
+                .client
+                .create_container(Some(opts), self.create_body(computer_id, temporary, false))
+                .await;
+        }
+        match result {
             Ok(_) => {}
             Err(e) if status_of(&e) == Some(409) => {
                 // Lost a race with another creator: use what is there (the caller re-checks policy).
@@ -435,7 +468,11 @@ impl Docker {
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
         progress.report(&format!("starting computer {computer_id}"));
-        self.start(computer_id).await?;
+        if let Err(e) = self.start(computer_id).await {
+            // Leave nothing behind for a computer that never ran.
+            let _ = self.remove(computer_id).await;
+            return Err(e);
+        }
         self.find(computer_id)
             .await?
             .ok_or_else(|| DockerError::NotFound(computer_id.into()))

@@ -1,0 +1,73 @@
+//! `--engine podman`: the same Engine API calls against Podman's Docker-compatible socket.
+//!
+//! Needs `podman system service` on `/run/podman/podman.sock` (or `MSC_PODMAN_SOCKET`) and
+//! the image `debian:bookworm-slim` imported into Podman; `.ci/run` prepares both.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tests::*;
+
+#[tokio::test]
+async fn issue_2_podman_engine() -> anyhow::Result<()> {
+    let socket =
+        std::env::var("MSC_PODMAN_SOCKET").unwrap_or_else(|_| "/run/podman/podman.sock".into());
+    let t = tag("podman");
+    // The sandboxes this runs in cap rlimits below Podman's defaults: pass explicit ones.
+    let opts = ServerOpts::lifecycle()
+        .arg("--engine")
+        .arg("podman")
+        .arg("--docker-host")
+        .arg(&format!("unix://{socket}"))
+        .arg("--docker-run-flag=--ulimit=nofile=1024:1024")
+        .arg("--docker-run-flag=--ulimit=nproc=4096:4096");
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let r = exec(&c, json!({"command": "echo on-podman; exit 3"})).await?;
+    assert_eq!(r["stdout"], "on-podman\n");
+    assert_eq!(r["exit_code"], 3);
+    let id = r["computer_id"].as_str().unwrap().to_owned();
+    let r = exec(
+        &c,
+        json!({"command": "echo before; sleep 1000 & sleep 1000", "timeout": 1}),
+    )
+    .await?;
+    assert_eq!(r["exit_code"], 124);
+    assert_eq!(r["stdout"], "before\n");
+    let left = exec(&c, json!({"command": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000' || true"})).await?;
+    assert_eq!(left["stdout"], "0\n");
+    let list = call(&c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    assert!(
+        list["computers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["computer_id"] == id.as_str())
+    );
+    let r = call(&c, "computer_restart", json!({"computer_id": id})).await?;
+    assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+    c.cancel().await?;
+    // Cleanup happened on Podman: nothing of this test is left there.
+    let podman = bollard::Docker::connect_with_unix(&socket, 30, bollard::API_DEFAULT_VERSION)?
+        .negotiate_version()
+        .await?;
+    let mut filters = std::collections::HashMap::new();
+    filters.insert("label".to_owned(), vec![format!("msc-test={t}")]);
+    let opts = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = podman.list_containers(Some(opts.clone())).await?.len();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "temporaries left on Podman");
+    Ok(())
+}
