@@ -20,8 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 use shared::mcp::{
-    Dispatcher, Era, Incoming, LEGACY_VERSIONS, MODERN_VERSION, codes, error_response, negotiate,
-    parse_message, success_response, unsupported_version,
+    Dispatcher, Era, Incoming, LEGACY_VERSIONS, MODERN_VERSION, check_modern_meta, codes,
+    error_response, negotiate, parse_message, success_response, unsupported_version,
 };
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -341,6 +341,7 @@ async fn mcp_post(
     // ---- legacy: initialize opens a session ----
     if let Incoming::Request { id, method, params } = &msg
         && method == "initialize"
+        && version_header.as_deref() != Some(MODERN_VERSION)
     {
         let requested = params
             .as_ref()
@@ -446,6 +447,9 @@ async fn mcp_post(
         Incoming::Request { id, method, params } => {
             if let Err(r) = check_modern_headers(&headers, &id, &method, params.as_ref()) {
                 return r.into_response();
+            }
+            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
+                return json_response(StatusCode::BAD_REQUEST, body);
             }
             let host = SessionHost::new(state.computers.clone(), principal(&state), true);
             let d = state.dispatcher.clone();

@@ -187,6 +187,69 @@ pub fn unsupported_version(id: Value, requested: &str) -> Value {
     )
 }
 
+/// Methods of the session revisions that 2026-07-28 removed.
+const REMOVED_IN_MODERN: &[&str] = &[
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// Log levels of `logging/setLevel`.
+const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// `_meta` key carrying a modern request's client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// Checks the per-request `_meta` a 2026-07-28 request must carry: the protocol version
+/// (a supported one) and the client capabilities. `Err` holds the error response; over
+/// HTTP it goes out with status 400.
+pub fn check_modern_meta(id: &Value, params: Option<&Value>) -> Result<(), Value> {
+    let invalid = |message: &str| {
+        Err(error_response(
+            id.clone(),
+            codes::INVALID_PARAMS,
+            message,
+            None,
+        ))
+    };
+    let Some(meta) = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object)
+    else {
+        return invalid(
+            "a 2026-07-28 request needs `params._meta` with `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`",
+        );
+    };
+    match meta.get(META_PROTOCOL_VERSION) {
+        Some(Value::String(v)) if v == MODERN_VERSION => {}
+        Some(Value::String(v)) => return Err(unsupported_version(id.clone(), v)),
+        Some(_) => {
+            return invalid("`_meta.io.modelcontextprotocol/protocolVersion` must be a string");
+        }
+        None => return invalid("`_meta.io.modelcontextprotocol/protocolVersion` is required"),
+    }
+    if !meta
+        .get(META_CLIENT_CAPABILITIES)
+        .is_some_and(Value::is_object)
+    {
+        return invalid(
+            "`_meta.io.modelcontextprotocol/clientCapabilities` (an object) is required",
+        );
+    }
+    Ok(())
+}
+
 /// Per-call context handed to the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallContext {
@@ -246,7 +309,10 @@ impl Dispatcher {
     }
 
     fn capabilities(&self) -> Value {
-        let mut caps = json!({ "tools": { "listChanged": false } });
+        // No prompts are offered; declaring the (empty) capability keeps `prompts/list`
+        // honest for clients that call it anyway.
+        let mut caps =
+            json!({ "tools": { "listChanged": false }, "prompts": { "listChanged": false } });
         if self.config.names.lifecycle {
             caps["resources"] = json!({ "listChanged": false, "subscribe": false });
             caps["extensions"] = json!({ UI_EXTENSION: { "mimeTypes": [MCP_APP_MIME] } });
@@ -287,6 +353,15 @@ impl Dispatcher {
         result
     }
 
+    /// Adds the 2026-07-28 caching hints to a list result.
+    fn cacheable(&self, era: &Era, mut result: Value) -> Value {
+        if *era == Era::Modern {
+            result["ttlMs"] = json!(LIST_TTL_MS);
+            result["cacheScope"] = json!("public");
+        }
+        result
+    }
+
     fn resource_missing(&self, era: &Era, id: Value, uri: &str) -> Value {
         let code = match era {
             Era::Legacy(_) => codes::RESOURCE_NOT_FOUND_LEGACY,
@@ -309,22 +384,19 @@ impl Dispatcher {
         method: &str,
         params: Option<&Value>,
     ) -> Value {
-        if *era == Era::Modern
-            && let Some(v) = params
-                .and_then(|p| p.get("_meta"))
-                .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        {
-            match v.as_str() {
-                Some(MODERN_VERSION) => {}
-                Some(other) => return unsupported_version(id, other),
-                None => {
-                    return error_response(
-                        id,
-                        codes::INVALID_PARAMS,
-                        "`_meta.io.modelcontextprotocol/protocolVersion` must be a string",
-                        None,
-                    );
-                }
+        if *era == Era::Modern {
+            if let Err(e) = check_modern_meta(&id, params) {
+                return e;
+            }
+            if REMOVED_IN_MODERN.contains(&method) {
+                return error_response(
+                    id,
+                    codes::METHOD_NOT_FOUND,
+                    &format!(
+                        "method not found: {method} does not exist in protocol {MODERN_VERSION}"
+                    ),
+                    None,
+                );
             }
         }
         let result = match method {
@@ -335,6 +407,32 @@ impl Dispatcher {
                 return success_response(id, self.initialize_result(negotiate(requested)));
             }
             "ping" => json!({}),
+            "logging/setLevel" => {
+                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+                if !level.is_some_and(|l| LOG_LEVELS.contains(&l)) {
+                    return error_response(
+                        id,
+                        codes::INVALID_PARAMS,
+                        &format!("`level` must be one of {}", LOG_LEVELS.join(", ")),
+                        None,
+                    );
+                }
+                // This server sends no log notifications, so every level is honoured.
+                json!({})
+            }
+            "prompts/list" => self.cacheable(era, json!({ "prompts": [] })),
+            "prompts/get" => {
+                let name = params
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                return error_response(
+                    id,
+                    codes::INVALID_PARAMS,
+                    &format!("unknown prompt {name:?}: this server offers no prompts"),
+                    None,
+                );
+            }
             "server/discover" => {
                 let mut r = json!({
                     "supportedVersions": supported_versions(),
@@ -373,7 +471,7 @@ impl Dispatcher {
                 }
                 r
             }
-            "resources/templates/list" => json!({ "resourceTemplates": [] }),
+            "resources/templates/list" => self.cacheable(era, json!({ "resourceTemplates": [] })),
             "resources/read" => {
                 let uri = params
                     .and_then(|p| p.get("uri"))
@@ -469,8 +567,54 @@ mod tests {
         })
     }
 
-    fn run(d: &Dispatcher, era: Era, method: &str, params: Value) -> Value {
+    /// Runs one request; modern requests get the `_meta` every 2026-07-28 request carries.
+    fn run(d: &Dispatcher, era: Era, method: &str, mut params: Value) -> Value {
+        if era == Era::Modern && params.get("_meta").is_none() {
+            params["_meta"] =
+                json!({META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}});
+        }
         futures_executor::block_on(d.request(&Echo, &era, json!(1), method, Some(&params)))
+    }
+
+    #[test]
+    fn modern_requests_need_their_meta() {
+        let d = dispatcher(false);
+        for params in [
+            json!({}),
+            json!({"_meta": {}}),
+            json!({"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}}),
+            json!({"_meta": {META_CLIENT_CAPABILITIES: {}}}),
+            json!({"_meta": {META_PROTOCOL_VERSION: 5, META_CLIENT_CAPABILITIES: {}}}),
+        ] {
+            let r = futures_executor::block_on(d.request(
+                &Echo,
+                &Era::Modern,
+                json!(1),
+                "tools/list",
+                Some(&params),
+            ));
+            assert_eq!(r["error"]["code"], codes::INVALID_PARAMS, "{params}");
+        }
+        for removed in ["initialize", "ping", "logging/setLevel"] {
+            let r = run(&d, Era::Modern, removed, json!({}));
+            assert_eq!(r["error"]["code"], codes::METHOD_NOT_FOUND, "{removed}");
+        }
+        let r = run(
+            &d,
+            Era::Legacy(LATEST_LEGACY.into()),
+            "logging/setLevel",
+            json!({"level": "debug"}),
+        );
+        assert_eq!(r["result"], json!({}));
+        let r = run(
+            &d,
+            Era::Legacy(LATEST_LEGACY.into()),
+            "logging/setLevel",
+            json!({"level": "loud"}),
+        );
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+        let r = run(&d, Era::Modern, "resources/templates/list", json!({}));
+        assert_eq!(r["result"]["cacheScope"], "public");
     }
 
     #[test]

@@ -289,7 +289,7 @@ async fn main() -> Result<()> {
         async move {
             let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
                 "name": "terminal_execute", "arguments": {"args": ["true"], "computer_id": id},
-                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}});
             let resp: serde_json::Value = http
                 .post(&url)
                 .header("content-type", "application/json")

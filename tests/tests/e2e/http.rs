@@ -5,6 +5,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tests::*;
 
+/// The `_meta` every 2026-07-28 request carries.
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
 fn raw() -> reqwest::Client {
     reqwest::Client::new()
 }
@@ -100,7 +105,8 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
         assert_eq!(body["result"]["protocolVersion"], v);
     }
     // Unknown session → 404; no session and no version header → 400.
-    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let list =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": meta()}});
     let (status, _, _) = post(&s, &[("mcp-session-id", "nope")], list.clone()).await?;
     assert_eq!(status, 404);
     let (status, _, _) = post(&s, &[], list.clone()).await?;
@@ -136,7 +142,7 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
     .await?;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], -32022);
-    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "computer_list", "arguments": {}}});
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "computer_list", "arguments": {}, "_meta": meta()}});
     let (status, _, _) = post(
         &s,
         &[
@@ -165,11 +171,33 @@ async fn issue_2_http_protocol_rules() -> anyhow::Result<()> {
             ("mcp-protocol-version", "2026-07-28"),
             ("mcp-method", "nope/x"),
         ],
-        json!({"jsonrpc": "2.0", "id": 4, "method": "nope/x"}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "nope/x", "params": {"_meta": meta()}}),
     )
     .await?;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], -32601);
+    // A modern request must carry its _meta; methods 2026-07-28 removed are not found.
+    let (status, _, body) = post(
+        &s,
+        &modern,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+    )
+    .await?;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], -32602);
+    for removed in ["initialize", "ping"] {
+        let (status, _, body) = post(
+            &s,
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", removed),
+            ],
+            json!({"jsonrpc": "2.0", "id": 6, "method": removed, "params": {"_meta": meta()}}),
+        )
+        .await?;
+        assert_eq!(status, 404, "{removed}");
+        assert_eq!(body["error"]["code"], -32601);
+    }
     // Malformed JSON.
     let resp = raw()
         .post(&s.url)
@@ -207,7 +235,8 @@ async fn issue_2_http_bearer_token() -> anyhow::Result<()> {
     opts.env
         .push(("KILNTAINERS_AUTH_TOKEN".into(), "s3cret-token".into()));
     let s = HttpServer::start(&t, &state_dir(&t), &opts).await?;
-    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let list =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
     let modern = [
         ("mcp-protocol-version", "2026-07-28"),
         ("mcp-method", "tools/list"),
@@ -291,7 +320,7 @@ async fn issue_2_http_dropped_request_kills_the_command() -> anyhow::Result<()> 
     let id = format!("{t}-d");
     let body = |cmd: &str| {
         json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "terminal_execute",
-            "arguments": {"command": cmd, "computer_id": id}}})
+            "arguments": {"command": cmd, "computer_id": id}, "_meta": meta()}})
     };
     let modern = [
         ("mcp-protocol-version", "2026-07-28"),
