@@ -16,6 +16,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
@@ -255,6 +256,49 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Does this request ask for progress, from a client that reads event streams?
+fn wants_stream(headers: &HeaderMap, params: Option<&Value>) -> bool {
+    let accepts = header_str(headers, "accept").is_some_and(|a| a.contains("text/event-stream"));
+    let token = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("progressToken"))
+        .is_some();
+    accepts && token
+}
+
+/// Runs a request whose progress notifications and final response go out as one SSE
+/// stream. Closing the stream cancels the request (and kills its command). Returns the
+/// response and, for cancellation by id, the request's key and abort handle.
+fn stream_request(
+    host: SessionHost,
+    d: Arc<Dispatcher>,
+    era: Era,
+    id: Value,
+    method: String,
+    params: Option<Value>,
+    on_done: impl FnOnce() + Send + 'static,
+) -> (Response, Option<(String, AbortHandle)>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let host = host.with_notifier(tx.clone());
+    let key = id.to_string();
+    let task = tokio::spawn(async move {
+        let resp = d.request(&host, &era, id, &method, params.as_ref()).await;
+        let _ = tx.send(resp);
+        on_done();
+    });
+    let handle = task.abort_handle();
+    let guard = AbortOnDrop(task.abort_handle());
+    let events = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let msg = rx.recv().await?;
+        let event = Event::default().event("message").data(msg.to_string());
+        Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)))
+    });
+    let mut resp = Sse::new(events).into_response();
+    resp.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    (resp, Some((key, handle)))
+}
+
 async fn run_request(task: JoinHandle<Value>, id: Value) -> Value {
     let _guard = AbortOnDrop(task.abort_handle());
     match task.await {
@@ -400,6 +444,24 @@ async fn mcp_post(
             Incoming::Request { id, method, params } => {
                 let d = state.dispatcher.clone();
                 let era = Era::Legacy(version);
+                if wants_stream(&headers, params.as_ref()) {
+                    let st = state.clone();
+                    let key = id.to_string();
+                    let sid2 = sid.clone();
+                    let (resp, abort) =
+                        stream_request(host, d, era, id, method, params, move || {
+                            if let Some(s) = st.sessions().get_mut(&sid2) {
+                                s.inflight.remove(&key);
+                                s.last_seen = Instant::now();
+                            }
+                        });
+                    if let Some((key, handle)) = abort
+                        && let Some(s) = state.sessions().get_mut(&sid)
+                    {
+                        s.inflight.insert(key, handle);
+                    }
+                    return resp;
+                }
                 let rid = id.clone();
                 let task = tokio::spawn(async move {
                     d.request(&host, &era, rid, &method, params.as_ref()).await
@@ -453,6 +515,9 @@ async fn mcp_post(
             }
             let host = SessionHost::new(state.computers.clone(), principal(&state), true);
             let d = state.dispatcher.clone();
+            if wants_stream(&headers, params.as_ref()) {
+                return stream_request(host, d, Era::Modern, id, method, params, || {}).0;
+            }
             let rid = id.clone();
             let task = tokio::spawn(async move {
                 d.request(&host, &Era::Modern, rid, &method, params.as_ref())

@@ -350,3 +350,82 @@ async fn issue_2_http_dropped_request_kills_the_command() -> anyhow::Result<()> 
     s.terminate().await?;
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
+
+/// The `data:` payloads of an SSE body.
+fn sse_messages(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn issue_2_http_progress_streams_as_sse() -> anyhow::Result<()> {
+    let t = tag("httpsse");
+    let s = HttpServer::start(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    // Legacy session.
+    let (_, h, _) = post(&s, &[], json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await?;
+    let sid = h.get("mcp-session-id").unwrap().to_str()?.to_owned();
+    let call = |id: u32, token: &str, meta: Value| {
+        let mut m = meta;
+        m["progressToken"] = json!(token);
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "terminal_execute",
+            "arguments": {"command": "echo streamed"}, "_meta": m}})
+    };
+    let resp = raw()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(call(2, "p-legacy", json!({})).to_string())
+        .send()
+        .await?;
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()?
+            .starts_with("text/event-stream")
+    );
+    let msgs = sse_messages(&resp.text().await?);
+    let progress: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(progress.len() >= 2, "{msgs:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "p-legacy")
+    );
+    let last = msgs.last().unwrap();
+    assert_eq!(last["id"], 2);
+    assert_eq!(last["result"]["structuredContent"]["stdout"], "streamed\n");
+    // Stateless: the same, for a new computer named in the call.
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "terminal_execute",
+        "arguments": {"command": "echo modern", "computer_id": format!("{t}-m")},
+        "_meta": {"progressToken": 7, "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let resp = raw()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "terminal_execute")
+        .body(body.to_string())
+        .send()
+        .await?;
+    let msgs = sse_messages(&resp.text().await?);
+    assert!(
+        msgs.iter()
+            .any(|m| m["method"] == "notifications/progress" && m["params"]["progressToken"] == 7),
+        "{msgs:?}"
+    );
+    assert_eq!(
+        msgs.last().unwrap()["result"]["structuredContent"]["stdout"],
+        "modern\n"
+    );
+    s.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
