@@ -205,11 +205,22 @@ impl Computers {
         };
         self.touch(id);
         let span = tracing::info_span!("exec", computer_id = id, backend = "docker");
-        let result = self
+        let mut result = self
             .docker
             .exec(&container_name(id), &spec)
-            .instrument(span)
+            .instrument(span.clone())
             .await;
+        if matches!(result, Err(DockerError::NotRunning(_))) {
+            // Stopped behind our back (engine restart, `docker stop`): start it, try once more.
+            tracing::info!(computer_id = id, "computer was stopped; starting it again");
+            if self.docker.start(id).await.is_ok() {
+                result = self
+                    .docker
+                    .exec(&container_name(id), &spec)
+                    .instrument(span)
+                    .await;
+            }
+        }
         self.touch(id);
         match result {
             Ok(outcome) => structured_result(exec_structured(id, temporary, outcome)),

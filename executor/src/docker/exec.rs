@@ -255,8 +255,8 @@ impl Docker {
                 ));
             }
             Err(e) if super::status_of(&e) == Some(409) => {
-                return Err(DockerError::Stream(
-                    "the computer is not running; restart it with computer_restart".into(),
+                return Err(DockerError::NotRunning(
+                    container.trim_start_matches(super::NAME_PREFIX).into(),
                 ));
             }
             Err(e) => return Err(DockerError::from_bollard(e)),

@@ -59,6 +59,10 @@ pub enum DockerError {
         "computer {0:?} does not exist; create it with computer_create or pass it to terminal_execute"
     )]
     NotFound(String),
+    #[error(
+        "computer {0:?} is not running and could not be started; try computer_restart or computer_factory_reset"
+    )]
+    NotRunning(String),
     #[error("the container engine refused the request: {0}")]
     Engine(String),
     #[error("the computer stopped while the command ran: {0}")]

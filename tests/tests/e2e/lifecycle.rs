@@ -303,3 +303,25 @@ async fn issue_2_foreign_container_name_is_refused() -> anyhow::Result<()> {
     c.cancel().await?;
     remove_all(&t).await
 }
+
+#[tokio::test]
+async fn issue_2_a_stopped_computer_is_started_again() -> anyhow::Result<()> {
+    let t = tag("stopped");
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    let id = format!("{t}-s");
+    exec(
+        &c,
+        json!({"command": "echo kept > /root/k", "computer_id": id}),
+    )
+    .await?;
+    docker()?
+        .stop_container(
+            &format!("kilntainer-{id}"),
+            None::<bollard::query_parameters::StopContainerOptions>,
+        )
+        .await?;
+    let r = exec(&c, json!({"command": "cat /root/k", "computer_id": id})).await?;
+    assert_eq!(r["stdout"], "kept\n");
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
