@@ -79,6 +79,10 @@ impl HttpState {
     pub async fn expire(&self) {
         let expired: Vec<(String, SessionHost)> = {
             let mut sessions = self.sessions();
+            // A finished request whose bookkeeping raced its own end is not in flight.
+            for s in sessions.values_mut() {
+                s.inflight.retain(|_, h| !h.is_finished());
+            }
             let dead: Vec<String> = sessions
                 .iter()
                 .filter(|(_, s)| {
