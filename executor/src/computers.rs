@@ -286,8 +286,10 @@ impl Computers {
         });
         join_all(removals).await;
         let mut tracked = self.tracked();
+        let mut locks = self.id_locks.lock().unwrap_or_else(|p| p.into_inner());
         for id in &ids {
             tracked.remove(id);
+            locks.remove(id);
         }
     }
 
