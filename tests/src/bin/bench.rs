@@ -90,17 +90,6 @@ async fn floor_exec(d: &bollard::Docker, container: &str) -> Result<i64> {
     info.exit_code.context("no exit code")
 }
 
-async fn time_floor_sequential(d: &bollard::Docker, container: &str, n: usize) -> Result<Vec<f64>> {
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        floor_exec(d, container).await?;
-        v.push(ms(t.elapsed()));
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v)
-}
-
 async fn floor_throughput(d: &bollard::Docker, containers: &[String]) -> Result<f64> {
     let t = Instant::now();
     for _ in 0..ROUNDS {
@@ -177,19 +166,24 @@ async fn main() -> Result<()> {
     for _ in 0..20 {
         floor_exec(&d, &floor_name).await?;
     }
-    let floor = time_floor_sequential(&d, &floor_name, WARM_EXECS).await?;
     let c = stdio_client(&t, &state_dir(&t), &ServerOpts::lifecycle()).await?;
     let warm_id = format!("{t}-warm");
     exec(&c, json!({"args": ["true"], "computer_id": warm_id})).await?;
     for _ in 0..20 {
         exec(&c, json!({"args": ["true"], "computer_id": warm_id})).await?;
     }
+    // Interleaved, so both see the same machine: one floor exec, then one of ours.
+    let mut floor = Vec::with_capacity(WARM_EXECS);
     let mut ours = Vec::with_capacity(WARM_EXECS);
     for _ in 0..WARM_EXECS {
+        let s = Instant::now();
+        floor_exec(&d, &floor_name).await?;
+        floor.push(ms(s.elapsed()));
         let s = Instant::now();
         exec(&c, json!({"args": ["true"], "computer_id": warm_id})).await?;
         ours.push(ms(s.elapsed()));
     }
+    floor.sort_by(f64::total_cmp);
     ours.sort_by(f64::total_cmp);
     for (name, p) in [
         ("warm exec `true`, stdio, p50", 0.5),
