@@ -105,20 +105,30 @@ async fn issue_2_client_killed_removes_temporaries() -> anyhow::Result<()> {
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
 
-#[tokio::test]
-async fn issue_2_sigterm_removes_temporaries_and_exits_cleanly() -> anyhow::Result<()> {
-    let t = tag("sigterm");
+/// Sends `sig` to a server holding five temporaries and a permanent computer.
+async fn signal_shuts_down_cleanly(sig: &str) -> anyhow::Result<()> {
+    let t = tag(&format!("sig{}", sig.to_lowercase()));
     let mut child = raw_server_with_temporaries(&t, 5).await?;
     assert_eq!(containers(&t).await?.len(), 6);
-    signal(child.id().unwrap(), "TERM");
+    signal(child.id().unwrap(), sig);
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await??;
-    assert!(status.success(), "{status}");
+    assert!(status.success(), "{sig}: {status}");
     assert_eq!(
         containers(&t).await?.len(),
         1,
         "only the permanent computer stays"
     );
     remove_all(&t).await
+}
+
+#[tokio::test]
+async fn issue_2_sigterm_removes_temporaries_and_exits_cleanly() -> anyhow::Result<()> {
+    signal_shuts_down_cleanly("TERM").await
+}
+
+#[tokio::test]
+async fn issue_2_sigint_removes_temporaries_and_exits_cleanly() -> anyhow::Result<()> {
+    signal_shuts_down_cleanly("INT").await
 }
 
 #[tokio::test]
