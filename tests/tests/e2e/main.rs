@@ -8,6 +8,7 @@
 //! - `http`: both protocol eras over Streamable HTTP, auth, Host/Origin checks, service routes
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
+//! - `images`: a BusyBox image (ash, no bash)
 //! - `podman`: the same over Podman's Docker-compatible API
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -15,6 +16,7 @@
 mod cleanup;
 mod exec;
 mod http;
+mod images;
 mod lifecycle;
 mod podman;
 mod security;
