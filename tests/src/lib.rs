@@ -251,6 +251,11 @@ pub fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// A shell command that prints how many `sleep 1000` processes run in a computer (its own
+/// keep-alive sleeps for a day, so it is not counted). Tests start `sleep 1000` trees and
+/// check that a timeout or a cancellation left none behind.
+pub const COUNT_SLEEP_1000: &str = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000' || true";
+
 /// Builds tool arguments from a JSON object literal.
 pub fn args(v: Value) -> Map<String, Value> {
     match v {

@@ -5,9 +5,6 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tests::*;
 
-/// Counts `sleep 1000` processes (the computer's own keep-alive sleeps for a day).
-const PS: &str = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000' || true";
-
 #[tokio::test]
 async fn issue_2_result_shape_and_session_default() -> anyhow::Result<()> {
     let t = tag("shape");
@@ -118,7 +115,7 @@ async fn issue_2_timeout_kills_the_tree_and_keeps_output() -> anyhow::Result<()>
             .contains("timed out after 1 s"),
         "{r}"
     );
-    let left = exec(&c, json!({"command": PS})).await?;
+    let left = exec(&c, json!({"command": COUNT_SLEEP_1000})).await?;
     assert_eq!(
         left["stdout"], "0\n",
         "sleep processes survived the timeout"
@@ -175,7 +172,7 @@ async fn issue_2_cancel_kills_the_command() -> anyhow::Result<()> {
     );
     let mut left = json!(null);
     for _ in 0..40 {
-        left = exec(&c, json!({"command": PS})).await?;
+        left = exec(&c, json!({"command": COUNT_SLEEP_1000})).await?;
         if left["stdout"] == "0\n" {
             break;
         }

@@ -336,7 +336,7 @@ async fn issue_2_http_dropped_request_kills_the_command() -> anyhow::Result<()> 
             .await
             .is_err()
     );
-    let count = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000' || true";
+    let count = COUNT_SLEEP_1000;
     let mut left = Value::Null;
     for _ in 0..40 {
         let (_, _, r) = post(&s, &modern, body(count)).await?;

@@ -33,7 +33,7 @@ async fn issue_2_podman_engine() -> anyhow::Result<()> {
     .await?;
     assert_eq!(r["exit_code"], 124);
     assert_eq!(r["stdout"], "before\n");
-    let left = exec(&c, json!({"command": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000' || true"})).await?;
+    let left = exec(&c, json!({"command": COUNT_SLEEP_1000})).await?;
     assert_eq!(left["stdout"], "0\n");
     let list = call(&c, "computer_list", json!({}))
         .await?
