@@ -1,0 +1,9 @@
+//! `supervisor`: the process supervisor that runs as PID 1 inside a computer.
+//!
+//! [`frame`] is the protocol both sides speak (the server uses it as a library);
+//! [`server`] is the supervisor itself. The binary `msc-supervisor` is built static for
+//! `x86_64-unknown-linux-musl`, so it needs nothing from the image. Other architectures
+//! have no supervisor: the server falls back to plain Engine API exec there.
+
+pub mod frame;
+pub mod server;

@@ -1,0 +1,481 @@
+//! The supervisor: serves framed connections on a unix socket, runs each job in its own
+//! process group, streams its output, enforces its timeout and output limit at the source,
+//! and reaps every child (it is PID 1 in a computer).
+//!
+//! Threads, not async: a job is a handful of blocking reads and one wait, and the binary
+//! must stay small and static. One reaper thread owns `wait()`: every exit status goes
+//! through it, so no spawn can race another waiter. A connection that ends (the server went
+//! away) kills the jobs it started. Frames from the socket are untrusted: malformed ones
+//! end that connection, never the supervisor.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, WaitOptions};
+
+use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, Kind, StartSpec};
+
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Exit statuses, handed from the reaper to whoever waits for a pid.
+#[derive(Default)]
+struct Reaped {
+    waiters: HashMap<i32, Sender<i32>>,
+}
+
+/// Shared state of the supervisor.
+#[derive(Default)]
+struct State {
+    reaped: Mutex<Reaped>,
+    /// Wakes the reaper when it has no children and a job was just spawned.
+    spawned: (Mutex<u64>, std::sync::Condvar),
+    /// Process groups of every running job, for shutdown.
+    groups: Mutex<HashMap<i32, ()>>,
+}
+
+/// Shell-style code of a wait status: the exit status, or 128+N for signal N.
+fn shell_code(status: rustix::process::WaitStatus) -> i32 {
+    if let Some(code) = status.exit_status() {
+        code
+    } else if let Some(sig) = status.terminating_signal() {
+        128 + sig
+    } else {
+        255
+    }
+}
+
+fn kill_group(pgid: i32, signal: Signal) {
+    if let Some(pid) = Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+fn reaper(state: Arc<State>) {
+    let (count, wake) = &state.spawned;
+    loop {
+        // Read the spawn count before waiting, so a spawn that races ECHILD is not missed.
+        let seen = *lock(count);
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some((pid, status))) => {
+                let waiter = lock(&state.reaped)
+                    .waiters
+                    .remove(&pid.as_raw_nonzero().get());
+                if let Some(tx) = waiter {
+                    let _ = tx.send(shell_code(status));
+                }
+            }
+            Err(rustix::io::Errno::INTR) | Ok(None) => {}
+            // No children: sleep until a job is spawned (the timeout is only a safety net).
+            Err(_) => {
+                let guard = lock(count);
+                if *guard == seen {
+                    let _ = wake.wait_timeout(guard, Duration::from_millis(500));
+                }
+            }
+        }
+    }
+}
+
+/// Where `program` would be run from, or why not (126/127 like a shell).
+fn resolve(program: &str) -> Result<PathBuf, (i32, String)> {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return match std::fs::metadata(&p) {
+            Err(_) => Err((127, format!("{program}: No such file or directory"))),
+            Ok(_) if !executable(&p) => Err((126, format!("{program}: Permission denied"))),
+            Ok(_) => Ok(p),
+        };
+    }
+    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned());
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| (127, format!("{program}: not found")))
+}
+
+/// One connection's writer, shared by the threads that answer on it.
+type Writer = Arc<Mutex<UnixStream>>;
+
+fn send(w: &Writer, frame: &Frame) {
+    let _ = frame.write_to(&mut *lock(w));
+}
+
+/// Feeds a job's stdin: `Some(bytes)` to write, `None` (or dropping it) to close.
+type StdinTx = Sender<Option<Vec<u8>>>;
+
+/// A running job, as its connection sees it.
+struct JobCtl {
+    pgid: i32,
+    stdin: Option<StdinTx>,
+}
+
+fn finish(w: &Writer, job: u32, code: i32, stderr_note: Option<&str>) {
+    if let Some(note) = stderr_note {
+        send(
+            w,
+            &Frame::new(Kind::Stderr, job, format!("{note}\n").into_bytes()),
+        );
+    }
+    let info = ExitInfo {
+        code,
+        timed_out: false,
+        truncated: false,
+    };
+    send(
+        w,
+        &Frame::new(
+            Kind::Exit,
+            job,
+            serde_json::to_vec(&info).unwrap_or_default(),
+        ),
+    );
+}
+
+/// Starts a job and the threads that serve it. Returns its control handle.
+fn start_job(
+    state: &Arc<State>,
+    w: &Writer,
+    job: u32,
+    spec: StartSpec,
+    jobs: &Arc<Mutex<HashMap<u32, JobCtl>>>,
+) -> Option<JobCtl> {
+    let Some(program) = spec.argv.first() else {
+        finish(w, job, 127, Some("msc-supervisor: empty argv"));
+        return None;
+    };
+    if let Some(cwd) = &spec.cwd
+        && !Path::new(cwd).is_dir()
+    {
+        finish(
+            w,
+            job,
+            126,
+            Some(&format!("cd: {cwd}: No such file or directory")),
+        );
+        return None;
+    }
+    let path = match resolve(program) {
+        Ok(p) => p,
+        Err((code, msg)) => {
+            finish(w, job, code, Some(&msg));
+            return None;
+        }
+    };
+    let mut cmd = Command::new(path);
+    cmd.arg0(program).args(&spec.argv[1..]).process_group(0);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    for kv in &spec.env {
+        if let Some((k, v)) = kv.split_once('=') {
+            cmd.env(k, v);
+        }
+    }
+    cmd.stdin(if spec.stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let (exit_tx, exit_rx) = mpsc::channel();
+    let mut child = {
+        // Spawn and register under the reaper's lock, so it cannot see the pid first.
+        let mut reaped = lock(&state.reaped);
+        match cmd.spawn() {
+            Ok(c) => {
+                reaped.waiters.insert(c.id() as i32, exit_tx);
+                c
+            }
+            Err(e) => {
+                drop(reaped);
+                finish(w, job, 126, Some(&format!("{program}: {e}")));
+                return None;
+            }
+        }
+    };
+    let pgid = child.id() as i32;
+    {
+        let (count, wake) = &state.spawned;
+        *lock(count) += 1;
+        wake.notify_all();
+    }
+    lock(&state.groups).insert(pgid, ());
+    send(
+        w,
+        &Frame::new(Kind::Started, job, pgid.to_string().into_bytes()),
+    );
+
+    let used = Arc::new(AtomicU64::new(0));
+    let truncated = Arc::new(AtomicBool::new(false));
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for (kind, pipe) in [
+        (
+            Kind::Stdout,
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            Kind::Stderr,
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let Some(mut pipe) = pipe else { continue };
+        let (w, used, truncated, limit) = (
+            w.clone(),
+            used.clone(),
+            truncated.clone(),
+            spec.output_limit,
+        );
+        readers.push(thread::spawn(move || {
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let before = used.fetch_add(n as u64, Ordering::SeqCst);
+                let room = limit.saturating_sub(before) as usize;
+                let keep = n.min(room);
+                if keep > 0 {
+                    send(&w, &Frame::new(kind, job, buf[..keep].to_vec()));
+                }
+                if keep < n {
+                    // The limit is enforced here: stop reading and stop the job.
+                    truncated.store(true, Ordering::SeqCst);
+                    kill_group(pgid, Signal::KILL);
+                    break;
+                }
+            }
+        }));
+    }
+    let stdin_tx = child.stdin.take().map(|mut stdin| {
+        let (tx, rx): (StdinTx, Receiver<Option<Vec<u8>>>) = mpsc::channel();
+        thread::spawn(move || {
+            while let Ok(Some(bytes)) = rx.recv() {
+                // A job that never reads its stdin is not an error.
+                if stdin.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+        });
+        tx
+    });
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    {
+        let timed_out = timed_out.clone();
+        let timeout = Duration::from_millis(spec.timeout_ms.max(1));
+        thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(timeout) {
+                timed_out.store(true, Ordering::SeqCst);
+                kill_group(pgid, Signal::KILL);
+            }
+        });
+    }
+    {
+        let (w, state, jobs) = (w.clone(), state.clone(), jobs.clone());
+        thread::spawn(move || {
+            for r in readers {
+                let _ = r.join();
+            }
+            let status = exit_rx.recv().unwrap_or(255);
+            let _ = done_tx.send(());
+            // The group may still hold children (e.g. `cmd &` whose output was closed).
+            if timed_out.load(Ordering::SeqCst) || truncated.load(Ordering::SeqCst) {
+                kill_group(pgid, Signal::KILL);
+            }
+            lock(&state.groups).remove(&pgid);
+            lock(&jobs).remove(&job);
+            let info = ExitInfo {
+                code: if timed_out.load(Ordering::SeqCst) {
+                    124
+                } else {
+                    status
+                },
+                timed_out: timed_out.load(Ordering::SeqCst),
+                truncated: truncated.load(Ordering::SeqCst),
+            };
+            send(
+                &w,
+                &Frame::new(
+                    Kind::Exit,
+                    job,
+                    serde_json::to_vec(&info).unwrap_or_default(),
+                ),
+            );
+        });
+    }
+    drop(child);
+    Some(JobCtl {
+        pgid,
+        stdin: stdin_tx,
+    })
+}
+
+fn serve_connection(state: Arc<State>, stream: UnixStream) {
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let w: Writer = Arc::new(Mutex::new(write_half));
+    let jobs: Arc<Mutex<HashMap<u32, JobCtl>>> = Arc::default();
+    let mut reader = io::BufReader::new(stream);
+    loop {
+        let frame = match Frame::read_from(&mut reader) {
+            Ok(f) => f,
+            Err(FrameError::Closed) => break,
+            Err(e) => {
+                send(&w, &Frame::new(Kind::Error, 0, e.to_string().into_bytes()));
+                break;
+            }
+        };
+        match frame.kind {
+            Kind::Start => {
+                if lock(&jobs).contains_key(&frame.job) {
+                    send(
+                        &w,
+                        &Frame::new(Kind::Error, frame.job, b"job id already in use".to_vec()),
+                    );
+                    continue;
+                }
+                match serde_json::from_slice::<StartSpec>(&frame.payload) {
+                    Ok(spec) => {
+                        if let Some(ctl) = start_job(&state, &w, frame.job, spec, &jobs) {
+                            lock(&jobs).insert(frame.job, ctl);
+                        }
+                    }
+                    Err(e) => send(
+                        &w,
+                        &Frame::new(
+                            Kind::Error,
+                            frame.job,
+                            format!("bad start: {e}").into_bytes(),
+                        ),
+                    ),
+                }
+            }
+            Kind::Stdin => {
+                if let Some(tx) = lock(&jobs).get(&frame.job).and_then(|j| j.stdin.as_ref()) {
+                    let _ = tx.send(Some(frame.payload));
+                }
+            }
+            Kind::StdinClose => {
+                if let Some(j) = lock(&jobs).get_mut(&frame.job) {
+                    j.stdin = None;
+                }
+            }
+            Kind::Kill => {
+                let sig = frame.payload.first().copied().unwrap_or(9);
+                let signal = Signal::from_named_raw(i32::from(sig)).unwrap_or(Signal::KILL);
+                if let Some(j) = lock(&jobs).get(&frame.job) {
+                    kill_group(j.pgid, signal);
+                }
+            }
+            Kind::Ping => send(&w, &Frame::new(Kind::Pong, frame.job, frame.payload)),
+            // Supervisor-to-client kinds are not accepted from a client.
+            _ => {
+                send(
+                    &w,
+                    &Frame::new(Kind::Error, frame.job, b"unexpected frame kind".to_vec()),
+                );
+                break;
+            }
+        }
+    }
+    // The server went away: what it started goes too.
+    let groups: Vec<i32> = lock(&jobs).values().map(|j| j.pgid).collect();
+    for g in groups {
+        kill_group(g, Signal::KILL);
+    }
+}
+
+/// Runs the supervisor on `socket` until SIGTERM/SIGINT/SIGHUP.
+pub fn run(socket: &Path) -> io::Result<()> {
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(socket);
+    let listener = UnixListener::bind(socket)?;
+    let state = Arc::new(State::default());
+    {
+        let state = state.clone();
+        thread::spawn(move || reaper(state));
+    }
+    {
+        let state = state.clone();
+        let socket = socket.to_owned();
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGHUP,
+        ])?;
+        thread::spawn(move || {
+            if signals.forever().next().is_some() {
+                let groups: Vec<i32> = lock(&state.groups).keys().copied().collect();
+                for g in groups {
+                    kill_group(g, Signal::KILL);
+                }
+                let _ = std::fs::remove_file(&socket);
+                std::process::exit(0);
+            }
+        });
+    }
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => {
+                let state = state.clone();
+                thread::spawn(move || serve_connection(state, stream));
+            }
+            Err(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    Ok(())
+}
+
+/// Pipes stdin/stdout to the supervisor's socket (what the server execs once per computer).
+pub fn relay(socket: &Path) -> io::Result<()> {
+    let stream = UnixStream::connect(socket)?;
+    let mut to_socket = stream.try_clone()?;
+    let mut from_socket = stream;
+    let up = thread::spawn(move || {
+        let _ = io::copy(&mut io::stdin().lock(), &mut to_socket);
+        let _ = to_socket.shutdown(std::net::Shutdown::Write);
+    });
+    // Not `io::copy`: stdout is line-buffered, and frames are not lines.
+    let mut out = io::stdout().lock();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match from_socket.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(up);
+    Ok(())
+}
