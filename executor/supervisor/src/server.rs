@@ -24,6 +24,9 @@ use rustix::process::{Pid, Signal, WaitOptions};
 
 use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, Kind, StartSpec};
 
+/// argv[0] marker: run bash if the image has it, else /bin/sh.
+pub const AUTO_SHELL: &str = "@auto-shell";
+
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -172,6 +175,16 @@ fn start_job(
         );
         return None;
     }
+    // `@auto-shell`: bash when the image has it, else /bin/sh (the server's default shell).
+    let program = if program == AUTO_SHELL {
+        if resolve("/bin/bash").is_ok() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        }
+    } else {
+        program.as_str()
+    };
     let path = match resolve(program) {
         Ok(p) => p,
         Err((code, msg)) => {

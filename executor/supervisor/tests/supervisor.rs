@@ -158,6 +158,13 @@ fn issue_3_runs_commands_with_shell_exit_codes() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nope"));
     in_dir.cwd = Some("/tmp".into());
     assert_eq!(run(&mut s, 5, &in_dir).stdout, b"/tmp\n");
+    let o = run(
+        &mut s,
+        6,
+        &spec(&["@auto-shell", "-c", "echo $0"], 1000, 100),
+    );
+    let shell = String::from_utf8_lossy(&o.stdout);
+    assert!(shell == "/bin/bash\n" || shell == "/bin/sh\n", "{shell}");
 }
 
 #[test]
