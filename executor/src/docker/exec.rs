@@ -294,6 +294,8 @@ impl Docker {
         };
         let mut collector = OutputCollector::new(spec.output_limit);
         let mut header = Vec::new();
+        // The wrapper's PID line has been taken off stdout (or stdout did not start with one).
+        let mut header_done = false;
         let deadline = tokio::time::Instant::now() + spec.timeout;
         let mut timed_out = false;
         let mut stream_error = None;
@@ -315,15 +317,16 @@ impl Docker {
             let bytes: &[u8] = &bytes;
             let rest;
             let bytes = match stream {
-                Stream::Stdout if guard.pid.is_none() => match take_pid(&mut header, bytes) {
+                Stream::Stdout if !header_done => match take_pid(&mut header, bytes) {
                     Header::Pid(pid, r) => {
                         guard.pid = Some(pid);
+                        header_done = true;
                         rest = r;
                         &rest[..]
                     }
                     Header::Incomplete => continue,
                     Header::NotAPid => {
-                        guard.pid = Some(0);
+                        header_done = true;
                         rest = std::mem::take(&mut header);
                         &rest[..]
                     }
@@ -333,9 +336,6 @@ impl Docker {
             if collector.push(stream, bytes) == Push::LimitHit {
                 break;
             }
-        }
-        if guard.pid == Some(0) {
-            guard.pid = None;
         }
         if let Some(w) = writer {
             w.abort();
