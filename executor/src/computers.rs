@@ -56,6 +56,8 @@ struct Tracked {
     /// Stateless owners have no session end: their temporaries expire when idle.
     stateless: bool,
     last_used_ms: u64,
+    /// Commands running now: a computer in use is never idle, however long they run.
+    running: u32,
 }
 
 fn now_ms() -> u64 {
@@ -63,6 +65,25 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default()
+}
+
+/// Counts a running command on a computer for as long as it lives.
+struct InUse<'a> {
+    computers: &'a Computers,
+    id: &'a str,
+}
+
+impl<'a> InUse<'a> {
+    fn new(computers: &'a Computers, id: &'a str) -> Self {
+        computers.in_use(id, true);
+        Self { computers, id }
+    }
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.computers.in_use(self.id, false);
+    }
 }
 
 /// The registry, shared by every session of this server.
@@ -99,8 +120,14 @@ impl Computers {
         locks.entry(id.to_owned()).or_default().clone()
     }
 
-    fn touch(&self, id: &str) {
+    /// Marks a command starting (`true`) or ending (`false`) on `id`.
+    fn in_use(&self, id: &str, starting: bool) {
         if let Some(t) = self.tracked().get_mut(id) {
+            t.running = if starting {
+                t.running + 1
+            } else {
+                t.running.saturating_sub(1)
+            };
             t.last_used_ms = now_ms();
         }
     }
@@ -181,6 +208,7 @@ impl Computers {
                 owner: r.temporary.then(|| owner.to_owned()),
                 stateless,
                 last_used_ms: now_ms(),
+                running: 0,
             },
         );
     }
@@ -203,7 +231,8 @@ impl Computers {
             timeout: Duration::from_secs(timeout),
             output_limit: self.defaults.output_limit,
         };
-        self.touch(id);
+        // Held across the command, also when the call is cancelled and this future dropped.
+        let _in_use = InUse::new(self, id);
         let span = tracing::info_span!("exec", computer_id = id, backend = "docker");
         let mut result = self
             .docker
@@ -221,7 +250,6 @@ impl Computers {
                     .await;
             }
         }
-        self.touch(id);
         match result {
             Ok(outcome) => structured_result(exec_structured(id, temporary, outcome)),
             Err(e) => {
@@ -313,6 +341,7 @@ impl Computers {
             .filter(|(_, t)| {
                 t.temporary
                     && t.stateless
+                    && t.running == 0
                     && idle_expired(t.last_used_ms, now, self.defaults.session_timeout_secs)
             })
             .map(|(id, _)| id.clone())

@@ -429,3 +429,29 @@ async fn issue_2_http_progress_streams_as_sse() -> anyhow::Result<()> {
     s.terminate().await?;
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
+
+#[tokio::test]
+async fn issue_2_stateless_computer_is_not_reaped_while_a_command_runs() -> anyhow::Result<()> {
+    let t = tag("httpbusy");
+    let s = HttpServer::start(
+        &t,
+        &state_dir(&t),
+        &ServerOpts::default().arg("--session-timeout=1"),
+    )
+    .await?;
+    let c = s.modern_client(None).await?;
+    let id = format!("{t}-busy");
+    // Runs for three session timeouts: idleness must not count while it runs.
+    let r = exec(
+        &c,
+        json!({"command": "sleep 3; echo finished", "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "finished\n");
+    assert_eq!(r["exit_code"], 0);
+    // Once unused, it does expire.
+    wait_for_count(&t, 0, Duration::from_secs(15)).await?;
+    c.cancel().await?;
+    s.terminate().await?;
+    Ok(())
+}
