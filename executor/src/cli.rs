@@ -92,6 +92,12 @@ pub struct Cli {
     #[arg(long, env = "MCP_SANDBOX_STATE_DIR", help_heading = "core options")]
     pub state_dir: Option<PathBuf>,
 
+    /// The static in-computer supervisor (msc-supervisor, x86_64 musl) to place in new
+    /// computers for millisecond exec. Default: the copy built into this binary, else
+    /// msc-supervisor next to it; `none` turns it off (Engine API exec only).
+    #[arg(long, env = "MSC_SUPERVISOR", value_parser = any_string, help_heading = "docker backend options")]
+    pub supervisor: Option<String>,
+
     // ---- tool description ----
     /// Replace the entire terminal_execute tool description.
     #[arg(long, help_heading = "tool description")]
@@ -209,4 +215,9 @@ pub struct Cli {
     /// WASM instruction fuel limit (default: unlimited).
     #[arg(long, help_heading = "wasm backend options")]
     pub wasm_fuel: Option<u64>,
+}
+
+/// Accepts any value, the empty string included (clap refuses empty values by default).
+fn any_string(s: &str) -> Result<String, std::convert::Infallible> {
+    Ok(s.to_owned())
 }

@@ -48,6 +48,10 @@ pub enum ConfigError {
     EmptyToken,
     #[error("--shell {0:?} must be an absolute path such as /bin/sh")]
     BadShell(String),
+    #[error(
+        "--supervisor {0:?} is not a file; give the path of msc-supervisor (x86_64 musl), or `none` for plain Engine API exec"
+    )]
+    BadSupervisor(String),
 }
 
 /// Where the Engine API is.
@@ -88,6 +92,8 @@ pub struct Config {
     pub exec_description: String,
     pub state_dir: PathBuf,
     pub docker: DockerConfig,
+    /// Where the supervisor binary placed in computers comes from.
+    pub supervisor: SupervisorSource,
 }
 
 /// Reads `ENABLE_LIFECYCLE_TOOLS` (trimmed, case-insensitive `true`).
@@ -170,6 +176,36 @@ fn parse_endpoint(raw: Option<&str>) -> Result<DockerEndpoint, ConfigError> {
         ));
     }
     Err(bad("use unix:///path/to/docker.sock or tcp://host:port"))
+}
+
+/// Where the in-computer supervisor comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SupervisorSource {
+    /// Plain Engine API exec only.
+    Off,
+    /// The copy built into this binary (`MSC_EMBED_SUPERVISOR` at build time).
+    Embedded,
+    /// A file: `--supervisor PATH`, or `msc-supervisor` beside this binary.
+    File(PathBuf),
+}
+
+/// The supervisor embedded at build time (empty when none was).
+pub const EMBEDDED_SUPERVISOR: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/msc-supervisor"));
+
+/// `--supervisor`: an explicit path, `none`/empty for none; by default the embedded copy,
+/// else `msc-supervisor` beside this binary, else none.
+fn supervisor_source(flag: Option<&str>) -> Result<SupervisorSource, ConfigError> {
+    match flag.map(str::trim) {
+        Some("" | "none") => Ok(SupervisorSource::Off),
+        Some(p) if PathBuf::from(p).is_file() => Ok(SupervisorSource::File(PathBuf::from(p))),
+        Some(p) => Err(ConfigError::BadSupervisor(p.to_owned())),
+        None if !EMBEDDED_SUPERVISOR.is_empty() => Ok(SupervisorSource::Embedded),
+        None => Ok(std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("msc-supervisor")))
+            .filter(|p| p.is_file())
+            .map_or(SupervisorSource::Off, SupervisorSource::File)),
+    }
 }
 
 fn default_state_dir() -> PathBuf {
@@ -277,6 +313,7 @@ impl Config {
             network,
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
         };
+        let supervisor = supervisor_source(cli.supervisor.as_deref())?;
         Ok(Self {
             transport: cli.transport,
             host,
@@ -291,6 +328,7 @@ impl Config {
             exec_description,
             state_dir: cli.state_dir.clone().unwrap_or_else(default_state_dir),
             docker,
+            supervisor,
         })
     }
 }

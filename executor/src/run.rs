@@ -9,7 +9,7 @@ use shared::mcp::{Dispatcher, ServerConfig};
 
 use crate::cli::TransportArg;
 use crate::computers::{Computers, ExecDefaults, SessionHost};
-use crate::config::Config;
+use crate::config::{Config, EMBEDDED_SUPERVISOR, SupervisorSource};
 use crate::docker::Docker;
 use crate::http::{HttpState, app};
 use crate::instance::{self, host_name};
@@ -68,7 +68,26 @@ async fn shutdown_signal() {
 
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let docker = Docker::connect(config.docker.clone(), instance::current(), host_name()).await?;
+    let supervisor = match &config.supervisor {
+        SupervisorSource::Off => None,
+        SupervisorSource::Embedded => {
+            tracing::info!("placing the built-in supervisor in new computers");
+            Some(EMBEDDED_SUPERVISOR.to_vec())
+        }
+        SupervisorSource::File(path) => match std::fs::read(path) {
+            Ok(bytes) => {
+                tracing::info!(path = %path.display(), "placing the supervisor in new computers");
+                Some(bytes)
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read the supervisor; using Engine API exec");
+                None
+            }
+        },
+    };
+    let docker = Docker::connect(config.docker.clone(), instance::current(), host_name())
+        .await?
+        .with_supervisor(supervisor);
     let computers = Arc::new(Computers::new(
         docker,
         ExecDefaults {

@@ -30,37 +30,61 @@ pub fn workspace() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// The server binary, built once per run: release for the benchmark (`MSC_RELEASE=1`),
-/// debug for tests.
+/// Runs `cargo build -q ARGS` in the workspace (with `env`) and returns the target dir.
+fn cargo_build(args: &[&str], env: &[(&str, &Path)], what: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-q"])
+        .args(args)
+        .current_dir(workspace());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    assert!(
+        cmd.status().map(|s| s.success()).unwrap_or(false),
+        "building {what} failed"
+    );
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+/// The server binary, built once per run with the supervisor embedded: release for the
+/// benchmark (`MSC_RELEASE=1`), debug for tests.
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        let supervisor = supervisor_binary();
         let release = std::env::var_os("MSC_RELEASE").is_some();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut args = vec![
-            "build",
-            "-q",
-            "-p",
-            "executor",
-            "--bin",
-            "mcp-sandbox-computer-vm-for-ai",
-        ];
+        let mut args = vec!["-p", "executor", "--bin", "mcp-sandbox-computer-vm-for-ai"];
         if release {
             args.push("--release");
         }
-        let status = std::process::Command::new(cargo)
-            .args(&args)
-            .current_dir(workspace())
-            .status();
-        assert!(
-            status.map(|s| s.success()).unwrap_or(false),
-            "building the server failed"
+        let target = cargo_build(
+            &args,
+            &[("MSC_EMBED_SUPERVISOR", &supervisor)],
+            "the server",
         );
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| workspace().join("target"));
         let profile = if release { "release" } else { "debug" };
         target.join(profile).join("mcp-sandbox-computer-vm-for-ai")
+    })
+    .clone()
+}
+
+/// The static supervisor (musl, release), built once per run and embedded in the server;
+/// every test server places it in its computers unless a test turns it off (`plain()`).
+pub fn supervisor_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let args = [
+            "-p",
+            "supervisor",
+            "--release",
+            "--target",
+            "x86_64-unknown-linux-musl",
+        ];
+        cargo_build(&args, &[], "the supervisor")
+            .join("x86_64-unknown-linux-musl/release/msc-supervisor")
     })
     .clone()
 }
@@ -117,6 +141,15 @@ impl ServerOpts {
         self.args.push(a.to_owned());
         self
     }
+    /// Computers without the supervisor: every exec through the Engine API.
+    pub fn plain(mut self) -> Self {
+        self.env.push(("MSC_SUPERVISOR".into(), "none".into()));
+        self
+    }
+    /// `plain()` when `yes`.
+    pub fn plain_if(self, yes: bool) -> Self {
+        if yes { self.plain() } else { self }
+    }
 }
 
 /// The command line for a server of test `tag`.
@@ -130,10 +163,15 @@ pub fn command(tag: &str, state: &Path, opts: &ServerOpts) -> tokio::process::Co
     if opts.lifecycle {
         cmd.env("ENABLE_LIFECYCLE_TOOLS", "true");
     }
+    cmd.env_remove("MSC_SUPERVISOR");
+    // MSC_TEST_RUST_LOG=executor=debug makes the servers' logs (target/test-logs) verbose.
+    cmd.env(
+        "RUST_LOG",
+        std::env::var("MSC_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
+    );
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
-    cmd.env("RUST_LOG", "info");
     cmd.kill_on_drop(true);
     cmd
 }

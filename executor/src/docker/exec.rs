@@ -234,8 +234,59 @@ impl Docker {
         }
     }
 
-    /// Runs one command and collects its outcome.
+    /// Runs one command: through the supervisor when the computer has one and its relay
+    /// opens, else through the Engine API (same results).
     pub async fn exec(&self, container: &str, spec: &ExecSpec) -> Result<ExecOutcome, DockerError> {
+        if self.is_supervised(container).await {
+            match self.exec_supervised(container, spec).await {
+                Err(DockerError::SupervisorUnavailable(why)) => {
+                    // PID 1 gone (stopped from inside, or the engine stopping it): the
+                    // container is on its way down; let the caller start it again.
+                    if !self.settles_running(container).await {
+                        return Err(DockerError::NotRunning(
+                            container.trim_start_matches(super::NAME_PREFIX).into(),
+                        ));
+                    }
+                    tracing::info!(
+                        container,
+                        why,
+                        "supervisor unavailable; using Engine API exec"
+                    );
+                }
+                other => return other,
+            }
+        }
+        self.exec_plain(container, spec).await
+    }
+
+    /// Is `container` running, and still running a moment later? (A container whose PID 1
+    /// just exited is reported running until the engine notices.)
+    async fn settles_running(&self, container: &str) -> bool {
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            let running = self
+                .client
+                .inspect_container(container, None)
+                .await
+                .ok()
+                .and_then(|c| c.state)
+                .and_then(|s| s.running)
+                .unwrap_or(false);
+            if !running {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs one command through the Engine API and collects its outcome.
+    pub async fn exec_plain(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+    ) -> Result<ExecOutcome, DockerError> {
         let started = Instant::now();
         let nonce = format!("{:016x}", rand::random::<u64>());
         let opts = CreateExecOptions {

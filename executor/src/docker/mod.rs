@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod flags;
+pub mod supervised;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
-use bollard::models::{ContainerCreateBody, DeviceMapping, HostConfig, ResourcesUlimits};
+use bollard::models::{
+    ContainerCreateBody, DeviceMapping, HostConfig, Mount, MountType, ResourcesUlimits,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
     RestartContainerOptions, StartContainerOptions,
@@ -65,8 +68,16 @@ pub enum DockerError {
     NotRunning(String),
     #[error("the container engine refused the request: {0}")]
     Engine(String),
+    /// The computer's supervisor cannot be reached (nothing was run; plain exec may follow).
+    #[error("the computer's supervisor is unavailable: {0}")]
+    SupervisorUnavailable(String),
     #[error("the computer stopped while the command ran: {0}")]
     Stream(String),
+    /// The supervisor failed during a command (its output so far is lost with it).
+    #[error(
+        "the computer's supervisor failed during the command ({0}); run it again: the next call reconnects, or uses Engine API exec"
+    )]
+    Supervisor(String),
 }
 
 impl DockerError {
@@ -111,6 +122,15 @@ pub struct Docker {
     host: String,
     /// Cleared when the engine says it has no init binary.
     init_available: Arc<AtomicBool>,
+    /// The supervisor binary placed in new computers (None: plain Engine API exec).
+    supervisor: Option<Arc<Vec<u8>>>,
+    /// Relay connections to supervisors, by container name.
+    connections: Arc<supervised::Connections>,
+    /// Whether a container runs the supervisor, as learnt from its label or its creation.
+    supervised_cache: Arc<std::sync::Mutex<HashMap<String, bool>>>,
+    /// The volume holding the supervisor once it is ready (`Ok`), or why this engine
+    /// cannot run it at all (`Err`, e.g. another architecture); `None` until first use.
+    supervisor_volume: Arc<tokio::sync::Mutex<Option<Result<String, String>>>>,
 }
 
 /// Does this error say the engine cannot provide `--init`?
@@ -217,7 +237,52 @@ impl Docker {
             instance,
             host,
             init_available: Arc::new(AtomicBool::new(true)),
+            supervisor: None,
+            connections: Arc::default(),
+            supervised_cache: Arc::default(),
+            supervisor_volume: Arc::default(),
         })
+    }
+
+    /// Places `binary` (the static supervisor) in computers created from now on.
+    pub fn with_supervisor(mut self, binary: Option<Vec<u8>>) -> Self {
+        self.supervisor = binary.map(Arc::new);
+        self
+    }
+
+    fn remember_supervised(&self, container: &str, yes: bool) {
+        self.supervised_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(container.to_owned(), yes);
+    }
+
+    fn forget(&self, container: &str) {
+        self.supervised_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(container);
+        self.drop_connection(container);
+    }
+
+    /// Does `container` run the supervisor? (One inspect per container, then cached.)
+    pub async fn is_supervised(&self, container: &str) -> bool {
+        if let Some(v) = self
+            .supervised_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(container)
+        {
+            return *v;
+        }
+        let yes = match self.client.inspect_container(container, None).await {
+            Ok(c) => c.config.and_then(|c| c.labels).is_some_and(|l| {
+                l.get(supervised::LABEL_SUPERVISOR).map(String::as_str) == Some("1")
+            }),
+            Err(_) => false,
+        };
+        self.remember_supervised(container, yes);
+        yes
     }
 
     pub fn client(&self) -> &bollard::Docker {
@@ -336,13 +401,23 @@ impl Docker {
         Ok(())
     }
 
-    fn create_body(&self, computer_id: &str, temporary: bool, init: bool) -> ContainerCreateBody {
+    fn create_body(
+        &self,
+        computer_id: &str,
+        temporary: bool,
+        init: bool,
+        supervisor_volume: Option<&str>,
+    ) -> ContainerCreateBody {
+        let supervised = supervisor_volume.is_some();
         let f = &self.cfg.run_flags;
         let mut labels: HashMap<String, String> = f.labels.iter().cloned().collect();
         labels.insert(LABEL_OURS.into(), "true".into());
         labels.insert(LABEL_ID.into(), computer_id.into());
         labels.insert(LABEL_TEMPORARY.into(), temporary.to_string());
         labels.insert(LABEL_IMAGE.into(), self.cfg.image.clone());
+        if supervised {
+            labels.insert(supervised::LABEL_SUPERVISOR.into(), "1".into());
+        }
         if temporary {
             labels.insert(LABEL_INSTANCE.into(), self.instance.clone());
             labels.insert(LABEL_HOST.into(), self.host.clone());
@@ -381,6 +456,15 @@ impl Docker {
                     .collect()
             }),
             runtime: f.runtime.clone(),
+            mounts: supervisor_volume.map(|v| {
+                vec![Mount {
+                    target: Some(supervised::VOLUME_TARGET.into()),
+                    source: Some(v.into()),
+                    typ: Some(MountType::VOLUME),
+                    read_only: Some(true),
+                    ..Default::default()
+                }]
+            }),
             devices: (!f.devices.is_empty()).then(|| {
                 f.devices
                     .iter()
@@ -405,7 +489,16 @@ impl Docker {
             image: Some(self.cfg.image.clone()),
             hostname: Some(f.hostname.clone().unwrap_or_else(|| computer_id.to_owned())),
             labels: Some(labels),
-            entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), KEEPALIVE.into()]),
+            entrypoint: Some(if supervised {
+                vec![
+                    supervised::SUPERVISOR_PATH.into(),
+                    "init".into(),
+                    "--socket".into(),
+                    supervised::SOCKET_PATH.into(),
+                ]
+            } else {
+                vec!["/bin/sh".into(), "-c".into(), KEEPALIVE.into()]
+            }),
             cmd: Some(vec![]),
             env: Some(f.env.clone()),
             user: f.user.clone(),
@@ -428,17 +521,55 @@ impl Docker {
             "creating computer {computer_id} from {}",
             self.cfg.image
         ));
+        let f = &self.cfg.run_flags;
+        // A supervisor needs to write its socket as root: --user and --read-only forbid it.
+        if let Some(binary) = self.supervisor.clone()
+            && f.user.is_none()
+            && !f.read_only
+        {
+            match self.supervisor_volume(&binary).await {
+                Ok(volume) => match self
+                    .create_with(computer_id, temporary, progress, Some(&volume))
+                    .await
+                {
+                    Ok(r) => return Ok(r),
+                    Err(e @ DockerError::ImageUnavailable { .. }) => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(computer_id, error = %e, "the supervisor cannot run in this computer; using plain Engine API exec");
+                        let _ = self.remove(computer_id).await;
+                    }
+                },
+                // Said once when it was learnt (another architecture).
+                Err(DockerError::SupervisorUnavailable(_)) => {}
+                Err(e) => {
+                    tracing::warn!(computer_id, error = %e, "the supervisor volume is not ready; using plain Engine API exec");
+                }
+            }
+        }
+        self.create_with(computer_id, temporary, progress, None)
+            .await
+    }
+
+    async fn create_with(
+        &self,
+        computer_id: &str,
+        temporary: bool,
+        progress: &Progress,
+        supervisor_volume: Option<&str>,
+    ) -> Result<ContainerRecord, DockerError> {
+        let supervised = supervisor_volume.is_some();
         let name = container_name(computer_id);
         let opts = CreateContainerOptions {
             name: Some(name.clone()),
             ..Default::default()
         };
-        let init = self.cfg.run_flags.init && self.init_available.load(Ordering::Relaxed);
+        let init =
+            !supervised && self.cfg.run_flags.init && self.init_available.load(Ordering::Relaxed);
         let mut result = self
             .client
             .create_container(
                 Some(opts.clone()),
-                self.create_body(computer_id, temporary, init),
+                self.create_body(computer_id, temporary, init, supervisor_volume),
             )
             .await;
         if init
@@ -451,7 +582,10 @@ impl Docker {
             self.init_available.store(false, Ordering::Relaxed);
             result = self
                 .client
-                .create_container(Some(opts), self.create_body(computer_id, temporary, false))
+                .create_container(
+                    Some(opts),
+                    self.create_body(computer_id, temporary, false, supervisor_volume),
+                )
                 .await;
         }
         match result {
@@ -477,6 +611,7 @@ impl Docker {
             let _ = self.remove(computer_id).await;
             return Err(e);
         }
+        self.remember_supervised(&name, supervised);
         self.find(computer_id)
             .await?
             .ok_or_else(|| DockerError::NotFound(computer_id.into()))
@@ -498,6 +633,7 @@ impl Docker {
 
     /// Restarts a computer, keeping its writable filesystem.
     pub async fn restart(&self, computer_id: &str) -> Result<(), DockerError> {
+        self.drop_connection(&container_name(computer_id));
         let opts = RestartContainerOptions {
             t: Some(2),
             ..Default::default()
@@ -515,6 +651,7 @@ impl Docker {
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
     pub async fn remove(&self, computer_id: &str) -> Result<bool, DockerError> {
+        self.forget(&container_name(computer_id));
         let opts = RemoveContainerOptions {
             force: true,
             v: true,

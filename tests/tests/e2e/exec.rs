@@ -126,8 +126,19 @@ async fn issue_2_timeout_kills_the_tree_and_keeps_output() -> anyhow::Result<()>
 
 #[tokio::test]
 async fn issue_2_fork_bomb_is_contained_and_killed() -> anyhow::Result<()> {
+    fork_bomb(false).await
+}
+
+#[tokio::test]
+async fn issue_3_fork_bomb_is_contained_and_killed_without_supervisor() -> anyhow::Result<()> {
+    fork_bomb(true).await
+}
+
+async fn fork_bomb(plain: bool) -> anyhow::Result<()> {
     let t = tag("forkbomb");
-    let opts = ServerOpts::default().arg("--docker-run-flag=--pids-limit=300");
+    let opts = ServerOpts::default()
+        .arg("--docker-run-flag=--pids-limit=300")
+        .plain_if(plain);
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
     let r = exec(
         &c,
@@ -155,8 +166,17 @@ async fn issue_2_fork_bomb_is_contained_and_killed() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn issue_2_cancel_kills_the_command() -> anyhow::Result<()> {
+    cancel_kills(false).await
+}
+
+#[tokio::test]
+async fn issue_3_cancel_kills_the_command_without_supervisor() -> anyhow::Result<()> {
+    cancel_kills(true).await
+}
+
+async fn cancel_kills(plain: bool) -> anyhow::Result<()> {
     let t = tag("cancel");
-    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default().plain_if(plain)).await?;
     let first = exec(&c, json!({"command": "true"})).await?;
     let id = first["computer_id"].as_str().unwrap().to_owned();
     // Dropping the call makes rmcp send notifications/cancelled.

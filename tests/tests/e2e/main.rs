@@ -9,6 +9,7 @@
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
+//! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -21,4 +22,5 @@ mod lifecycle;
 mod podman;
 mod security;
 mod startup;
+mod supervisor;
 mod validation;

@@ -26,6 +26,15 @@ async fn issue_2_podman_engine() -> anyhow::Result<()> {
     assert_eq!(r["stdout"], "on-podman\n");
     assert_eq!(r["exit_code"], 3);
     let id = r["computer_id"].as_str().unwrap().to_owned();
+    // The supervisor runs on Podman too (its volume is filled through Podman's archive API).
+    let r = exec(&c, json!({"command": "tr '\\0' ' ' < /proc/1/cmdline"})).await?;
+    assert!(
+        r["stdout"]
+            .as_str()
+            .unwrap()
+            .starts_with("/.msc/msc-supervisor init"),
+        "{r}"
+    );
     let r = exec(
         &c,
         json!({"command": "echo before; sleep 1000 & sleep 1000", "timeout": 1}),
@@ -48,6 +57,8 @@ async fn issue_2_podman_engine() -> anyhow::Result<()> {
     );
     let r = call(&c, "computer_restart", json!({"computer_id": id})).await?;
     assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+    let r = exec(&c, json!({"command": "echo back"})).await?;
+    assert_eq!(r["stdout"], "back\n");
     c.cancel().await?;
     // Cleanup happened on Podman: nothing of this test is left there.
     let podman = bollard::Docker::connect_with_unix(&socket, 30, bollard::API_DEFAULT_VERSION)?

@@ -53,8 +53,10 @@ async fn issue_2_no_network_and_default_limits() -> anyhow::Result<()> {
     assert_eq!(hc.pids_limit, Some(4096));
     assert_eq!(hc.memory, Some(256 * 1024 * 1024));
     assert_eq!(hc.nano_cpus, Some(500_000_000));
-    assert_eq!(hc.init, Some(true));
     let labels = info.config.unwrap().labels.unwrap();
+    // PID 1 reaps zombies: the supervisor when placed (the harness places it), else docker-init.
+    assert_eq!(labels["mcp-sandbox.supervisor"], "1");
+    assert_eq!(hc.init, Some(false));
     assert_eq!(labels["kilntainers"], "true");
     assert_eq!(labels["kilntainers.computer-id"], id);
     assert_eq!(labels["kilntainers.temporary"], "true");

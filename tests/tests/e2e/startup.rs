@@ -47,6 +47,8 @@ async fn issue_2_start_up_refusals() -> anyhow::Result<()> {
     refused(&["--backend", "go_busybox"], &[], "not built yet").await?;
     refused(&["--docker-run-flag=--rm"], &[], "not supported").await?;
     refused(&["--docker-host", "ssh://me@example"], &[], "ssh -NL").await?;
+    refused(&["--supervisor", "/nonexistent/msc"], &[], "`none`").await?;
+    refused(&[], &[("MSC_SUPERVISOR", "/nonexistent/msc")], "not a file").await?;
     refused(
         &["--transport", "http"],
         &[("KILNTAINERS_AUTH_TOKEN", " ")],

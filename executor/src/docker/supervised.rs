@@ -1,0 +1,513 @@
+//! Exec through the in-computer supervisor: milliseconds instead of an Engine API exec.
+//!
+//! A computer created with the supervisor runs `/.msc/msc-supervisor init` as PID 1 (the
+//! binary is uploaded with the archive API before start, so it works with remote engines).
+//! The first exec on a computer opens one long-lived `relay` exec (stdio ↔ the supervisor's
+//! unix socket) for this server process; every later exec is a few frames on it. Several
+//! server processes attached to one permanent computer each have their own relay, so their
+//! frames never mix. Frames from the computer are hostile input: bounded, and a malformed
+//! one ends the connection (the next exec opens a new one). When placement or the relay
+//! fails, the caller falls back to plain Engine API exec.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use shared::result::{ExecOutcome, OutputCollector, Stream};
+use supervisor::frame::{ExitInfo, Frame, Kind, MAX_FRAME, StartSpec};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::exec::ExecSpec;
+use super::{Docker, DockerError};
+
+/// Where the supervisor lives inside a computer.
+pub const SUPERVISOR_PATH: &str = "/.msc/msc-supervisor";
+/// Its socket inside a computer.
+pub const SOCKET_PATH: &str = "/run/msc/sup.sock";
+/// Label on containers whose PID 1 is the supervisor.
+pub const LABEL_SUPERVISOR: &str = "mcp-sandbox.supervisor";
+
+/// Where the supervisor volume is mounted (read-only) in a computer.
+pub const VOLUME_TARGET: &str = "/.msc";
+
+/// The content-addressed name of the volume holding `binary` (FNV-1a, 64 bits: the binary
+/// is ours, the hash only tells versions apart).
+pub fn volume_name(binary: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in binary {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("msc-supervisor-{h:016x}")
+}
+
+/// A tar archive holding `msc-supervisor` (mode 0755), for the archive API.
+pub fn supervisor_tar(binary: &[u8]) -> Vec<u8> {
+    fn header(name: &str, size: usize, mode: u32, kind: u8) -> [u8; 512] {
+        let mut h = [0u8; 512];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        let octal = |field: &mut [u8], value: u64| {
+            let s = format!("{value:0width$o}\0", width = field.len() - 1);
+            field.copy_from_slice(s.as_bytes());
+        };
+        octal(&mut h[100..108], u64::from(mode));
+        octal(&mut h[108..116], 0);
+        octal(&mut h[116..124], 0);
+        octal(&mut h[124..136], size as u64);
+        octal(&mut h[136..148], 0);
+        h[156] = kind;
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+        let s = format!("{sum:06o}\0 ");
+        h[148..156].copy_from_slice(s.as_bytes());
+        h
+    }
+    let mut out = Vec::with_capacity(binary.len() + 3 * 512);
+    out.extend_from_slice(&header("msc-supervisor", binary.len(), 0o755, b'0'));
+    out.extend_from_slice(binary);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+type Input = std::pin::Pin<Box<dyn AsyncWrite + Send>>;
+
+/// One relay connection to one computer's supervisor.
+pub struct Connection {
+    input: tokio::sync::Mutex<Input>,
+    jobs: Mutex<HashMap<u32, mpsc::UnboundedSender<Frame>>>,
+    next_job: AtomicU32,
+    alive: AtomicBool,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("alive", &self.alive)
+            .finish()
+    }
+}
+
+/// Relay connections of this server, by container name.
+pub type Connections = Mutex<HashMap<String, Arc<Connection>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Connection {
+    async fn send(&self, frame: &Frame) -> Result<(), DockerError> {
+        let mut input = self.input.lock().await;
+        let r = async {
+            input.write_all(&frame.encode()).await?;
+            input.flush().await
+        }
+        .await;
+        r.map_err(|e| {
+            self.alive.store(false, Ordering::SeqCst);
+            DockerError::Supervisor(format!("supervisor connection lost: {e}"))
+        })
+    }
+
+    fn close(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        lock(&self.jobs).clear();
+    }
+}
+
+/// Splits complete frames off the front of `buf`. `Err` on a hostile frame.
+fn take_frames(buf: &mut Vec<u8>) -> Result<Vec<Frame>, String> {
+    let mut frames = Vec::new();
+    loop {
+        if buf.len() < 4 {
+            return Ok(frames);
+        }
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(format!("frame of {len} bytes"));
+        }
+        if buf.len() < 4 + len {
+            return Ok(frames);
+        }
+        let frame = Frame::read_from(&mut &buf[..4 + len]).map_err(|e| e.to_string())?;
+        buf.drain(..4 + len);
+        frames.push(frame);
+    }
+}
+
+impl Docker {
+    /// The volume holding the supervisor, made ready on first use: created (content-addressed,
+    /// so servers and versions never overwrite each other's) and filled through the archive
+    /// API of a helper container that is never started. Mounting it read-only costs a new
+    /// computer nothing, where an upload into each computer costs a tar extraction (~35 ms),
+    /// and it works with remote engines, unlike a bind mount of a host path.
+    pub(super) async fn supervisor_volume(&self, binary: &[u8]) -> Result<String, DockerError> {
+        let mut ready = self.supervisor_volume.lock().await;
+        match ready.as_ref() {
+            Some(Ok(name)) => return Ok(name.clone()),
+            Some(Err(why)) => return Err(DockerError::SupervisorUnavailable(why.clone())),
+            None => {}
+        }
+        // The binary is x86_64 (static musl): an engine on another architecture cannot run
+        // it, so its computers use plain Engine API exec from the start (said once).
+        let arch = self
+            .client
+            .info()
+            .await
+            .map_err(DockerError::from_bollard)?
+            .architecture
+            .unwrap_or_default();
+        if !matches!(arch.as_str(), "x86_64" | "amd64") {
+            let why = format!(
+                "the engine runs on {arch:?}; msc-supervisor is built for x86_64, so computers use Engine API exec"
+            );
+            tracing::warn!("{why}");
+            *ready = Some(Err(why.clone()));
+            return Err(DockerError::SupervisorUnavailable(why));
+        }
+        let name = volume_name(binary);
+        let labels = HashMap::from([(LABEL_SUPERVISOR.to_owned(), "volume".to_owned())]);
+        self.client
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(DockerError::from_bollard)?;
+        let helper = format!("msc-supervisor-fill-{:08x}", rand::random::<u32>());
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(self.cfg.image.clone()),
+            entrypoint: Some(vec![SUPERVISOR_PATH.to_owned()]),
+            labels: Some(HashMap::from([(
+                LABEL_SUPERVISOR.to_owned(),
+                "helper".to_owned(),
+            )])),
+            network_disabled: Some(true),
+            host_config: Some(bollard::models::HostConfig {
+                mounts: Some(vec![bollard::models::Mount {
+                    target: Some(VOLUME_TARGET.to_owned()),
+                    source: Some(name.clone()),
+                    typ: Some(bollard::models::MountType::VOLUME),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.client
+            .create_container(
+                Some(bollard::query_parameters::CreateContainerOptions {
+                    name: Some(helper.clone()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(DockerError::from_bollard)?;
+        let filled = async {
+            let stat = self
+                .client
+                .get_container_archive_info(
+                    &helper,
+                    Some(bollard::query_parameters::ContainerArchiveInfoOptions {
+                        path: SUPERVISOR_PATH.to_owned(),
+                    }),
+                )
+                .await;
+            if matches!(&stat, Ok(s) if usize::try_from(s.size).ok() == Some(binary.len())) {
+                return Ok(());
+            }
+            self.client
+                .upload_to_container(
+                    &helper,
+                    // Into the mount point itself: Podman writes through to the volume only
+                    // when the target path is inside it.
+                    Some(bollard::query_parameters::UploadToContainerOptions {
+                        path: VOLUME_TARGET.into(),
+                        ..Default::default()
+                    }),
+                    bollard::body_full(supervisor_tar(binary).into()),
+                )
+                .await
+                .map_err(DockerError::from_bollard)
+        }
+        .await;
+        let _ = self
+            .client
+            .remove_container(
+                &helper,
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        filled?;
+        tracing::info!(volume = name, "the supervisor volume is ready");
+        *ready = Some(Ok(name.clone()));
+        Ok(name)
+    }
+
+    /// The relay connection to `container`'s supervisor, opened on first use.
+    async fn connection(&self, container: &str) -> Result<Arc<Connection>, DockerError> {
+        if let Some(c) = lock(&self.connections).get(container)
+            && c.alive.load(Ordering::SeqCst)
+        {
+            return Ok(c.clone());
+        }
+        let opts = CreateExecOptions {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec![
+                SUPERVISOR_PATH.to_owned(),
+                "relay".to_owned(),
+                "--socket".to_owned(),
+                SOCKET_PATH.to_owned(),
+            ]),
+            ..Default::default()
+        };
+        tracing::debug!(container, "opening the supervisor relay");
+        let exec = self
+            .client
+            .create_exec(container, opts)
+            .await
+            .map_err(DockerError::from_bollard)?;
+        let StartExecResults::Attached { mut output, input } = self
+            .client
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(256 * 1024),
+                }),
+            )
+            .await
+            .map_err(DockerError::from_bollard)?
+        else {
+            return Err(DockerError::Supervisor(
+                "the engine did not attach to the relay".into(),
+            ));
+        };
+        let conn = Arc::new(Connection {
+            input: tokio::sync::Mutex::new(input),
+            jobs: Mutex::new(HashMap::new()),
+            next_job: AtomicU32::new(1),
+            alive: AtomicBool::new(true),
+        });
+        let reader = conn.clone();
+        let name = container.to_owned();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => {
+                        buf.extend_from_slice(&message);
+                        match take_frames(&mut buf) {
+                            Ok(frames) => {
+                                for f in frames {
+                                    let tx = lock(&reader.jobs).get(&f.job).cloned();
+                                    if let Some(tx) = tx {
+                                        let _ = tx.send(f);
+                                    }
+                                }
+                            }
+                            Err(why) => {
+                                tracing::warn!(
+                                    container = name,
+                                    why,
+                                    "malformed frame from the supervisor; closing the relay"
+                                );
+                                break;
+                            }
+                        }
+                    }
+                    Ok(LogOutput::StdErr { message }) => {
+                        tracing::debug!(container = name, stderr = %String::from_utf8_lossy(&message), "relay");
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            reader.close();
+        });
+        // Prove the supervisor answers before any command is trusted to this channel.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        lock(&conn.jobs).insert(0, tx);
+        conn.send(&Frame::new(Kind::Ping, 0, b"hello".to_vec()))
+            .await?;
+        let pong = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        lock(&conn.jobs).remove(&0);
+        match pong {
+            Ok(Some(f)) if f.kind == Kind::Pong => {}
+            _ => {
+                conn.close();
+                return Err(DockerError::Supervisor(
+                    "the supervisor did not answer the relay".into(),
+                ));
+            }
+        }
+        lock(&self.connections).insert(container.to_owned(), conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets the relay to `container` (it was removed or restarted).
+    pub fn drop_connection(&self, container: &str) {
+        if let Some(c) = lock(&self.connections).remove(container) {
+            c.close();
+        }
+    }
+
+    /// Runs one command through the supervisor. `Err(Unavailable)`-like errors let the
+    /// caller fall back to plain exec.
+    pub async fn exec_supervised(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+    ) -> Result<ExecOutcome, DockerError> {
+        let started = Instant::now();
+        let conn = match self.connection(container).await {
+            Ok(c) => c,
+            Err(DockerError::NotFound(id)) => return Err(DockerError::NotFound(id)),
+            Err(e) => return Err(DockerError::SupervisorUnavailable(e.to_string())),
+        };
+        let job = conn.next_job.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        lock(&conn.jobs).insert(job, tx);
+        let argv = match &spec.shell_command {
+            Some((shell, command)) => vec![
+                shell
+                    .clone()
+                    .unwrap_or_else(|| supervisor::server::AUTO_SHELL.to_owned()),
+                "-c".to_owned(),
+                command.clone(),
+            ],
+            None => spec.argv.clone(),
+        };
+        let start = StartSpec {
+            argv,
+            cwd: spec.working_directory.clone(),
+            env: Vec::new(),
+            stdin: spec.stdin.is_some(),
+            timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
+            output_limit: spec.output_limit as u64,
+        };
+        let body =
+            serde_json::to_vec(&start).map_err(|e| DockerError::Supervisor(e.to_string()))?;
+        conn.send(&Frame::new(Kind::Start, job, body)).await?;
+        // Cancellation (this future dropped) kills the job inside the computer.
+        struct KillOnDrop(Option<(Arc<Connection>, u32)>);
+        impl Drop for KillOnDrop {
+            fn drop(&mut self) {
+                if let Some((conn, job)) = self.0.take() {
+                    lock(&conn.jobs).remove(&job);
+                    if let Ok(h) = tokio::runtime::Handle::try_current() {
+                        h.spawn(async move {
+                            let _ = conn.send(&Frame::new(Kind::Kill, job, vec![9])).await;
+                        });
+                    }
+                }
+            }
+        }
+        let mut guard = KillOnDrop(Some((conn.clone(), job)));
+        if let Some(stdin) = &spec.stdin {
+            for chunk in stdin.as_bytes().chunks(64 * 1024) {
+                conn.send(&Frame::new(Kind::Stdin, job, chunk.to_vec()))
+                    .await?;
+            }
+            conn.send(&Frame::new(Kind::StdinClose, job, Vec::new()))
+                .await?;
+        }
+        let mut collector = OutputCollector::new(spec.output_limit);
+        // The supervisor enforces the timeout; this deadline only guards against a hung one.
+        let deadline = tokio::time::Instant::now() + spec.timeout + Duration::from_secs(10);
+        let exit: ExitInfo = loop {
+            let frame = tokio::select! {
+                f = rx.recv() => f,
+                _ = tokio::time::sleep_until(deadline) => {
+                    conn.close();
+                    self.drop_connection(container);
+                    return Err(DockerError::Supervisor("the supervisor did not answer in time".into()));
+                }
+            };
+            let Some(frame) = frame else {
+                guard.0 = None;
+                self.drop_connection(container);
+                return Err(DockerError::Supervisor(
+                    "the supervisor connection closed during the command".into(),
+                ));
+            };
+            match frame.kind {
+                Kind::Stdout => {
+                    collector.push(Stream::Stdout, &frame.payload);
+                }
+                Kind::Stderr => {
+                    collector.push(Stream::Stderr, &frame.payload);
+                }
+                Kind::Exit => match serde_json::from_slice(&frame.payload) {
+                    Ok(info) => break info,
+                    Err(e) => return Err(DockerError::Supervisor(format!("bad exit frame: {e}"))),
+                },
+                Kind::Error => {
+                    return Err(DockerError::Supervisor(
+                        String::from_utf8_lossy(&frame.payload).into_owned(),
+                    ));
+                }
+                _ => {}
+            }
+        };
+        guard.0 = None;
+        lock(&conn.jobs).remove(&job);
+        let (stdout, stderr, truncated) = collector.finish();
+        let truncated = truncated || exit.truncated;
+        Ok(ExecOutcome {
+            stdout,
+            stderr,
+            exit_code: if truncated && !exit.timed_out {
+                128 + 9
+            } else {
+                i64::from(exit.code)
+            },
+            duration_ms: started.elapsed().as_millis() as u64,
+            truncated_at: truncated.then_some(spec.output_limit as u64),
+            timed_out_after: exit.timed_out.then_some(spec.timeout.as_secs()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tar_is_well_formed() {
+        let t = supervisor_tar(b"abc");
+        assert_eq!(t.len() % 512, 0);
+        assert_eq!(&t[257..262], b"ustar");
+        assert_eq!(&t[..15], b"msc-supervisor\0");
+        assert_eq!(&t[512..515], b"abc");
+    }
+
+    #[test]
+    fn frames_are_split_and_bounded() {
+        let mut buf = Frame::new(Kind::Stdout, 1, b"ab".to_vec()).encode();
+        buf.extend(Frame::new(Kind::Exit, 1, b"{}".to_vec()).encode());
+        buf.extend_from_slice(&[9, 0]);
+        let frames = take_frames(&mut buf).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(buf, [9, 0]);
+        let mut bad = vec![0xff, 0xff, 0xff, 0xff];
+        assert!(take_frames(&mut bad).is_err());
+        let mut unknown = vec![5, 0, 0, 0, 99, 0, 0, 0, 0];
+        assert!(take_frames(&mut unknown).is_err());
+    }
+}
