@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::future::join_all;
 use serde_json::json;
 use shared::CallToolResult;
+use shared::history::{History, HistoryEntry, describe, rfc3339_utc};
 use shared::ids::slug_from_random;
 use shared::lifecycle::{Existing, becomes_default, check_attach, idle_expired, visible_to};
 use shared::mcp::{CallContext, ToolHost};
@@ -94,6 +95,9 @@ pub struct Computers {
     host: String,
     tracked: Mutex<HashMap<String, Tracked>>,
     id_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Commands run through this server, per computer id (in memory; a deleted computer's
+    /// history goes with it).
+    history: Mutex<HashMap<String, History>>,
 }
 
 impl Computers {
@@ -104,11 +108,16 @@ impl Computers {
             host,
             tracked: Mutex::new(HashMap::new()),
             id_locks: Mutex::new(HashMap::new()),
+            history: Mutex::new(HashMap::new()),
         }
     }
 
     pub fn docker(&self) -> &Docker {
         &self.docker
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, HashMap<String, History>> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn tracked(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
@@ -233,6 +242,7 @@ impl Computers {
         };
         // Held across the command, also when the call is cancelled and this future dropped.
         let _in_use = InUse::new(self, id);
+        let started_ms = now_ms();
         let span = tracing::info_span!("exec", computer_id = id, backend = "docker");
         let mut result = self
             .docker
@@ -251,7 +261,24 @@ impl Computers {
             }
         }
         match result {
-            Ok(outcome) => structured_result(exec_structured(id, temporary, outcome)),
+            Ok(outcome) => {
+                let command = match &req.program {
+                    Program::Shell(c) => describe(Some(c), None),
+                    Program::Argv(a) => describe(None, Some(a)),
+                };
+                self.history()
+                    .entry(id.to_owned())
+                    .or_default()
+                    .push(HistoryEntry {
+                        command,
+                        started_at: rfc3339_utc(started_ms),
+                        exit_code: outcome.exit_code,
+                        duration_ms: outcome.duration_ms,
+                        timed_out: outcome.timed_out_after.is_some(),
+                        truncated: outcome.truncated_at.is_some(),
+                    });
+                structured_result(exec_structured(id, temporary, outcome))
+            }
             Err(e) => {
                 if matches!(e, DockerError::NotFound(_)) {
                     self.tracked().remove(id);
@@ -270,6 +297,11 @@ impl Computers {
             temporary: r.temporary,
             image: r.image.clone(),
             created_at: r.created_at.clone(),
+            history: self
+                .history()
+                .get(&r.computer_id)
+                .map(History::entries)
+                .unwrap_or_default(),
         }
     }
 
@@ -315,9 +347,11 @@ impl Computers {
         join_all(removals).await;
         let mut tracked = self.tracked();
         let mut locks = self.id_locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut history = self.history();
         for id in &ids {
             tracked.remove(id);
             locks.remove(id);
+            history.remove(id);
         }
     }
 
@@ -511,6 +545,7 @@ impl SessionHost {
                 let _held = lock.lock().await;
                 c.docker.remove(&computer_id).await?;
                 c.tracked().remove(&computer_id);
+                c.history().remove(&computer_id);
                 let mut default = self.default.lock().await;
                 if default.as_deref() == Some(computer_id.as_str()) {
                     *default = None;

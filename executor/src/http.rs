@@ -608,8 +608,43 @@ async fn root(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Respon
     });
     if state.lifecycle {
         info["dashboard_resource"] = json!(shared::catalogue::DASHBOARD_URI);
+        info["dashboard"] = json!("/dashboard");
     }
     json_response(StatusCode::OK, info)
+}
+
+/// The dashboard as a web page: the same file as the MCP App resource. It holds no secret
+/// (the person's token stays in their tab), so it is served without auth; its calls to
+/// `/mcp` carry the token.
+async fn dashboard(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = check_host_origin(&state, &headers) {
+        return r.into_response();
+    }
+    if !state.lifecycle {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": "the dashboard needs the lifecycle tools: start the server with ENABLE_LIFECYCLE_TOOLS=true"}),
+        );
+    }
+    let mut r = (StatusCode::OK, shared::dashboard::HTML).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    if let Ok(csp) = HeaderValue::from_str(&shared::dashboard::web_csp()) {
+        h.insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
 }
 
 /// The router; tests call it directly.
@@ -617,6 +652,7 @@ pub fn app(state: Arc<HttpState>) -> Router {
     Router::new()
         .route("/", get(root))
         .route("/healthz", get(healthz))
+        .route("/dashboard", get(dashboard))
         .route(
             "/mcp",
             axum::routing::post(mcp_post)

@@ -47,7 +47,7 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
              omit computer_id to use this session's default computer."
                 .into(),
         ),
-        dashboard_html: None,
+        dashboard_html: Some(shared::dashboard::HTML.into()),
     })
 }
 

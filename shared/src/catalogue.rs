@@ -202,6 +202,22 @@ fn computer_item_schema() -> Value {
             "temporary": {"type": "boolean"},
             "image": {"type": "string"},
             "created_at": {"type": "string"},
+            "history": {
+                "type": "array",
+                "description": "The last 50 commands run on this computer through this server, oldest first (no output).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "command": {"type": "string"},
+                        "started_at": {"type": "string"},
+                        "exit_code": {"type": "integer"},
+                        "duration_ms": {"type": "integer", "minimum": 0},
+                        "timed_out": {"type": "boolean"},
+                        "truncated": {"type": "boolean"},
+                    },
+                    "required": ["command", "started_at", "exit_code", "duration_ms"],
+                },
+            },
         },
         "required": ["computer_id", "sandbox_id", "backend", "state", "temporary", "image", "created_at"],
     })

@@ -1,11 +1,14 @@
 //! `shared`: what the local server and the edge gateway have in common.
 //!
 //! The tool catalogue ([`catalogue`]), input validation ([`validate`]), computer ids and
-//! slugs ([`ids`]), the lifecycle policy ([`lifecycle`]), result shaping ([`result`]) and the
+//! slugs ([`ids`]), the lifecycle policy ([`lifecycle`]), result shaping ([`result`]), command
+//! history ([`history`]) and the
 //! MCP JSON-RPC dispatcher ([`mcp`]). No runtime, no clocks, no I/O: it builds and is tested
 //! natively and on `wasm32-unknown-unknown`.
 
 pub mod catalogue;
+pub mod dashboard;
+pub mod history;
 pub mod ids;
 pub mod lifecycle;
 pub mod maybe_send;

@@ -16,6 +16,10 @@ use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::validation_error;
 use crate::validate::{ToolCall, ValidationError, parse_tool_call};
 
+/// `_meta` key of inventory results naming the exec tool (configurable with --tool-name),
+/// for the dashboard.
+pub const EXEC_TOOL_META: &str = "mcp-sandbox/execTool";
+
 /// The stateless revision.
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// Session revisions accepted by `initialize`, oldest first.
@@ -517,6 +521,7 @@ impl Dispatcher {
                     }
                     Err(ValidationError::Invalid(message)) => validation_error(&message),
                     Ok(call) => {
+                        let inventory = matches!(call, ToolCall::List | ToolCall::Dashboard);
                         let progress_token = params
                             .and_then(|p| p.get("_meta"))
                             .and_then(|m| m.get("progressToken"))
@@ -526,7 +531,16 @@ impl Dispatcher {
                             progress_token,
                             era: era.clone(),
                         };
-                        host.call_tool(call, &ctx).await
+                        let mut result = host.call_tool(call, &ctx).await;
+                        if inventory && result.is_error != Some(true) {
+                            // The dashboard runs commands with the exec tool, whose name is
+                            // configurable (--tool-name); an MCP App cannot list tools.
+                            let mut meta = result.meta.take().unwrap_or_default();
+                            meta.0
+                                .insert(EXEC_TOOL_META.into(), json!(self.config.names.exec));
+                            result.meta = Some(meta);
+                        }
+                        result
                     }
                 };
                 serde_json::to_value(result).unwrap_or_else(|_| json!({}))

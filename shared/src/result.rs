@@ -226,6 +226,10 @@ pub struct ComputerInfo {
     pub temporary: bool,
     pub image: String,
     pub created_at: String,
+    /// The last commands run on it through this server, oldest first (beyond SPEC §3.5's
+    /// required fields; the dashboard shows it).
+    #[serde(default)]
+    pub history: Vec<crate::history::HistoryEntry>,
 }
 
 /// `{"computers": [...], "count": n}`.

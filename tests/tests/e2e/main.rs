@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 mod cleanup;
+mod dashboard;
 mod exec;
 mod http;
 mod images;
