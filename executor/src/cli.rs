@@ -17,6 +17,13 @@ pub enum BackendArg {
     Wasm,
 }
 
+/// What the process serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// The REST API a gateway calls (`shared::executor_api`), instead of MCP.
+    Executor,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
     Stdio,
@@ -33,6 +40,27 @@ pub enum FlyCpuKind {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "mcp-sandbox-computer-vm-for-ai", version, about)]
 pub struct Cli {
+    /// `executor`: serve the executor REST API for a gateway (--listen, --executor-secret)
+    /// instead of MCP.
+    #[arg(value_enum)]
+    pub mode: Option<ModeArg>,
+
+    // ---- executor mode ----
+    /// Executor mode: address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8436", help_heading = "executor mode")]
+    pub listen: String,
+    /// Executor mode: the HS256 secret shared with the gateway (at least 32 bytes).
+    #[arg(
+        long,
+        env = "MSC_EXECUTOR_SECRET",
+        hide_env_values = true,
+        help_heading = "executor mode"
+    )]
+    pub executor_secret: Option<String>,
+    /// Executor mode: the JWT audience this executor accepts.
+    #[arg(long, default_value = shared::executor_api::DEFAULT_AUDIENCE, help_heading = "executor mode")]
+    pub executor_audience: String,
+
     // ---- core options ----
     /// Backend to use.
     #[arg(

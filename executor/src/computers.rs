@@ -226,7 +226,12 @@ impl Computers {
         slug_from_random(rand::random::<u64>())
     }
 
-    async fn exec_on(&self, id: &str, temporary: bool, req: &ExecRequest) -> CallToolResult {
+    async fn exec_on(
+        &self,
+        id: &str,
+        temporary: bool,
+        req: &ExecRequest,
+    ) -> Result<serde_json::Value, ComputerError> {
         let timeout = req.timeout_secs.unwrap_or(self.defaults.timeout_secs);
         let (argv, shell_command) = match &req.program {
             Program::Argv(argv) => (argv.clone(), None),
@@ -277,13 +282,13 @@ impl Computers {
                         timed_out: outcome.timed_out_after.is_some(),
                         truncated: outcome.truncated_at.is_some(),
                     });
-                structured_result(exec_structured(id, temporary, outcome))
+                Ok(exec_structured(id, temporary, outcome))
             }
             Err(e) => {
                 if matches!(e, DockerError::NotFound(_)) {
                     self.tracked().remove(id);
                 }
-                operation_error(&e.to_string())
+                Err(e.into())
             }
         }
     }
@@ -455,7 +460,27 @@ impl SessionHost {
         &self.owner
     }
 
-    async fn exec(&self, req: ExecRequest, progress: &Progress) -> CallToolResult {
+    /// Runs a validated exec or lifecycle call: the structured result, or why not. The MCP
+    /// tools and the executor API both come through here.
+    pub async fn run(
+        &self,
+        call: ToolCall,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        match call {
+            ToolCall::Exec(req) => self.exec(req, progress).await,
+            other => {
+                let span = tracing::info_span!("lifecycle", tool = ?other);
+                self.lifecycle(other, progress).instrument(span).await
+            }
+        }
+    }
+
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
         let c = &self.computers;
         let attached = match &req.computer_id {
             Some(id) => c
@@ -489,10 +514,8 @@ impl SessionHost {
                 }
             }
         };
-        match attached {
-            Ok((id, temporary)) => c.exec_on(&id, temporary, &req).await,
-            Err(e) => operation_error(&e.to_string()),
-        }
+        let (id, temporary) = attached?;
+        c.exec_on(&id, temporary, &req).await
     }
 
     async fn lifecycle(
@@ -565,15 +588,9 @@ impl SessionHost {
 impl ToolHost for SessionHost {
     async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
         let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
-        match call {
-            ToolCall::Exec(req) => self.exec(req, &progress).await,
-            other => {
-                let span = tracing::info_span!("lifecycle", tool = ?other);
-                match self.lifecycle(other, &progress).instrument(span).await {
-                    Ok(v) => structured_result(v),
-                    Err(e) => operation_error(&e.to_string()),
-                }
-            }
+        match self.run(call, &progress).await {
+            Ok(v) => structured_result(v),
+            Err(e) => operation_error(&e.to_string()),
         }
     }
 }

@@ -49,6 +49,12 @@ pub enum ConfigError {
     #[error("--shell {0:?} must be an absolute path such as /bin/sh")]
     BadShell(String),
     #[error(
+        "executor mode needs --executor-secret (or MSC_EXECUTOR_SECRET): the HS256 secret shared with the gateway, at least 32 bytes (e.g. openssl rand -hex 32)"
+    )]
+    ExecutorSecret,
+    #[error("--listen {0:?} is not an address such as 127.0.0.1:8436 or 0.0.0.0:8436")]
+    BadListen(String),
+    #[error(
         "--supervisor {0:?} is not a file; give the path of msc-supervisor (x86_64 musl), or `none` for plain Engine API exec"
     )]
     BadSupervisor(String),
@@ -78,6 +84,8 @@ pub struct DockerConfig {
 /// Everything the server runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Executor mode (the REST API for a gateway), if asked for.
+    pub executor: Option<ExecutorConfig>,
     pub transport: TransportArg,
     pub host: IpAddr,
     pub port: u16,
@@ -176,6 +184,23 @@ fn parse_endpoint(raw: Option<&str>) -> Result<DockerEndpoint, ConfigError> {
         ));
     }
     Err(bad("use unix:///path/to/docker.sock or tcp://host:port"))
+}
+
+/// Executor mode: where to listen and how to check the gateway's tokens.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    pub listen: std::net::SocketAddr,
+    pub secret: String,
+    pub audience: String,
+}
+
+impl std::fmt::Debug for ExecutorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorConfig")
+            .field("listen", &self.listen)
+            .field("audience", &self.audience)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the in-computer supervisor comes from.
@@ -314,7 +339,27 @@ impl Config {
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
         };
         let supervisor = supervisor_source(cli.supervisor.as_deref())?;
+        let executor = match cli.mode {
+            None => None,
+            Some(crate::cli::ModeArg::Executor) => {
+                let secret = cli
+                    .executor_secret
+                    .clone()
+                    .filter(|s| s.trim().len() >= crate::api::MIN_SECRET_LEN)
+                    .ok_or(ConfigError::ExecutorSecret)?;
+                let listen = cli
+                    .listen
+                    .parse()
+                    .map_err(|_| ConfigError::BadListen(cli.listen.clone()))?;
+                Some(ExecutorConfig {
+                    listen,
+                    secret: secret.trim().to_owned(),
+                    audience: cli.executor_audience.clone(),
+                })
+            }
+        };
         Ok(Self {
+            executor,
             transport: cli.transport,
             host,
             port: cli.port,

@@ -5,6 +5,7 @@
 //! dispatcher's `ToolHost`, [`stdio`] and [`http`] are the MCP transports, [`instance`]
 //! lets a server tell live peers from dead ones, [`progress`] sends progress notifications, and [`run`] wires it all together.
 
+pub mod api;
 pub mod cli;
 pub mod computers;
 pub mod config;

@@ -33,6 +33,8 @@ pub enum RunError {
     },
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("executor: {0}")]
+    Executor(String),
 }
 
 /// The dispatcher for a configuration.
@@ -105,6 +107,37 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                 tracing::warn!(error = %e, "could not look for temporaries of dead servers");
             }
         });
+    }
+    if let Some(ex) = &config.executor {
+        let state = Arc::new(
+            crate::api::ApiState::new(
+                computers.clone(),
+                &config.tool_name,
+                ex.secret.as_bytes(),
+                &ex.audience,
+            )
+            .map_err(|e| RunError::Executor(e.to_string()))?,
+        );
+        let listener = tokio::net::TcpListener::bind(ex.listen)
+            .await
+            .map_err(|source| RunError::Listen {
+                addr: ex.listen.to_string(),
+                source,
+            })?;
+        let every =
+            Duration::from_millis((config.session_timeout_secs * 1000 / 4).clamp(250, 5000));
+        let reaper = crate::api::spawn_reaper(computers.clone(), every);
+        tracing::info!(addr = %ex.listen, "executor API listening (/v1)");
+        eprintln!(
+            "mcp-sandbox-computer-vm-for-ai executor listening on http://{}/v1",
+            listener.local_addr()?
+        );
+        axum::serve(listener, crate::api::app(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await?;
+        reaper.abort();
+        computers.shutdown().await;
+        return Ok(());
     }
     let dispatcher = Arc::new(dispatcher(&config));
     match config.transport {

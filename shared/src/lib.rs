@@ -8,6 +8,7 @@
 
 pub mod catalogue;
 pub mod dashboard;
+pub mod executor_api;
 pub mod history;
 pub mod ids;
 pub mod lifecycle;

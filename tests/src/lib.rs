@@ -164,6 +164,7 @@ pub fn command(tag: &str, state: &Path, opts: &ServerOpts) -> tokio::process::Co
         cmd.env("ENABLE_LIFECYCLE_TOOLS", "true");
     }
     cmd.env_remove("MSC_SUPERVISOR");
+    cmd.env_remove("MSC_EXECUTOR_SECRET");
     // MSC_TEST_RUST_LOG=executor=debug makes the servers' logs (target/test-logs) verbose.
     cmd.env(
         "RUST_LOG",
@@ -216,8 +217,25 @@ impl HttpServer {
     /// Starts `--transport http --port 0` and waits for its address.
     pub async fn start(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Self> {
         let mut cmd = command(tag, state, opts);
-        cmd.args(["--transport", "http", "--port", "0"])
-            .stdin(Stdio::null())
+        cmd.args(["--transport", "http", "--port", "0"]);
+        Self::spawn(tag, cmd).await
+    }
+
+    /// Starts `executor --listen 127.0.0.1:0` with `secret`; `url` is the `/v1` prefix.
+    pub async fn start_executor(
+        tag: &str,
+        state: &Path,
+        opts: &ServerOpts,
+        secret: &str,
+    ) -> Result<Self> {
+        let mut cmd = command(tag, state, opts);
+        cmd.args(["executor", "--listen", "127.0.0.1:0"])
+            .env("MSC_EXECUTOR_SECRET", secret);
+        Self::spawn(tag, cmd).await
+    }
+
+    async fn spawn(tag: &str, mut cmd: tokio::process::Command) -> Result<Self> {
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn()?;
@@ -232,9 +250,17 @@ impl HttpServer {
             };
             use std::io::Write;
             let _ = writeln!(log, "{line}");
-            if let Some(rest) = line.strip_prefix("mcp-sandbox-computer-vm-for-ai listening on ") {
+            let rest = line
+                .strip_prefix("mcp-sandbox-computer-vm-for-ai listening on ")
+                .or_else(|| {
+                    line.strip_prefix("mcp-sandbox-computer-vm-for-ai executor listening on ")
+                });
+            if let Some(rest) = rest {
                 let url = rest.trim().to_owned();
-                let base = url.trim_end_matches("/mcp").to_owned();
+                let base = url
+                    .trim_end_matches("/mcp")
+                    .trim_end_matches("/v1")
+                    .to_owned();
                 tokio::spawn(async move {
                     while let Ok(Some(l)) = lines.next_line().await {
                         let _ = writeln!(log, "{l}");

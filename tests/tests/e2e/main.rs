@@ -17,6 +17,7 @@
 mod cleanup;
 mod dashboard;
 mod exec;
+mod executor_api;
 mod http;
 mod images;
 mod lifecycle;

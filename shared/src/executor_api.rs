@@ -1,0 +1,156 @@
+//! The executor API: what the gateway sends a self-hosted executor
+//! (`mcp-sandbox-computer-vm-for-ai executor`) and what comes back. Versioned by path prefix.
+//!
+//! | method | path | body | 200 body |
+//! | --- | --- | --- | --- |
+//! | GET | `/v1/health` | – | [`Health`] (no auth) |
+//! | GET | `/v1/computers` | – | `{"computers": [item…], "count": n}` (the team's view) |
+//! | POST | `/v1/computers` | [`CreateBody`] | `{"ok", "computer_id", "sandbox_id", "temporary"}` |
+//! | POST | `/v1/computers/{id}/exec` | [`ExecBody`] | the exec result of SPEC §3.5 |
+//! | POST | `/v1/computers/{id}/restart` | – | as create |
+//! | POST | `/v1/computers/{id}/factory-reset` | – | as create |
+//! | DELETE | `/v1/computers/{id}` | – | `{"ok", "computer_id", "deleted": true}` |
+//!
+//! Success bodies are exactly the `structuredContent` the local server returns for the same
+//! tool, so the gateway can hand them on unchanged. Every failure is an HTTP status with an
+//! [`ApiError`] body whose `code` is stable. Requests carry `Authorization: Bearer <JWT>`
+//! signed by the gateway ([`Claims`], HS256, short-lived); `sub` is the team, and a team's
+//! temporary computers are its own on the executor too.
+
+use serde::{Deserialize, Serialize};
+
+/// The path prefix of this version of the API.
+pub const PREFIX: &str = "/v1";
+/// The `aud` the executor expects unless configured otherwise.
+pub const DEFAULT_AUDIENCE: &str = "mcp-sandbox-executor";
+/// The `iss` the gateway puts in its tokens.
+pub const GATEWAY_ISSUER: &str = "mcp-sandbox-gateway";
+/// Longest token lifetime (`exp - iat`) an executor accepts, in seconds.
+pub const MAX_TOKEN_LIFETIME_SECS: u64 = 600;
+
+/// `POST /v1/computers`: create the computer, or attach to it if it exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    pub computer_id: String,
+    #[serde(default = "yes")]
+    pub temporary: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST /v1/computers/{id}/exec`: the exec tool's arguments without `computer_id` (it is
+/// in the path); validated by the same rules as the tool (`shared::validate`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary: Option<bool>,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub backends: Vec<String>,
+}
+
+/// Stable error codes; each has one HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is malformed or fails validation (400).
+    BadRequest,
+    /// Missing or refused token (401).
+    Unauthorized,
+    /// No such computer for this team (404).
+    NotFound,
+    /// The request contradicts the computer's state, e.g. the other `temporary` value (409).
+    Conflict,
+    /// The container engine failed or refused (502).
+    Engine,
+    /// Anything else (500).
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::Engine => 502,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// The body of every failed request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            error: ErrorDetail {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+}
+
+/// The claims of a gateway → executor token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The gateway ([`GATEWAY_ISSUER`]).
+    pub iss: String,
+    /// The executor's audience ([`DEFAULT_AUDIENCE`] unless configured).
+    pub aud: String,
+    /// The team the request is for.
+    pub sub: String,
+    pub iat: u64,
+    pub exp: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_round_trip_and_refuse_unknown_fields() {
+        let c: CreateBody = serde_json::from_str(r#"{"computer_id":"a"}"#).unwrap();
+        assert!(c.temporary);
+        assert!(serde_json::from_str::<CreateBody>(r#"{"computer_id":"a","x":1}"#).is_err());
+        let e: ExecBody = serde_json::from_str(r#"{"command":"ls"}"#).unwrap();
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"command":"ls"}"#);
+        let err = ApiError::new(ErrorCode::NotFound, "no");
+        assert_eq!(
+            serde_json::to_value(&err).unwrap(),
+            serde_json::json!({"error": {"code": "not_found", "message": "no"}})
+        );
+        assert_eq!(ErrorCode::Conflict.http_status(), 409);
+    }
+}

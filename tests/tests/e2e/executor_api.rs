@@ -1,0 +1,340 @@
+//! Issue 6 (executor side): `mcp-sandbox-computer-vm-for-ai executor`, the versioned REST
+//! API a gateway calls, against the real Docker daemon: results identical to the MCP
+//! tools, stable error codes, teams that cannot reach each other's temporaries, and an auth
+//! attack set that must all be refused.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use shared::executor_api::{Claims, DEFAULT_AUDIENCE, GATEWAY_ISSUER};
+use tests::*;
+
+const SECRET: &str = "exec-secret-0123456789abcdef0123456789abcdef";
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+fn claims(team: &str) -> Claims {
+    Claims {
+        iss: GATEWAY_ISSUER.into(),
+        aud: DEFAULT_AUDIENCE.into(),
+        sub: team.into(),
+        iat: now(),
+        exp: now() + 60,
+    }
+}
+
+fn sign(c: &Claims, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        c,
+        &EncodingKey::from_secret(secret.as_bytes()).expect("key"),
+    )
+    .expect("sign")
+}
+
+fn token(team: &str) -> String {
+    sign(&claims(team), SECRET)
+}
+
+/// A token with an arbitrary header and signature (for `alg: none` and key confusion).
+fn forged(header: Value, c: &Claims, signature: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.{}",
+        b64.encode(header.to_string()),
+        b64.encode(serde_json::to_string(c).expect("claims")),
+        signature
+    )
+}
+
+async fn req(
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> anyhow::Result<(u16, Value)> {
+    let mut r = reqwest::Client::new().request(method, url);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await?;
+    let status = resp.status().as_u16();
+    let text = resp.text().await?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
+}
+
+#[tokio::test]
+async fn issue_6_executor_api() -> anyhow::Result<()> {
+    let t = tag("xapi");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), SECRET).await?;
+    let v1 = format!("{}/v1", x.base);
+    use reqwest::Method as M;
+
+    let (s, h) = req(M::GET, format!("{v1}/health"), None, None).await?;
+    assert_eq!((s, h["status"].as_str()), (200, Some("ok")));
+
+    // The auth attack set: every one refused with 401 and the stable code.
+    let expired = Claims {
+        iat: now() - 120,
+        exp: now() - 60,
+        ..claims("a")
+    };
+    let future = Claims {
+        iat: now() + 120,
+        exp: now() + 180,
+        ..claims("a")
+    };
+    let long = Claims {
+        exp: now() + 3600,
+        ..claims("a")
+    };
+    let wrong_aud = Claims {
+        aud: "someone-else".into(),
+        ..claims("a")
+    };
+    let wrong_iss = Claims {
+        iss: "not-the-gateway".into(),
+        ..claims("a")
+    };
+    let no_team = claims("");
+    let attacks: Vec<(&str, Option<String>)> = vec![
+        ("missing", None),
+        ("garbage", Some("not.a.jwt".into())),
+        (
+            "alg none",
+            Some(forged(
+                json!({"alg": "none", "typ": "JWT"}),
+                &claims("a"),
+                "",
+            )),
+        ),
+        (
+            "RS256 header (key confusion)",
+            Some(forged(
+                json!({"alg": "RS256", "typ": "JWT"}),
+                &claims("a"),
+                "c2ln",
+            )),
+        ),
+        (
+            "wrong secret",
+            Some(sign(
+                &claims("a"),
+                "another-secret-0123456789abcdef0123456789",
+            )),
+        ),
+        ("expired", Some(sign(&expired, SECRET))),
+        (
+            "issued in the future (nbf/iat)",
+            Some(sign(&Claims { ..future }, SECRET)),
+        ),
+        ("lifetime too long", Some(sign(&long, SECRET))),
+        ("wrong audience", Some(sign(&wrong_aud, SECRET))),
+        ("wrong issuer", Some(sign(&wrong_iss, SECRET))),
+        ("no team", Some(sign(&no_team, SECRET))),
+    ];
+    for (what, tok) in &attacks {
+        let (s, body) = req(M::GET, format!("{v1}/computers"), tok.as_deref(), None).await?;
+        assert_eq!(s, 401, "{what}: {body}");
+        assert_eq!(body["error"]["code"], "unauthorized", "{what}: {body}");
+    }
+
+    // Team a: create, exec (the tool's exact result shape), list.
+    let (a, b) = (token("team-a"), token("team-b"));
+    let id = format!("{t}-a");
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers"),
+        Some(&a),
+        Some(json!({"computer_id": id})),
+    )
+    .await?;
+    assert_eq!(
+        (s, &r["ok"], &r["temporary"]),
+        (200, &json!(true), &json!(true)),
+        "{r}"
+    );
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&a),
+        Some(json!({"command": "echo hi; exit 3"})),
+    )
+    .await?;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(
+        (
+            r["computer_id"].as_str(),
+            r["stdout"].as_str(),
+            r["exit_code"].as_i64(),
+            r["temporary"].as_bool()
+        ),
+        (Some(id.as_str()), Some("hi\n"), Some(3), Some(true))
+    );
+    assert!(r["exec_duration_ms"].is_u64());
+    let (s, r) = req(M::GET, format!("{v1}/computers"), Some(&a), None).await?;
+    assert_eq!(s, 200);
+    assert!(
+        r["computers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["computer_id"] == id.as_str())
+    );
+
+    // Bad input: the tool's validation, as 400 bad_request; nothing runs.
+    for body in [
+        json!({"command": "ls", "args": ["ls"]}),
+        json!({"command": "ls", "bogus": 1}),
+        json!({"command": "ls", "timeout": 0}),
+        json!({}),
+    ] {
+        let (s, r) = req(
+            M::POST,
+            format!("{v1}/computers/{id}/exec"),
+            Some(&a),
+            Some(body.clone()),
+        )
+        .await?;
+        assert_eq!(
+            (s, r["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{body}: {r}"
+        );
+    }
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers"),
+        Some(&a),
+        Some(json!({"computer_id": "Bad_ID!"})),
+    )
+    .await?;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (400, Some("bad_request")),
+        "{r}"
+    );
+    let (s, r) = req(M::POST, format!("{v1}/computers/{id}/exec"), Some(&a), None).await?;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (400, Some("bad_request")),
+        "{r}"
+    );
+
+    // Team b cannot see, run on, restart or delete team a's temporary.
+    let (_, r) = req(M::GET, format!("{v1}/computers"), Some(&b), None).await?;
+    assert!(
+        !r["computers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["computer_id"] == id.as_str())
+    );
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&b),
+        Some(json!({"command": "id"})),
+    )
+    .await?;
+    // Docker names are global on one executor, so the id is taken (the gateway namespaces
+    // ids per team); what matters is that nothing ran.
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (409, Some("conflict")),
+        "{r}"
+    );
+    let (s, _) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/restart"),
+        Some(&b),
+        None,
+    )
+    .await?;
+    assert_eq!(s, 404);
+    let (s, _) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&b), None).await?;
+    assert_eq!(s, 404);
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers"),
+        Some(&b),
+        Some(json!({"computer_id": id})),
+    )
+    .await?;
+    assert!(s == 404 || s == 409, "{s} {r}");
+
+    // The other temporary value is a conflict, not a silent switch.
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers"),
+        Some(&a),
+        Some(json!({"computer_id": id, "temporary": false})),
+    )
+    .await?;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (409, Some("conflict")),
+        "{r}"
+    );
+
+    // Lifecycle.
+    for op in ["restart", "factory-reset"] {
+        let (s, r) = req(M::POST, format!("{v1}/computers/{id}/{op}"), Some(&a), None).await?;
+        assert_eq!((s, &r["ok"]), (200, &json!(true)), "{op}: {r}");
+    }
+    let (s, r) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&a), None).await?;
+    assert_eq!((s, &r["deleted"]), (200, &json!(true)), "{r}");
+    let (s, r) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&a), None).await?;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{r}"
+    );
+    let (s, r) = req(M::GET, format!("{v1}/nope"), Some(&a), None).await?;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{r}"
+    );
+
+    // A temporary of team b is removed when the executor stops.
+    let (s, _) = req(
+        M::POST,
+        format!("{v1}/computers"),
+        Some(&b),
+        Some(json!({"computer_id": format!("{t}-b")})),
+    )
+    .await?;
+    assert_eq!(s, 200);
+    assert!(x.terminate().await?.success());
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
+
+#[tokio::test]
+async fn issue_6_executor_refuses_to_start_without_a_secret() -> anyhow::Result<()> {
+    let t = tag("xsecret");
+    for secret in ["", "short"] {
+        let out = command(&t, &state_dir(&t), &ServerOpts::default())
+            .args(["executor", "--listen", "127.0.0.1:0"])
+            .env("MSC_EXECUTOR_SECRET", secret)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await?;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("openssl rand -hex 32"));
+    }
+    Ok(())
+}
