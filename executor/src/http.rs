@@ -21,9 +21,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 use shared::mcp::{
-    Dispatcher, Era, Incoming, LEGACY_VERSIONS, MODERN_VERSION, check_modern_meta, codes,
-    error_response, negotiate, parse_message, success_response, unsupported_version,
+    Dispatcher, Era, Incoming, MODERN_VERSION, check_modern_meta, codes, error_response, negotiate,
+    parse_message, success_response,
 };
+use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::computers::{Computers, SessionHost};
@@ -137,7 +138,6 @@ fn json_response(status: StatusCode, body: Value) -> Response {
 enum Refusal {
     Unauthorized,
     Forbidden(&'static str),
-    Rpc(StatusCode, Value),
 }
 
 impl IntoResponse for Refusal {
@@ -145,7 +145,6 @@ impl IntoResponse for Refusal {
         match self {
             Refusal::Unauthorized => unauthorized(),
             Refusal::Forbidden(why) => forbidden(why),
-            Refusal::Rpc(status, body) => json_response(status, body),
         }
     }
 }
@@ -248,6 +247,10 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+fn status_code(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     json_response(status, error_response(id, code, message, None))
 }
@@ -312,65 +315,6 @@ async fn run_request(task: JoinHandle<Value>, id: Value) -> Value {
 }
 
 /// The 2026-07-28 header rules: `Mcp-Method` and, where it applies, `Mcp-Name` must match.
-fn check_modern_headers(
-    headers: &HeaderMap,
-    id: &Value,
-    method: &str,
-    params: Option<&Value>,
-) -> Result<(), Refusal> {
-    let mismatch = |what: &str| {
-        Refusal::Rpc(
-            StatusCode::BAD_REQUEST,
-            error_response(
-                id.clone(),
-                codes::HEADER_MISMATCH,
-                &format!("header mismatch: {what}"),
-                None,
-            ),
-        )
-    };
-    match header_str(headers, "mcp-method") {
-        Some(m) if m == method => {}
-        Some(_) => return Err(mismatch("Mcp-Method does not equal the request's method")),
-        None => return Err(mismatch("the Mcp-Method header is required")),
-    }
-    let name_param = match method {
-        "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
-        "resources/read" => params.and_then(|p| p.get("uri")),
-        _ => None,
-    };
-    if let Some(expected) = name_param.and_then(Value::as_str) {
-        let given = header_str(headers, "mcp-name").map(decode_header_value);
-        if given.as_deref() != Some(expected) {
-            return Err(mismatch("Mcp-Name does not equal the request's name/uri"));
-        }
-    }
-    if let Some(meta) = params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(shared::mcp::META_PROTOCOL_VERSION))
-        && meta.as_str() != Some(MODERN_VERSION)
-    {
-        return Err(mismatch(
-            "MCP-Protocol-Version does not equal _meta protocolVersion",
-        ));
-    }
-    Ok(())
-}
-
-/// Header values with non-ASCII content use the `=?base64?…?=` sentinel.
-fn decode_header_value(v: &str) -> String {
-    use base64::Engine as _;
-    if let Some(inner) = v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-        && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(inner)
-        && let Ok(s) = String::from_utf8(bytes)
-    {
-        return s;
-    }
-    v.to_owned()
-}
-
 async fn mcp_post(
     State(state): State<Arc<HttpState>>,
     headers: HeaderMap,
@@ -488,31 +432,16 @@ async fn mcp_post(
         Incoming::Request { id, .. } => id.clone(),
         _ => Value::Null,
     };
-    match version_header.as_deref() {
-        Some(MODERN_VERSION) => {}
-        Some(v) if LEGACY_VERSIONS.contains(&v) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::INVALID_REQUEST,
-                "missing Mcp-Session-Id: send initialize first to open a session",
-            );
-        }
-        Some(v) => return json_response(StatusCode::BAD_REQUEST, unsupported_version(id, v)),
-        None => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::HEADER_MISMATCH,
-                "missing MCP-Protocol-Version header: send initialize to open a session, or use protocol 2026-07-28 with its headers",
-            );
-        }
+    if let Err((status, body)) = check_stateless_version(version_header.as_deref(), &id) {
+        return json_response(status_code(status), body);
     }
     match msg {
         Incoming::Response | Incoming::Notification { .. } => StatusCode::ACCEPTED.into_response(),
         Incoming::Request { id, method, params } => {
-            if let Err(r) = check_modern_headers(&headers, &id, &method, params.as_ref()) {
-                return r.into_response();
+            if let Err((status, body)) =
+                check_modern_headers(|n| header_str(&headers, n), &id, &method, params.as_ref())
+            {
+                return json_response(status_code(status), body);
             }
             if let Err(body) = check_modern_meta(&id, params.as_ref()) {
                 return json_response(StatusCode::BAD_REQUEST, body);
@@ -528,17 +457,7 @@ async fn mcp_post(
                     .await
             });
             let resp = run_request(task, id).await;
-            let status = match resp
-                .get("error")
-                .and_then(|e| e.get("code"))
-                .and_then(Value::as_i64)
-            {
-                Some(codes::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
-                Some(codes::UNSUPPORTED_VERSION) | Some(codes::HEADER_MISMATCH) => {
-                    StatusCode::BAD_REQUEST
-                }
-                _ => StatusCode::OK,
-            };
+            let status = status_code(modern_status(&resp));
             json_response(status, resp)
         }
     }
@@ -686,11 +605,5 @@ mod tests {
         assert!(is_loopback_name("LOCALHOST"));
         assert!(is_loopback_name("127.0.0.2"));
         assert!(!is_loopback_name("evil.example"));
-    }
-
-    #[test]
-    fn header_sentinel() {
-        assert_eq!(decode_header_value("=?base64?w6k=?="), "é");
-        assert_eq!(decode_header_value("plain"), "plain");
     }
 }

@@ -1,15 +1,16 @@
-//! `gateway`: the Cloudflare Worker (wasm32 only).
+//! `gateway`: the Cloudflare Worker that serves the global MCP URL.
 //!
-//! The edge-gateway issue fills this crate (Streamable HTTP MCP, JWT auth, Durable Objects,
-//! forwarding to Fly, E2B and executors). Today it only proves that the shared catalogue and
-//! dispatcher build for the Worker's target, so the two sides cannot drift.
+//! It authenticates callers ([`auth`]: static token or JWTs with teams and scopes), keeps
+//! each team's computers in a Durable Object (`Team`, SQLite storage: placement, owner,
+//! temporary flag, last use, legacy sessions, an alarm that reaps idle temporaries), gives
+//! each team its own id space on executors ([`names`]), and forwards every command to the
+//! executor holding the computer with short-lived HS256 tokens ([`exec_token`]). MCP itself
+//! is the shared dispatcher and transport rules, the same code as the local server. The
+//! Worker glue (`edge`) builds only for wasm32; everything else is tested natively.
 
-use shared::catalogue::{EXEC_TOOL, ToolNames, tools};
+pub mod auth;
+pub mod exec_token;
+pub mod names;
 
-/// Names of the tools the Worker will serve with lifecycle tools on.
-pub fn tool_names() -> Vec<String> {
-    tools(&ToolNames::new(EXEC_TOOL, true), "")
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect()
-}
+#[cfg(target_arch = "wasm32")]
+mod edge;

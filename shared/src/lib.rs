@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod maybe_send;
 pub mod mcp;
 pub mod result;
+pub mod transport;
 pub mod validate;
 
 pub use rmcp::model::CallToolResult;

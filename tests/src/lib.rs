@@ -281,21 +281,12 @@ impl HttpServer {
 
     /// rmcp's Streamable HTTP client, legacy session handshake.
     pub async fn legacy_client(&self, token: Option<&str>) -> Result<Client> {
-        let t = StreamableHttpClientTransport::from_config(self.config(token));
-        Ok(ClientConfig::default()
-            .serve_with_lifecycle(t, ClientLifecycleMode::Initialize)
-            .await?)
+        http_client(self.config(token), false).await
     }
 
     /// rmcp's Streamable HTTP client, stateless 2026-07-28.
     pub async fn modern_client(&self, token: Option<&str>) -> Result<Client> {
-        let t = StreamableHttpClientTransport::from_config(self.config(token));
-        let mode = ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        };
-        Ok(ClientConfig::default()
-            .serve_with_lifecycle(t, mode)
-            .await?)
+        http_client(self.config(token), true).await
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -397,4 +388,131 @@ pub async fn remove_all(tag: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// rmcp's Streamable HTTP client: stateless 2026-07-28 (`modern`) or a legacy session.
+async fn http_client(config: StreamableHttpClientTransportConfig, modern: bool) -> Result<Client> {
+    let t = StreamableHttpClientTransport::from_config(config);
+    let mode = if modern {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        }
+    } else {
+        ClientLifecycleMode::Initialize
+    };
+    Ok(ClientConfig::default()
+        .serve_with_lifecycle(t, mode)
+        .await?)
+}
+
+/// The gateway Worker under `wrangler dev` (local workerd), built once per run with
+/// `scripts/build-gateway`. Its process group is stopped on drop.
+#[derive(Debug)]
+pub struct Gateway {
+    pub child: tokio::process::Child,
+    pub base: String,
+    pub url: String,
+}
+
+/// Builds the Worker once per run.
+pub fn gateway_build() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let ok = std::process::Command::new(workspace().join("scripts/build-gateway"))
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "scripts/build-gateway failed");
+    });
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+impl Gateway {
+    /// `wrangler dev` on a free port with `vars`, state in `persist`.
+    pub async fn start(tag: &str, persist: &Path, vars: &[(&str, String)]) -> Result<Self> {
+        gateway_build();
+        let dir = workspace().join("gateway");
+        let port = free_port()?;
+        let mut cmd = tokio::process::Command::new(dir.join("node_modules/.bin/node"));
+        cmd.arg(dir.join("node_modules/wrangler/bin/wrangler.js"))
+            .args(["dev", "--local", "--ip", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .arg("--persist-to")
+            .arg(persist)
+            .args([
+                "--show-interactive-dev-session=false",
+                "--log-level",
+                "warn",
+            ])
+            .current_dir(&dir)
+            .env("WRANGLER_SEND_METRICS", "false")
+            .env("CI", "true")
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file(tag)))
+            .stderr(Stdio::from(log_file(tag)))
+            .kill_on_drop(true);
+        for (k, v) in vars {
+            cmd.arg("--var").arg(format!("{k}:{v}"));
+        }
+        let child = cmd.spawn()?;
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let http = reqwest::Client::new();
+        loop {
+            if let Ok(r) = http.get(format!("{base}/healthz")).send().await
+                && r.status().is_success()
+            {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "wrangler dev did not start");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(Self {
+            child,
+            url: format!("{base}/mcp"),
+            base,
+        })
+    }
+
+    fn config(&self, token: &str) -> StreamableHttpClientTransportConfig {
+        StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+            .auth_header(token.to_owned())
+    }
+
+    /// rmcp's Streamable HTTP client, legacy session handshake.
+    pub async fn legacy_client(&self, token: &str) -> Result<Client> {
+        http_client(self.config(token), false).await
+    }
+
+    /// rmcp's Streamable HTTP client, stateless 2026-07-28.
+    pub async fn modern_client(&self, token: &str) -> Result<Client> {
+        http_client(self.config(token), true).await
+    }
+
+    /// Stops wrangler and its workerd children (the whole process group).
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &format!("-{pid}")])
+                .status();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
+        Ok(())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &format!("-{pid}")])
+                .status();
+        }
+    }
 }

@@ -18,6 +18,7 @@ mod cleanup;
 mod dashboard;
 mod exec;
 mod executor_api;
+mod gateway;
 mod http;
 mod images;
 mod lifecycle;

@@ -1,0 +1,381 @@
+//! Who is calling: a bearer token checked against the configured modes.
+//!
+//! - Static token (`STATIC_TOKEN`, one team `STATIC_TEAM`): compared in constant time.
+//! - JWT: HS256 with `JWT_HS256_SECRET`, RS256/ES256 with public keys from `JWT_JWKS`
+//!   (a JWKS document). The algorithm must be in the allow-list (`JWT_ALGORITHMS`) and is
+//!   matched to a key of its own family only: an HS256 token is never checked against an
+//!   RSA/EC public key, so key confusion is impossible; `none` is never allowed. Issuer,
+//!   audience, expiry and not-before are checked; `sub` and the team claim (`TEAM_CLAIM`,
+//!   default `team`) are required. `scope` (space separated) grants `exec` and/or `manage`;
+//!   a token without `scope` may do both.
+//! - With nothing configured every request is refused, unless `ALLOW_UNAUTHENTICATED_DEV`
+//!   is `true` (for `wrangler dev` only: every caller is team `dev`).
+
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::Value;
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub team: String,
+    /// The user (JWT `sub`), for the ownership of stateless temporaries.
+    pub subject: String,
+    pub can_exec: bool,
+    pub can_manage: bool,
+}
+
+/// Why a request is refused (all map to 401).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    #[error("missing bearer token")]
+    Missing,
+    #[error("token refused: {0}")]
+    Refused(String),
+    #[error(
+        "this gateway has no authentication configured: set STATIC_TOKEN or JWT_HS256_SECRET/JWT_JWKS (with JWT_ISSUER and JWT_AUDIENCE)"
+    )]
+    NotConfigured,
+}
+
+/// A configuration error, reported at the first request.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("JWT_JWKS is not a JWKS document: {0}")]
+    Jwks(String),
+    #[error("JWT_ALGORITHMS: {0:?} is not one of HS256, RS256, ES256")]
+    Algorithm(String),
+    #[error("JWT verification needs both JWT_ISSUER and JWT_AUDIENCE")]
+    IssuerAudience,
+    #[error("JWT_HS256_SECRET must be at least 32 bytes")]
+    ShortSecret,
+}
+
+/// Raw settings, as read from the Worker's vars and secrets.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub static_token: Option<String>,
+    pub static_team: Option<String>,
+    pub hs256_secret: Option<String>,
+    pub jwks: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub algorithms: Option<String>,
+    pub team_claim: Option<String>,
+    pub allow_unauthenticated_dev: bool,
+}
+
+struct PublicKey {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: DecodingKey,
+}
+
+/// The checked configuration.
+pub struct Auth {
+    static_token: Option<(String, String)>,
+    hs256: Option<DecodingKey>,
+    public: Vec<PublicKey>,
+    issuer: String,
+    audience: String,
+    algorithms: Vec<Algorithm>,
+    team_claim: String,
+    dev_open: bool,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("static", &self.static_token.is_some())
+            .field("hs256", &self.hs256.is_some())
+            .field("public_keys", &self.public.len())
+            .field("algorithms", &self.algorithms)
+            .finish()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn nonempty(v: &Option<String>) -> Option<String> {
+    v.as_ref()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+impl Auth {
+    pub fn new(s: &Settings) -> Result<Self, ConfigError> {
+        let hs256 = match nonempty(&s.hs256_secret) {
+            Some(secret) if secret.len() < 32 => return Err(ConfigError::ShortSecret),
+            Some(secret) => Some(
+                DecodingKey::from_secret(secret.as_bytes())
+                    .map_err(|_| ConfigError::ShortSecret)?,
+            ),
+            None => None,
+        };
+        let mut public = Vec::new();
+        if let Some(doc) = nonempty(&s.jwks) {
+            let set: JwkSet =
+                serde_json::from_str(&doc).map_err(|e| ConfigError::Jwks(e.to_string()))?;
+            for jwk in &set.keys {
+                let alg = match (&jwk.algorithm, jwk.common.key_algorithm) {
+                    (AlgorithmParameters::RSA(_), _) => Algorithm::RS256,
+                    (AlgorithmParameters::EllipticCurve(_), _) => Algorithm::ES256,
+                    _ => {
+                        return Err(ConfigError::Jwks(
+                            "only RSA (RS256) and P-256 (ES256) public keys are accepted".into(),
+                        ));
+                    }
+                };
+                let key =
+                    DecodingKey::from_jwk(jwk).map_err(|e| ConfigError::Jwks(e.to_string()))?;
+                public.push(PublicKey {
+                    kid: jwk.common.key_id.clone(),
+                    alg,
+                    key,
+                });
+            }
+        }
+        let jwt = hs256.is_some() || !public.is_empty();
+        let (issuer, audience) = match (nonempty(&s.issuer), nonempty(&s.audience)) {
+            (Some(i), Some(a)) => (i, a),
+            _ if jwt => return Err(ConfigError::IssuerAudience),
+            _ => (String::new(), String::new()),
+        };
+        let algorithms = match nonempty(&s.algorithms) {
+            Some(list) => list
+                .split(',')
+                .map(|a| match a.trim() {
+                    "HS256" => Ok(Algorithm::HS256),
+                    "RS256" => Ok(Algorithm::RS256),
+                    "ES256" => Ok(Algorithm::ES256),
+                    other => Err(ConfigError::Algorithm(other.to_owned())),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![Algorithm::HS256, Algorithm::RS256, Algorithm::ES256],
+        };
+        let static_token = nonempty(&s.static_token).map(|t| {
+            let team = nonempty(&s.static_team).unwrap_or_else(|| "default".into());
+            (t, team)
+        });
+        Ok(Self {
+            static_token,
+            hs256,
+            public,
+            issuer,
+            audience,
+            algorithms,
+            team_claim: nonempty(&s.team_claim).unwrap_or_else(|| "team".into()),
+            dev_open: s.allow_unauthenticated_dev,
+        })
+    }
+
+    /// Is any way of authenticating configured?
+    pub fn configured(&self) -> bool {
+        self.static_token.is_some() || self.hs256.is_some() || !self.public.is_empty()
+    }
+
+    /// Checks `authorization` (the header's value) at `now` (seconds since the epoch).
+    pub fn check(&self, authorization: Option<&str>, now: u64) -> Result<Caller, AuthError> {
+        if !self.configured() {
+            if self.dev_open {
+                return Ok(Caller {
+                    team: "dev".into(),
+                    subject: "dev".into(),
+                    can_exec: true,
+                    can_manage: true,
+                });
+            }
+            return Err(AuthError::NotConfigured);
+        }
+        let token = authorization
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(AuthError::Missing)?;
+        if let Some((expected, team)) = &self.static_token
+            && constant_time_eq(token.as_bytes(), expected.as_bytes())
+        {
+            return Ok(Caller {
+                team: team.clone(),
+                subject: "static".into(),
+                can_exec: true,
+                can_manage: true,
+            });
+        }
+        self.check_jwt(token, now)
+    }
+
+    fn check_jwt(&self, token: &str, now: u64) -> Result<Caller, AuthError> {
+        let refused = |why: &str| AuthError::Refused(why.to_owned());
+        let header = jsonwebtoken::decode_header(token).map_err(|e| refused(&e.to_string()))?;
+        if !self.algorithms.contains(&header.alg) {
+            return Err(refused(&format!(
+                "algorithm {:?} is not allowed",
+                header.alg
+            )));
+        }
+        let key = match header.alg {
+            Algorithm::HS256 => self.hs256.as_ref(),
+            alg => self
+                .public
+                .iter()
+                .filter(|k| k.alg == alg)
+                .find(|k| header.kid.is_none() || k.kid == header.kid)
+                .map(|k| &k.key),
+        }
+        .ok_or_else(|| {
+            refused(&format!(
+                "no {:?} key is configured for this token",
+                header.alg
+            ))
+        })?;
+        let mut v = Validation::new(header.alg);
+        v.set_issuer(&[&self.issuer]);
+        v.set_audience(&[&self.audience]);
+        v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        v.validate_nbf = true;
+        v.leeway = 30;
+        let data =
+            jsonwebtoken::decode::<Value>(token, key, &v).map_err(|e| refused(&e.to_string()))?;
+        let claims = data.claims;
+        // Also refuse tokens stamped in the future (clock skew beyond the leeway).
+        if claims
+            .get("iat")
+            .and_then(Value::as_u64)
+            .is_some_and(|iat| iat > now + 30)
+        {
+            return Err(refused("issued in the future (iat)"));
+        }
+        let subject = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| refused("no sub"))?
+            .to_owned();
+        let team = claims
+            .get(&self.team_claim)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| refused(&format!("no {} claim", self.team_claim)))?
+            .to_owned();
+        let (can_exec, can_manage) = match claims.get("scope").and_then(Value::as_str) {
+            None => (true, true),
+            Some(scope) => {
+                let has = |s: &str| scope.split_whitespace().any(|x| x == s);
+                (has("exec"), has("manage"))
+            }
+        };
+        Ok(Caller {
+            team,
+            subject,
+            can_exec,
+            can_manage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header};
+    use serde_json::json;
+
+    const SECRET: &str = "gateway-test-secret-0123456789abcdef";
+
+    fn auth() -> Auth {
+        Auth::new(&Settings {
+            static_token: Some("static-tok".into()),
+            static_team: Some("solo".into()),
+            hs256_secret: Some(SECRET.into()),
+            issuer: Some("https://issuer.example".into()),
+            audience: Some("mcp".into()),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn hs(claims: Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn good(now: u64) -> Value {
+        json!({"iss": "https://issuer.example", "aud": "mcp", "sub": "u1", "team": "t1",
+               "exp": now + 60, "iat": now})
+    }
+
+    #[test]
+    fn accepts_good_tokens_and_refuses_the_attack_set() {
+        let a = auth();
+        let now = jsonwebtoken::get_current_timestamp();
+        let bearer = |t: &str| format!("Bearer {t}");
+        let c = a.check(Some(&bearer(&hs(good(now)))), now).unwrap();
+        assert_eq!((c.team.as_str(), c.subject.as_str()), ("t1", "u1"));
+        assert!(c.can_exec && c.can_manage);
+        let c = a.check(Some("Bearer static-tok"), now).unwrap();
+        assert_eq!(c.team, "solo");
+        let mut scoped = good(now);
+        scoped["scope"] = json!("exec");
+        let c = a.check(Some(&bearer(&hs(scoped))), now).unwrap();
+        assert!(c.can_exec && !c.can_manage);
+
+        let with = |k: &str, v: Value| {
+            let mut c = good(now);
+            c[k] = v;
+            bearer(&hs(c))
+        };
+        let b64 = |v: Value| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let none = format!("{}.{}.", b64(json!({"alg": "none"})), b64(good(now)));
+        let rs = format!("{}.{}.c2ln", b64(json!({"alg": "RS256"})), b64(good(now)));
+        let cases = [
+            ("missing", None),
+            ("garbage", Some("Bearer garbage".to_owned())),
+            ("alg none", Some(bearer(&none))),
+            ("RS256 with only an HS key (confusion)", Some(bearer(&rs))),
+            ("expired", Some(with("exp", json!(now - 120)))),
+            ("not yet valid", Some(with("nbf", json!(now + 600)))),
+            ("wrong audience", Some(with("aud", json!("other")))),
+            (
+                "wrong issuer",
+                Some(with("iss", json!("https://evil.example"))),
+            ),
+            ("no team", Some(with("team", json!("")))),
+            ("future iat", Some(with("iat", json!(now + 600)))),
+        ];
+        for (what, header) in cases {
+            assert!(a.check(header.as_deref(), now).is_err(), "{what} accepted");
+        }
+    }
+
+    #[test]
+    fn nothing_configured_refuses_unless_dev() {
+        let a = Auth::new(&Settings::default()).unwrap();
+        assert_eq!(a.check(Some("Bearer x"), 0), Err(AuthError::NotConfigured));
+        let dev = Auth::new(&Settings {
+            allow_unauthenticated_dev: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(dev.check(None, 0).unwrap().team, "dev");
+        assert_eq!(
+            Auth::new(&Settings {
+                hs256_secret: Some(SECRET.into()),
+                ..Default::default()
+            })
+            .unwrap_err(),
+            ConfigError::IssuerAudience
+        );
+    }
+}

@@ -1,0 +1,1018 @@
+//! The Worker itself (wasm32 only): routes, MCP over Streamable HTTP for both eras with the
+//! shared dispatcher, the tool host that forwards to executors, and the per-team Durable
+//! Object (`Team`) holding the inventory, placement, sessions and the reaping alarm.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use shared::CallToolResult;
+use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
+use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ExecBody};
+use shared::ids::slug_from_random;
+use shared::mcp::{
+    CallContext, Dispatcher, Era, Incoming, ServerConfig, ToolHost, check_modern_meta, codes,
+    error_response, negotiate, parse_message, success_response,
+};
+use shared::result::{operation_error, structured_result};
+use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
+use shared::validate::{Program, ToolCall};
+use worker::{
+    Context, Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response,
+    Result, SqlStorageValue, State, durable_object, event,
+};
+
+use crate::auth::{Auth, Caller, Settings};
+use crate::{exec_token, names};
+
+const TEAM_BINDING: &str = "TEAM";
+const DEFAULT_IDLE_SECS: u64 = 300;
+
+/// One configured executor.
+#[derive(Debug, Clone, Deserialize)]
+struct ExecutorCfg {
+    name: String,
+    url: String,
+}
+
+/// What every request needs, read from the environment.
+struct Gateway {
+    auth: std::result::Result<Auth, String>,
+    executors: Vec<ExecutorCfg>,
+    executor_secret: String,
+    executor_audience: String,
+    dispatcher: Dispatcher,
+}
+
+fn var(env: &Env, name: &str) -> Option<String> {
+    env.var(name)
+        .ok()
+        .map(|v| v.to_string())
+        .or_else(|| env.secret(name).ok().map(|v| v.to_string()))
+        .filter(|v| !v.trim().is_empty())
+}
+
+fn now_ms() -> u64 {
+    Date::now().as_millis()
+}
+
+impl Gateway {
+    fn from_env(env: &Env) -> Self {
+        let settings = Settings {
+            static_token: var(env, "STATIC_TOKEN"),
+            static_team: var(env, "STATIC_TEAM"),
+            hs256_secret: var(env, "JWT_HS256_SECRET"),
+            jwks: var(env, "JWT_JWKS"),
+            issuer: var(env, "JWT_ISSUER"),
+            audience: var(env, "JWT_AUDIENCE"),
+            algorithms: var(env, "JWT_ALGORITHMS"),
+            team_claim: var(env, "TEAM_CLAIM"),
+            allow_unauthenticated_dev: var(env, "ALLOW_UNAUTHENTICATED_DEV").as_deref()
+                == Some("true"),
+        };
+        let executors = var(env, "EXECUTORS")
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        let exec_description = format!(
+            "Run a command on an isolated Linux computer (a Docker container on a self-hosted executor) and get its output. {}",
+            usage_text(120, 2_097_152)
+        );
+        Self {
+            auth: Auth::new(&settings).map_err(|e| e.to_string()),
+            executors,
+            executor_secret: var(env, "EXECUTOR_SECRET").unwrap_or_default(),
+            executor_audience: var(env, "EXECUTOR_AUDIENCE")
+                .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
+            dispatcher: Dispatcher::new(ServerConfig {
+                name: "mcp-sandbox-computer-gateway".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                names: ToolNames::new(EXEC_TOOL, true),
+                exec_description,
+                instructions: Some(
+                    "Each computer is an isolated Linux machine with a stable id in your team. Run commands with the exec tool."
+                        .into(),
+                ),
+                dashboard_html: Some(shared::dashboard::HTML.into()),
+            }),
+        }
+    }
+
+    fn executor(&self, name: &str) -> Option<&ExecutorCfg> {
+        self.executors.iter().find(|e| e.name == name)
+    }
+
+    /// Calls an executor for `team`: the success body, or the executor's message.
+    async fn call(
+        &self,
+        executor: &str,
+        team: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> std::result::Result<Value, String> {
+        let ex = self
+            .executor(executor)
+            .ok_or_else(|| format!("executor {executor:?} is not configured on this gateway"))?;
+        let token = exec_token::token(
+            &self.executor_secret,
+            &self.executor_audience,
+            team,
+            now_ms() / 1000,
+        )?;
+        let headers = Headers::new();
+        let set = |k: &str, v: &str| headers.set(k, v).map_err(|e| e.to_string());
+        set("content-type", "application/json")?;
+        set("authorization", &format!("Bearer {token}"))?;
+        let mut init = RequestInit::new();
+        init.with_method(method).with_headers(headers);
+        if let Some(b) = body {
+            init.with_body(Some(b.to_string().into()));
+        }
+        let url = format!(
+            "{}{}{path}",
+            ex.url.trim_end_matches('/'),
+            shared::executor_api::PREFIX
+        );
+        let req = Request::new_with_init(&url, &init).map_err(|e| e.to_string())?;
+        let mut resp = Fetch::Request(req)
+            .send()
+            .await
+            .map_err(|e| format!("executor {executor:?} unreachable: {e}"))?;
+        let status = resp.status_code();
+        let text = resp.text().await.map_err(|e| e.to_string())?;
+        if status == 200 {
+            return serde_json::from_str(&text).map_err(|e| format!("executor answer: {e}"));
+        }
+        Err(match serde_json::from_str::<ApiError>(&text) {
+            Ok(e) => e.error.message,
+            Err(_) => format!("executor {executor:?} answered {status}"),
+        })
+    }
+}
+
+thread_local! {
+    static GATEWAY: RefCell<Option<Rc<Gateway>>> = const { RefCell::new(None) };
+}
+
+fn gateway(env: &Env) -> Rc<Gateway> {
+    GATEWAY.with(|g| {
+        g.borrow_mut()
+            .get_or_insert_with(|| Rc::new(Gateway::from_env(env)))
+            .clone()
+    })
+}
+
+fn random_hex() -> String {
+    let mut buf = [0u8; 16];
+    let _ = getrandom::fill(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    let _ = getrandom::fill(&mut buf);
+    u64::from_le_bytes(buf)
+}
+
+fn json_response(status: u16, body: &Value) -> Result<Response> {
+    Ok(Response::from_json(body)?.with_status(status))
+}
+
+// ---------------------------------------------------------------- team Durable Object calls
+
+/// One team's Durable Object.
+async fn team_call(
+    env: &Env,
+    team: &str,
+    path: &str,
+    body: &Value,
+) -> std::result::Result<Value, String> {
+    let stub = env
+        .durable_object(TEAM_BINDING)
+        .and_then(|ns| ns.id_from_name(team)?.get_stub())
+        .map_err(|e| e.to_string())?;
+    // The object learns its team's name from every call (its id is a one-way hash of it).
+    let mut body = body.clone();
+    body["team"] = json!(team);
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(body.to_string().into()));
+    let req = Request::new_with_init(&format!("https://team.internal{path}"), &init)
+        .map_err(|e| e.to_string())?;
+    let mut resp = stub
+        .fetch_with_request(req)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status_code();
+    let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+    if status == 200 {
+        Ok(v)
+    } else {
+        Err(v["error"].as_str().unwrap_or("inventory error").to_owned())
+    }
+}
+
+// ---------------------------------------------------------------- the tool host
+
+struct Host {
+    gw: Rc<Gateway>,
+    env: Env,
+    caller: Caller,
+    /// `session:<sid>` (legacy) or `user:<sub>` (stateless): owner of temporaries.
+    owner: String,
+    session: Option<String>,
+    default: RefCell<Option<String>>,
+}
+
+/// A record of the team's inventory.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+struct Record {
+    id: String,
+    executor: String,
+    temporary: bool,
+}
+
+fn rewrite_id(mut v: Value, local: &str) -> Value {
+    if v.get("computer_id").is_some() {
+        v["computer_id"] = json!(local);
+    }
+    v
+}
+
+impl Host {
+    fn check_id(id: &str) -> std::result::Result<(), String> {
+        if id.len() > names::MAX_ID {
+            return Err(format!(
+                "computer_id {id:?} is too long for the gateway: at most {} characters",
+                names::MAX_ID
+            ));
+        }
+        Ok(())
+    }
+
+    /// Claims `id` for this caller (creating the record if new): where it lives.
+    async fn claim(
+        &self,
+        id: &str,
+        temporary: Option<bool>,
+    ) -> std::result::Result<Record, String> {
+        Self::check_id(id)?;
+        let executor = self
+            .gw
+            .executors
+            .first()
+            .map(|e| e.name.clone())
+            .ok_or("no executor is configured on this gateway (EXECUTORS)")?;
+        let v = team_call(
+            &self.env,
+            &self.caller.team,
+            "/claim",
+            &json!({"id": id, "temporary": temporary, "owner": self.owner, "executor": executor}),
+        )
+        .await?;
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    async fn visible(&self, id: &str) -> std::result::Result<Record, String> {
+        let v = team_call(
+            &self.env,
+            &self.caller.team,
+            "/get",
+            &json!({"id": id, "owner": self.owner}),
+        )
+        .await?;
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    fn xid(&self, id: &str) -> String {
+        names::to_executor(&self.caller.team, id)
+    }
+
+    /// `POST /computers/{id}/{op}` on the computer's executor.
+    async fn on_computer(&self, id: &str, op: &str) -> std::result::Result<Value, String> {
+        let rec = self.visible(id).await?;
+        let path = format!("/computers/{}/{op}", self.xid(id));
+        let v = self
+            .gw
+            .call(&rec.executor, &self.caller.team, Method::Post, &path, None)
+            .await?;
+        Ok(rewrite_id(v, id))
+    }
+
+    async fn run(&self, call: ToolCall) -> std::result::Result<Value, String> {
+        let team = self.caller.team.clone();
+        let manage = || {
+            if self.caller.can_manage {
+                Ok(())
+            } else {
+                Err("this token may not manage computers (it lacks the `manage` scope)".to_owned())
+            }
+        };
+        match call {
+            ToolCall::Exec(req) => {
+                if !self.caller.can_exec {
+                    return Err(
+                        "this token may not run commands (it lacks the `exec` scope)".into(),
+                    );
+                }
+                let id = match (&req.computer_id, self.default.borrow().clone()) {
+                    (Some(id), _) => id.clone(),
+                    (None, Some(d)) if req.temporary != Some(false) => d,
+                    (None, _) => slug_from_random(random_u64()),
+                };
+                let rec = self.claim(&id, req.temporary).await?;
+                if req.computer_id.is_none() && rec.temporary && self.default.borrow().is_none() {
+                    *self.default.borrow_mut() = Some(id.clone());
+                    if let Some(sid) = &self.session {
+                        team_call(
+                            &self.env,
+                            &team,
+                            "/session/default",
+                            &json!({"sid": sid, "id": id}),
+                        )
+                        .await?;
+                    }
+                }
+                let (command, args) = match &req.program {
+                    Program::Shell(c) => (Some(c.clone()), None),
+                    Program::Argv(a) => (None, Some(a.clone())),
+                };
+                let body = ExecBody {
+                    command,
+                    args,
+                    stdin: req.stdin.clone(),
+                    working_directory: req.working_directory.clone(),
+                    timeout: req.timeout_secs,
+                    temporary: Some(rec.temporary),
+                };
+                let body = serde_json::to_value(body).map_err(|e| e.to_string())?;
+                let path = format!("/computers/{}/exec", self.xid(&id));
+                let v = self
+                    .gw
+                    .call(&rec.executor, &team, Method::Post, &path, Some(&body))
+                    .await?;
+                let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
+                Ok(rewrite_id(v, &id))
+            }
+            ToolCall::List | ToolCall::Dashboard => {
+                let v = team_call(&self.env, &team, "/list", &json!({"owner": self.owner})).await?;
+                let records: Vec<Record> =
+                    serde_json::from_value(v["computers"].clone()).map_err(|e| e.to_string())?;
+                let mut items = Vec::new();
+                let mut executors: Vec<String> =
+                    records.iter().map(|r| r.executor.clone()).collect();
+                executors.sort();
+                executors.dedup();
+                for ex in executors {
+                    let listed = self
+                        .gw
+                        .call(&ex, &team, Method::Get, "/computers", None)
+                        .await?;
+                    for item in listed["computers"].as_array().cloned().unwrap_or_default() {
+                        let Some(local) = item["computer_id"]
+                            .as_str()
+                            .and_then(|x| names::from_executor(&team, x))
+                        else {
+                            continue;
+                        };
+                        if records.iter().any(|r| r.id == local && r.executor == ex) {
+                            items.push(rewrite_id(item, &local));
+                        }
+                    }
+                }
+                items.sort_by(|a, b| a["computer_id"].as_str().cmp(&b["computer_id"].as_str()));
+                let n = items.len();
+                Ok(json!({"computers": items, "count": n}))
+            }
+            ToolCall::Create {
+                computer_id,
+                temporary,
+            } => {
+                manage()?;
+                let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
+                let rec = self.claim(&id, temporary).await?;
+                let body = json!({"computer_id": self.xid(&id), "temporary": rec.temporary});
+                let v = self
+                    .gw
+                    .call(
+                        &rec.executor,
+                        &team,
+                        Method::Post,
+                        "/computers",
+                        Some(&body),
+                    )
+                    .await?;
+                Ok(rewrite_id(v, &id))
+            }
+            ToolCall::Restart { computer_id } => {
+                manage()?;
+                self.on_computer(&computer_id, "restart").await
+            }
+            ToolCall::FactoryReset { computer_id } => {
+                manage()?;
+                self.on_computer(&computer_id, "factory-reset").await
+            }
+            ToolCall::Delete { computer_id } => {
+                manage()?;
+                let rec = self.visible(&computer_id).await?;
+                let path = format!("/computers/{}", self.xid(&computer_id));
+                let v = self
+                    .gw
+                    .call(&rec.executor, &team, Method::Delete, &path, None)
+                    .await;
+                // Gone at the executor already: forget it all the same.
+                let gone = matches!(&v, Err(m) if m.contains("does not exist"));
+                let v = if gone {
+                    json!({"ok": true, "computer_id": computer_id, "deleted": true})
+                } else {
+                    v?
+                };
+                team_call(&self.env, &team, "/forget", &json!({"id": computer_id})).await?;
+                Ok(rewrite_id(v, &computer_id))
+            }
+        }
+    }
+}
+
+impl ToolHost for Host {
+    async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
+        match self.run(call).await {
+            Ok(v) => structured_result(v),
+            Err(message) => operation_error(&message),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- HTTP routes
+
+fn unauthorized(origin: &str, why: &str) -> Result<Response> {
+    let r = json_response(401, &json!({"error": "unauthorized", "detail": why}))?;
+    r.headers().set(
+        "www-authenticate",
+        &format!("Bearer resource_metadata=\"{origin}/.well-known/oauth-protected-resource\""),
+    )?;
+    Ok(r)
+}
+
+#[event(fetch)]
+async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    let url = req.url()?;
+    let origin = url.origin().ascii_serialization();
+    let gw = gateway(&env);
+    match (req.method(), url.path()) {
+        (Method::Get, "/healthz") => json_response(200, &json!({"status": "ok"})),
+        (Method::Get, "/") => json_response(
+            200,
+            &json!({
+                "name": "mcp-sandbox-computer-gateway",
+                "version": env!("CARGO_PKG_VERSION"),
+                "mcp_endpoint": "/mcp",
+                "health": "/healthz",
+                "dashboard_resource": DASHBOARD_URI,
+                "dashboard": "/dashboard",
+            }),
+        ),
+        (Method::Get, "/dashboard") => {
+            let r = Response::from_html(shared::dashboard::HTML)?;
+            r.headers()
+                .set("content-security-policy", &shared::dashboard::web_csp())?;
+            r.headers().set("x-content-type-options", "nosniff")?;
+            r.headers().set("referrer-policy", "no-referrer")?;
+            Ok(r)
+        }
+        (Method::Get, "/.well-known/oauth-protected-resource") => {
+            let issuer = var(&env, "JWT_ISSUER");
+            json_response(
+                200,
+                &json!({
+                    "resource": format!("{origin}/mcp"),
+                    "authorization_servers": issuer.into_iter().collect::<Vec<_>>(),
+                    "bearer_methods_supported": ["header"],
+                    "scopes_supported": ["exec", "manage"],
+                }),
+            )
+        }
+        (Method::Post, "/mcp") | (Method::Delete, "/mcp") => {
+            let auth = match &gw.auth {
+                Ok(a) => a,
+                Err(e) => {
+                    return json_response(
+                        500,
+                        &json!({"error": format!("gateway configuration: {e}")}),
+                    );
+                }
+            };
+            let authorization = req.headers().get("authorization")?;
+            let caller = match auth.check(authorization.as_deref(), now_ms() / 1000) {
+                Ok(c) => c,
+                Err(e) => return unauthorized(&origin, &e.to_string()),
+            };
+            if req.method() == Method::Delete {
+                return mcp_delete(&req, &env, &caller).await;
+            }
+            let body = req.bytes().await?;
+            mcp_post(&req, body, &env, gw, caller).await
+        }
+        (_, "/mcp") => json_response(
+            405,
+            &json!({"error": "use POST (or DELETE to end a session) on /mcp"}),
+        ),
+        _ => json_response(404, &json!({"error": "not found"})),
+    }
+}
+
+async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Response> {
+    let Some(sid) = req.headers().get("mcp-session-id")? else {
+        return json_response(400, &json!({"error": "DELETE needs Mcp-Session-Id"}));
+    };
+    match team_call(
+        env,
+        &caller.team,
+        "/session/close",
+        &json!({"sid": sid, "subject": caller.subject}),
+    )
+    .await
+    {
+        Ok(_) => Ok(Response::empty()?.with_status(204)),
+        Err(e) => json_response(
+            404,
+            &error_response(Value::Null, codes::INVALID_REQUEST, &e, None),
+        ),
+    }
+}
+
+async fn mcp_post(
+    req: &Request,
+    body: Vec<u8>,
+    env: &Env,
+    gw: Rc<Gateway>,
+    caller: Caller,
+) -> Result<Response> {
+    let msg = match parse_message(&body) {
+        Ok(m) => m,
+        Err(resp) => return json_response(400, &resp),
+    };
+    let headers = req.headers();
+    let session_id = headers.get("mcp-session-id")?;
+    let version_header = headers.get("mcp-protocol-version")?;
+    let team = caller.team.clone();
+
+    // ---- legacy: initialize opens a session ----
+    if let Incoming::Request { id, method, params } = &msg
+        && method == "initialize"
+        && version_header.as_deref() != Some(shared::mcp::MODERN_VERSION)
+    {
+        let requested = params
+            .as_ref()
+            .and_then(|p| p.get("protocolVersion"))
+            .and_then(Value::as_str);
+        let version = negotiate(requested);
+        let sid = random_hex();
+        if let Err(e) = team_call(
+            env,
+            &team,
+            "/session/open",
+            &json!({"sid": sid, "subject": caller.subject, "version": version}),
+        )
+        .await
+        {
+            return json_response(
+                500,
+                &error_response(id.clone(), codes::INTERNAL_ERROR, &e, None),
+            );
+        }
+        let r = json_response(
+            200,
+            &success_response(id.clone(), gw.dispatcher.initialize_result(version)),
+        )?;
+        r.headers().set("mcp-session-id", &sid)?;
+        return Ok(r);
+    }
+
+    // ---- legacy: a request inside a session ----
+    if let Some(sid) = session_id {
+        let session = match team_call(
+            env,
+            &team,
+            "/session/get",
+            &json!({"sid": sid, "subject": caller.subject}),
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(_) => {
+                return json_response(
+                    404,
+                    &error_response(
+                        Value::Null,
+                        codes::INVALID_REQUEST,
+                        "unknown or expired session: initialize again",
+                        None,
+                    ),
+                );
+            }
+        };
+        return match msg {
+            Incoming::Response | Incoming::Notification { .. } => {
+                Ok(Response::empty()?.with_status(202))
+            }
+            Incoming::Request { id, method, params } => {
+                let host = Host {
+                    gw: gw.clone(),
+                    env: env.clone(),
+                    caller,
+                    owner: format!("session:{sid}"),
+                    session: Some(sid),
+                    default: RefCell::new(session["default_id"].as_str().map(str::to_owned)),
+                };
+                let version = session["version"]
+                    .as_str()
+                    .unwrap_or("2025-11-25")
+                    .to_owned();
+                let resp = gw
+                    .dispatcher
+                    .request(&host, &Era::Legacy(version), id, &method, params.as_ref())
+                    .await;
+                json_response(200, &resp)
+            }
+        };
+    }
+
+    // ---- stateless 2026-07-28 ----
+    let id = match &msg {
+        Incoming::Request { id, .. } => id.clone(),
+        _ => Value::Null,
+    };
+    if let Err((status, body)) = check_stateless_version(version_header.as_deref(), &id) {
+        return json_response(status, &body);
+    }
+    match msg {
+        Incoming::Response | Incoming::Notification { .. } => {
+            Ok(Response::empty()?.with_status(202))
+        }
+        Incoming::Request { id, method, params } => {
+            let lookup: Vec<(String, Option<String>)> = ["mcp-method", "mcp-name"]
+                .iter()
+                .map(|n| (n.to_string(), headers.get(n).ok().flatten()))
+                .collect();
+            let header = |n: &str| {
+                lookup
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .and_then(|(_, v)| v.as_deref())
+            };
+            if let Err((status, body)) = check_modern_headers(header, &id, &method, params.as_ref())
+            {
+                return json_response(status, &body);
+            }
+            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
+                return json_response(400, &body);
+            }
+            let host = Host {
+                gw: gw.clone(),
+                env: env.clone(),
+                owner: format!("user:{}", caller.subject),
+                caller,
+                session: None,
+                default: RefCell::new(None),
+            };
+            let resp = gw
+                .dispatcher
+                .request(&host, &Era::Modern, id, &method, params.as_ref())
+                .await;
+            json_response(modern_status(&resp), &resp)
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the team Durable Object
+
+/// One team's inventory: computers (placement, owner, temporary, last use) and legacy
+/// sessions, in the Durable Object's SQLite storage; its alarm reaps idle temporaries.
+#[durable_object]
+pub struct Team {
+    state: State,
+    env: Env,
+}
+
+#[derive(Debug, Deserialize)]
+struct Row {
+    id: String,
+    executor: String,
+    temporary: i64,
+    owner: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SessionRow {
+    sid: String,
+    subject: String,
+    version: String,
+    default_id: Option<String>,
+}
+
+fn bad(status: u16, message: &str) -> Result<Response> {
+    json_response(status, &json!({"error": message}))
+}
+
+impl Team {
+    fn sql(&self, query: &str, args: Vec<SqlStorageValue>) -> Result<worker::SqlCursor> {
+        self.state.storage().sql().exec(query, Some(args))
+    }
+
+    fn idle_ms(&self) -> u64 {
+        var(&self.env, "SESSION_TIMEOUT_SECS")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_IDLE_SECS)
+            * 1000
+    }
+
+    fn row(&self, id: &str) -> Result<Option<Row>> {
+        let rows: Vec<Row> = self
+            .sql(
+                "SELECT id, executor, temporary, owner FROM computers WHERE id = ?",
+                vec![id.into()],
+            )?
+            .to_array()?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn arm(&self) -> Result<()> {
+        if self.state.storage().get_alarm().await?.is_none() {
+            let every = (self.idle_ms() / 2).clamp(1000, 60_000) as i64;
+            self.state.storage().set_alarm(every).await?;
+        }
+        Ok(())
+    }
+
+    fn record(r: &Row) -> Value {
+        json!({"id": r.id, "executor": r.executor, "temporary": r.temporary != 0})
+    }
+
+    fn visible(r: &Row, owner: &str) -> bool {
+        r.temporary == 0 || r.owner.as_deref() == Some(owner)
+    }
+
+    async fn remove_at_executor(&self, team: &str, r: &Row) {
+        let gw = gateway(&self.env);
+        let path = format!("/computers/{}", names::to_executor(team, &r.id));
+        let _ = gw
+            .call(&r.executor, team, Method::Delete, &path, None)
+            .await;
+    }
+}
+
+impl DurableObject for Team {
+    fn new(state: State, env: Env) -> Self {
+        let sql = state.storage().sql();
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS computers (id TEXT PRIMARY KEY, executor TEXT NOT NULL, \
+             temporary INTEGER NOT NULL, owner TEXT, last_used INTEGER NOT NULL)",
+            None,
+        );
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS sessions (sid TEXT PRIMARY KEY, subject TEXT NOT NULL, \
+             version TEXT NOT NULL, default_id TEXT, last_seen INTEGER NOT NULL)",
+            None,
+        );
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
+            None,
+        );
+        Self { state, env }
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        let b: Value = req.json().await.unwrap_or(Value::Null);
+        let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+        let now = now_ms() as i64;
+        if !s("team").is_empty() {
+            self.sql(
+                "INSERT OR IGNORE INTO meta (k, v) VALUES ('team', ?)",
+                vec![s("team").into()],
+            )?;
+        }
+        match req.path().as_str() {
+            "/claim" => {
+                let (id, owner, executor) = (s("id"), s("owner"), s("executor"));
+                let requested = b["temporary"].as_bool();
+                if let Some(r) = self.row(&id)? {
+                    if r.temporary != 0 && r.owner.as_deref() != Some(owner.as_str()) {
+                        return bad(
+                            409,
+                            &format!(
+                                "computer_id {id:?} is taken by a temporary computer of another session; choose another computer_id (temporary computers are private to the session that made them)"
+                            ),
+                        );
+                    }
+                    if let Some(t) = requested
+                        && t != (r.temporary != 0)
+                    {
+                        let actual = if r.temporary != 0 {
+                            "temporary"
+                        } else {
+                            "permanent (temporary=false)"
+                        };
+                        return bad(
+                            409,
+                            &format!(
+                                "computer {id:?} exists and is {actual}; you asked for temporary={t}. Omit `temporary` to attach to it, or choose another computer_id"
+                            ),
+                        );
+                    }
+                    return json_response(200, &Self::record(&r));
+                }
+                let temporary = requested.unwrap_or(true);
+                self.sql(
+                    "INSERT INTO computers (id, executor, temporary, owner, last_used) VALUES (?, ?, ?, ?, ?)",
+                    vec![
+                        id.as_str().into(),
+                        executor.as_str().into(),
+                        i64::from(temporary).into(),
+                        if temporary { owner.as_str().into() } else { SqlStorageValue::Null },
+                        now.into(),
+                    ],
+                )?;
+                if temporary {
+                    self.arm().await?;
+                }
+                json_response(
+                    200,
+                    &json!({"id": id, "executor": executor, "temporary": temporary}),
+                )
+            }
+            "/get" => match self.row(&s("id"))? {
+                Some(r) if Self::visible(&r, &s("owner")) => json_response(200, &Self::record(&r)),
+                _ => bad(
+                    404,
+                    &format!(
+                        "computer {:?} does not exist (or is another session's temporary computer); see computer_list",
+                        s("id")
+                    ),
+                ),
+            },
+            "/forget" => {
+                self.sql("DELETE FROM computers WHERE id = ?", vec![s("id").into()])?;
+                json_response(200, &json!({"ok": true}))
+            }
+            "/touch" => {
+                self.sql(
+                    "UPDATE computers SET last_used = ? WHERE id = ?",
+                    vec![now.into(), s("id").into()],
+                )?;
+                json_response(200, &json!({"ok": true}))
+            }
+            "/list" => {
+                let rows: Vec<Row> = self
+                    .sql(
+                        "SELECT id, executor, temporary, owner FROM computers ORDER BY id",
+                        vec![],
+                    )?
+                    .to_array()?;
+                let owner = s("owner");
+                let items: Vec<Value> = rows
+                    .iter()
+                    .filter(|r| Self::visible(r, &owner))
+                    .map(Self::record)
+                    .collect();
+                json_response(200, &json!({"computers": items}))
+            }
+            "/session/open" => {
+                self.sql(
+                    "INSERT INTO sessions (sid, subject, version, default_id, last_seen) VALUES (?, ?, ?, NULL, ?)",
+                    vec![s("sid").into(), s("subject").into(), s("version").into(), now.into()],
+                )?;
+                self.arm().await?;
+                json_response(200, &json!({"ok": true}))
+            }
+            "/session/get" => {
+                let rows: Vec<SessionRow> = self
+                    .sql(
+                        "SELECT sid, subject, version, default_id FROM sessions WHERE sid = ?",
+                        vec![s("sid").into()],
+                    )?
+                    .to_array()?;
+                match rows.into_iter().next() {
+                    Some(r) if r.subject == s("subject") => {
+                        self.sql(
+                            "UPDATE sessions SET last_seen = ? WHERE sid = ?",
+                            vec![now.into(), r.sid.as_str().into()],
+                        )?;
+                        json_response(
+                            200,
+                            &json!({"version": r.version, "default_id": r.default_id}),
+                        )
+                    }
+                    _ => bad(404, "unknown session"),
+                }
+            }
+            "/session/default" => {
+                self.sql(
+                    "UPDATE sessions SET default_id = ? WHERE sid = ?",
+                    vec![s("id").into(), s("sid").into()],
+                )?;
+                json_response(200, &json!({"ok": true}))
+            }
+            "/session/close" => {
+                let sid = s("sid");
+                let rows: Vec<SessionRow> = self
+                    .sql(
+                        "SELECT sid, subject, version, default_id FROM sessions WHERE sid = ?",
+                        vec![sid.as_str().into()],
+                    )?
+                    .to_array()?;
+                if !rows.iter().any(|r| r.subject == s("subject")) {
+                    return bad(404, "unknown session");
+                }
+                self.close_owner(&format!("session:{sid}")).await?;
+                self.sql(
+                    "DELETE FROM sessions WHERE sid = ?",
+                    vec![sid.as_str().into()],
+                )?;
+                json_response(200, &json!({"ok": true}))
+            }
+            _ => bad(404, "no such inventory route"),
+        }
+    }
+
+    async fn alarm(&self) -> Result<Response> {
+        let now = now_ms() as i64;
+        let cutoff = now - self.idle_ms() as i64;
+        // Idle sessions end; their temporaries go with them.
+        let idle: Vec<SessionRow> = self
+            .sql(
+                "SELECT sid, subject, version, default_id FROM sessions WHERE last_seen < ?",
+                vec![cutoff.into()],
+            )?
+            .to_array()?;
+        for s in idle {
+            self.close_owner(&format!("session:{}", s.sid)).await?;
+            self.sql(
+                "DELETE FROM sessions WHERE sid = ?",
+                vec![s.sid.as_str().into()],
+            )?;
+        }
+        // Stateless callers' temporaries go when idle.
+        let stale: Vec<Row> = self
+            .sql(
+                "SELECT id, executor, temporary, owner FROM computers WHERE temporary = 1 AND owner LIKE 'user:%' AND last_used < ?",
+                vec![cutoff.into()],
+            )?
+            .to_array()?;
+        let team = self.team()?;
+        for r in stale {
+            self.remove_at_executor(&team, &r).await;
+            self.sql(
+                "DELETE FROM computers WHERE id = ?",
+                vec![r.id.as_str().into()],
+            )?;
+        }
+        let left: Vec<Row> = self
+            .sql(
+                "SELECT id, executor, temporary, owner FROM computers WHERE temporary = 1",
+                vec![],
+            )?
+            .to_array()?;
+        let sessions: Vec<SessionRow> = self
+            .sql(
+                "SELECT sid, subject, version, default_id FROM sessions",
+                vec![],
+            )?
+            .to_array()?;
+        if !left.is_empty() || !sessions.is_empty() {
+            let every = (self.idle_ms() / 2).clamp(1000, 60_000) as i64;
+            self.state.storage().set_alarm(every).await?;
+        }
+        Response::ok("reaped")
+    }
+}
+
+impl Team {
+    /// The team this object belongs to (stored at first use: ids from names are one-way).
+    fn team(&self) -> Result<String> {
+        #[derive(Deserialize)]
+        struct Meta {
+            v: String,
+        }
+        let rows: Vec<Meta> = self
+            .sql("SELECT v FROM meta WHERE k = 'team'", vec![])?
+            .to_array()?;
+        Ok(rows.into_iter().next().map(|m| m.v).unwrap_or_default())
+    }
+
+    async fn close_owner(&self, owner: &str) -> Result<()> {
+        let rows: Vec<Row> = self
+            .sql("SELECT id, executor, temporary, owner FROM computers WHERE temporary = 1 AND owner = ?", vec![owner.into()])?
+            .to_array()?;
+        let team = self.team()?;
+        for r in rows {
+            self.remove_at_executor(&team, &r).await;
+            self.sql(
+                "DELETE FROM computers WHERE id = ?",
+                vec![r.id.as_str().into()],
+            )?;
+        }
+        Ok(())
+    }
+}

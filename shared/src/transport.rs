@@ -1,0 +1,143 @@
+//! Streamable HTTP rules both HTTP servers (the local one and the Worker) apply before the
+//! dispatcher sees a request: the 2026-07-28 header checks, the `=?base64?…?=` header
+//! encoding, what a stateless request without the right version header gets, and the HTTP
+//! status of a stateless answer. Pure functions over a header lookup.
+
+use serde_json::Value;
+
+use crate::mcp::{LEGACY_VERSIONS, MODERN_VERSION, codes, error_response, unsupported_version};
+
+/// An HTTP status and a JSON-RPC error body.
+pub type Refused = (u16, Value);
+
+/// Header values with non-ASCII content use the `=?base64?…?=` sentinel.
+pub fn decode_header_value(v: &str) -> String {
+    use base64::Engine as _;
+    if let Some(inner) = v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+        && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(inner)
+        && let Ok(s) = String::from_utf8(bytes)
+    {
+        return s;
+    }
+    v.to_owned()
+}
+
+/// 2026-07-28: `Mcp-Method` must equal the method, `Mcp-Name` the tool name or resource
+/// uri, and a `_meta` protocol version must equal the header's. `header` looks a header
+/// up by lower-case name.
+pub fn check_modern_headers<'a>(
+    header: impl Fn(&str) -> Option<&'a str>,
+    id: &Value,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), Refused> {
+    let mismatch = |what: &str| {
+        (
+            400,
+            error_response(
+                id.clone(),
+                codes::HEADER_MISMATCH,
+                &format!("header mismatch: {what}"),
+                None,
+            ),
+        )
+    };
+    match header("mcp-method") {
+        Some(m) if m == method => {}
+        Some(_) => return Err(mismatch("Mcp-Method does not equal the request's method")),
+        None => return Err(mismatch("the Mcp-Method header is required")),
+    }
+    let name_param = match method {
+        "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
+        "resources/read" => params.and_then(|p| p.get("uri")),
+        _ => None,
+    };
+    if let Some(expected) = name_param.and_then(Value::as_str) {
+        let given = header("mcp-name").map(decode_header_value);
+        if given.as_deref() != Some(expected) {
+            return Err(mismatch("Mcp-Name does not equal the request's name/uri"));
+        }
+    }
+    if let Some(meta) = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(crate::mcp::META_PROTOCOL_VERSION))
+        && meta.as_str() != Some(MODERN_VERSION)
+    {
+        return Err(mismatch(
+            "MCP-Protocol-Version does not equal _meta protocolVersion",
+        ));
+    }
+    Ok(())
+}
+
+/// A request with no session: it must be 2026-07-28 (by `MCP-Protocol-Version`).
+pub fn check_stateless_version(version_header: Option<&str>, id: &Value) -> Result<(), Refused> {
+    match version_header {
+        Some(MODERN_VERSION) => Ok(()),
+        Some(v) if LEGACY_VERSIONS.contains(&v) => Err((
+            400,
+            error_response(
+                id.clone(),
+                codes::INVALID_REQUEST,
+                "missing Mcp-Session-Id: send initialize first to open a session",
+                None,
+            ),
+        )),
+        Some(v) => Err((400, unsupported_version(id.clone(), v))),
+        None => Err((
+            400,
+            error_response(
+                id.clone(),
+                codes::HEADER_MISMATCH,
+                "missing MCP-Protocol-Version header: send initialize to open a session, or use protocol 2026-07-28 with its headers",
+                None,
+            ),
+        )),
+    }
+}
+
+/// The HTTP status of a stateless answer: errors of method or version are HTTP errors too.
+pub fn modern_status(response: &Value) -> u16 {
+    match response
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64)
+    {
+        Some(codes::METHOD_NOT_FOUND) => 404,
+        Some(codes::UNSUPPORTED_VERSION) | Some(codes::HEADER_MISMATCH) => 400,
+        _ => 200,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn header_sentinel() {
+        assert_eq!(decode_header_value("=?base64?w6k=?="), "é");
+        assert_eq!(decode_header_value("plain"), "plain");
+    }
+
+    #[test]
+    fn modern_header_rules() {
+        let params = json!({"name": "é"});
+        let h = |n: &str| match n {
+            "mcp-method" => Some("tools/call"),
+            "mcp-name" => Some("=?base64?w6k=?="),
+            _ => None,
+        };
+        assert!(check_modern_headers(h, &json!(1), "tools/call", Some(&params)).is_ok());
+        let wrong = |n: &str| (n == "mcp-method").then_some("tools/list");
+        let (status, body) =
+            check_modern_headers(wrong, &json!(1), "tools/call", Some(&params)).unwrap_err();
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["code"], codes::HEADER_MISMATCH);
+        assert!(check_stateless_version(Some(MODERN_VERSION), &json!(1)).is_ok());
+        assert_eq!(check_stateless_version(None, &json!(1)).unwrap_err().0, 400);
+        assert_eq!(modern_status(&json!({"result": {}})), 200);
+    }
+}

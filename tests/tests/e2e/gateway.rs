@@ -1,0 +1,334 @@
+//! Issue 6: the gateway Worker under `wrangler dev` (real workerd, real Durable Objects with
+//! SQLite storage) in front of a real executor with Docker, driven by rmcp's Streamable
+//! HTTP client in both eras, with JWTs: teams with their own id spaces, sessions, scopes,
+//! the auth attack set, inventory that survives a wrangler restart, and the alarm that
+//! reaps idle temporaries.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use tests::*;
+
+const EXECUTOR_SECRET: &str = "exec-secret-for-gateway-tests-0123456789";
+const JWT_SECRET: &str = "jwt-secret-for-gateway-tests-0123456789ab";
+const ISSUER: &str = "https://issuer.test";
+const AUDIENCE: &str = "mcp-gateway-test";
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+fn claims(team: &str, sub: &str) -> Value {
+    json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "team": team,
+           "iat": now(), "exp": now() + 600})
+}
+
+fn sign(c: &Value) -> String {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        c,
+        &EncodingKey::from_secret(JWT_SECRET.as_bytes()).expect("key"),
+    )
+    .expect("sign")
+}
+
+fn vars(executor: &str, idle_secs: u64) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "EXECUTORS",
+            json!([{"name": "local", "url": executor}]).to_string(),
+        ),
+        ("EXECUTOR_SECRET", EXECUTOR_SECRET.into()),
+        ("JWT_HS256_SECRET", JWT_SECRET.into()),
+        ("JWT_ISSUER", ISSUER.into()),
+        ("JWT_AUDIENCE", AUDIENCE.into()),
+        ("SESSION_TIMEOUT_SECS", idle_secs.to_string()),
+    ]
+}
+
+async fn raw(
+    gw: &Gateway,
+    token: Option<&str>,
+    body: Value,
+) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    let mut r = reqwest::Client::new()
+        .post(&gw.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", body["method"].as_str().unwrap_or_default());
+    if let Some(name) = body["params"]["name"].as_str() {
+        r = r.header("mcp-name", name);
+    }
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    let resp = r.body(body.to_string()).send().await?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await?;
+    Ok((
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
+}
+
+fn list_call() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "computer_list", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list["computers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
+    let t = tag("gw");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), EXECUTOR_SECRET)
+        .await?;
+    let persist = state_dir(&t).join("wrangler");
+    let gw = Gateway::start(&t, &persist, &vars(&x.base, 300)).await?;
+
+    // Team a, user u1, stateless 2026-07-28.
+    let a1 = gw.modern_client(&sign(&claims("team-a", "u1"))).await?;
+    assert_eq!(a1.list_all_tools().await?.len(), 7);
+    let r = exec(
+        &a1,
+        json!({"command": "echo hi; echo marker > /tmp/mark", "computer_id": "box"}),
+    )
+    .await?;
+    assert_eq!(
+        (r["computer_id"].as_str(), r["stdout"].as_str()),
+        (Some("box"), Some("hi\n")),
+        "{r}"
+    );
+    let r = exec(
+        &a1,
+        json!({"args": ["cat", "/tmp/mark"], "computer_id": "box"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "marker\n");
+    let r = call(
+        &a1,
+        "computer_create",
+        json!({"computer_id": "shared-box", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(false), "{:?}", r.content);
+
+    // Team a, user u2, legacy session: its default computer; the permanent one is shared.
+    let a2 = gw.legacy_client(&sign(&claims("team-a", "u2"))).await?;
+    let d1 = exec(&a2, json!({"command": "echo one"})).await?;
+    let d2 = exec(&a2, json!({"command": "echo two"})).await?;
+    assert_eq!(
+        d1["computer_id"], d2["computer_id"],
+        "the session keeps its default computer"
+    );
+    let list = call(&a2, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let seen = ids(&list);
+    assert!(seen.contains(&"shared-box".to_owned()), "{seen:?}");
+    assert!(seen.contains(&d1["computer_id"].as_str().unwrap().to_owned()));
+    assert!(
+        !seen.contains(&"box".to_owned()),
+        "u1's temporary is private: {seen:?}"
+    );
+    let r = call(
+        &a2,
+        "terminal_execute",
+        json!({"command": "true", "computer_id": "box"}),
+    )
+    .await?;
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "another session's temporary is refused"
+    );
+
+    // Team b has its own id space: its `box` is another computer; it sees nothing of team a.
+    let b = gw.modern_client(&sign(&claims("team-b", "u1"))).await?;
+    let list = call(&b, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    assert!(ids(&list).is_empty(), "{list}");
+    let r = exec(
+        &b,
+        json!({"command": "cat /tmp/mark || echo none", "computer_id": "box"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "none\n", "team b reached team a's computer");
+    let r = call(&b, "computer_restart", json!({"computer_id": "shared-box"})).await?;
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "team b cannot name team a's computer"
+    );
+
+    // Scopes: an exec-only token cannot manage computers.
+    let mut c = claims("team-a", "u3");
+    c["scope"] = json!("exec");
+    let limited = gw.modern_client(&sign(&c)).await?;
+    let r = call(
+        &limited,
+        "computer_delete",
+        json!({"computer_id": "shared-box"}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(true));
+    assert!(format!("{:?}", r.content).contains("manage"));
+
+    // The auth attack set, each refused with 401 and where to find the metadata.
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let with = |k: &str, v: Value| {
+        let mut c = claims("team-a", "u1");
+        c[k] = v;
+        sign(&c)
+    };
+    let attacks = [
+        ("missing", None),
+        ("garbage", Some("garbage".to_owned())),
+        (
+            "alg none",
+            Some(format!(
+                "{}.{}.",
+                b64(json!({"alg": "none"})),
+                b64(claims("team-a", "u1"))
+            )),
+        ),
+        (
+            "RS256 header, HS key (confusion)",
+            Some(format!(
+                "{}.{}.c2ln",
+                b64(json!({"alg": "RS256"})),
+                b64(claims("team-a", "u1"))
+            )),
+        ),
+        ("expired", Some(with("exp", json!(now() - 300)))),
+        ("not yet valid", Some(with("nbf", json!(now() + 600)))),
+        ("wrong audience", Some(with("aud", json!("other")))),
+        (
+            "wrong issuer",
+            Some(with("iss", json!("https://evil.test"))),
+        ),
+        ("no team", Some(with("team", json!("")))),
+        (
+            "wrong secret",
+            Some(jsonwebtoken::encode(
+                &Header::new(Algorithm::HS256),
+                &claims("team-a", "u1"),
+                &EncodingKey::from_secret(b"another-secret-0123456789abcdef0123456789")?,
+            )?),
+        ),
+    ];
+    for (what, token) in attacks {
+        let (status, headers, body) = raw(&gw, token.as_deref(), list_call()).await?;
+        assert_eq!(status, 401, "{what}: {body}");
+        let www = headers
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        assert!(
+            www.contains("/.well-known/oauth-protected-resource"),
+            "{what}: {www}"
+        );
+    }
+    let meta: Value = reqwest::get(format!("{}/.well-known/oauth-protected-resource", gw.base))
+        .await?
+        .json()
+        .await?;
+    assert_eq!(meta["resource"], format!("{}/mcp", gw.base));
+    assert_eq!(meta["authorization_servers"][0], ISSUER);
+    let page = reqwest::get(format!("{}/dashboard", gw.base)).await?;
+    assert!(
+        page.headers()["content-security-policy"]
+            .to_str()?
+            .contains("script-src 'sha256-")
+    );
+    assert!(page.text().await?.contains("Sandbox Computer Dashboard"));
+
+    // Lifecycle through the gateway.
+    for tool in ["computer_restart", "computer_factory_reset"] {
+        let r = call(&a1, tool, json!({"computer_id": "box"})).await?;
+        assert_eq!(r.is_error, Some(false), "{tool}: {:?}", r.content);
+        assert_eq!(r.structured_content.unwrap()["computer_id"], "box");
+    }
+    let r = exec(
+        &a1,
+        json!({"command": "cat /tmp/mark 2>/dev/null || echo reset", "computer_id": "box"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "reset\n");
+
+    // The inventory lives in the Durable Object: it survives a wrangler restart.
+    drop((a1, a2, b, limited));
+    gw.stop().await?;
+    let gw = Gateway::start(&t, &persist, &vars(&x.base, 300)).await?;
+    let a1 = gw.modern_client(&sign(&claims("team-a", "u1"))).await?;
+    let list = call(&a1, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let seen = ids(&list);
+    assert!(
+        seen.contains(&"shared-box".to_owned()) && seen.contains(&"box".to_owned()),
+        "{seen:?}"
+    );
+    for id in ["box", "shared-box"] {
+        let r = call(&a1, "computer_delete", json!({"computer_id": id})).await?;
+        assert_eq!(r.is_error, Some(false), "{id}: {:?}", r.content);
+    }
+    let list = call(&a1, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    assert!(!ids(&list).contains(&"box".to_owned()));
+    gw.stop().await?;
+    x.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(20)).await
+}
+
+#[tokio::test]
+async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
+    let t = tag("gwalarm");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), EXECUTOR_SECRET)
+        .await?;
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &vars(&x.base, 2)).await?;
+    let c = gw.modern_client(&sign(&claims("team-r", "u1"))).await?;
+    exec(&c, json!({"command": "true", "computer_id": "idle-one"})).await?;
+    exec(
+        &c,
+        json!({"command": "true", "computer_id": "kept", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(containers(&t).await?.len(), 2);
+    // The executor's own idle reaping is 5 minutes away: what goes now is the alarm's work.
+    wait_for_count(&t, 1, Duration::from_secs(20)).await?;
+    let list = call(&c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    assert_eq!(ids(&list), vec!["kept".to_owned()]);
+    call(&c, "computer_delete", json!({"computer_id": "kept"})).await?;
+    gw.stop().await?;
+    x.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(20)).await
+}
