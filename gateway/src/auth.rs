@@ -360,6 +360,47 @@ mod tests {
     }
 
     #[test]
+    fn rs256_and_es256_through_a_jwks_and_no_cross_family_keys() {
+        use jsonwebtoken::jwk::{Jwk, JwkSet};
+        let rsa = EncodingKey::from_rsa_pem(include_bytes!("../testdata/rsa_priv.pem")).unwrap();
+        let ec = EncodingKey::from_ec_pem(include_bytes!("../testdata/ec_priv.pem")).unwrap();
+        let mut rsa_jwk = Jwk::from_encoding_key(&rsa, Algorithm::RS256).unwrap();
+        rsa_jwk.common.key_id = Some("r1".into());
+        let mut ec_jwk = Jwk::from_encoding_key(&ec, Algorithm::ES256).unwrap();
+        ec_jwk.common.key_id = Some("e1".into());
+        let jwks = serde_json::to_string(&JwkSet {
+            keys: vec![rsa_jwk, ec_jwk],
+        })
+        .unwrap();
+        let a = Auth::new(&Settings {
+            jwks: Some(jwks),
+            issuer: Some("https://issuer.example".into()),
+            audience: Some("mcp".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let now = jsonwebtoken::get_current_timestamp();
+        for (alg, key, kid) in [
+            (Algorithm::RS256, &rsa, "r1"),
+            (Algorithm::ES256, &ec, "e1"),
+        ] {
+            let mut h = Header::new(alg);
+            h.kid = Some(kid.into());
+            let t = jsonwebtoken::encode(&h, &good(now), key).unwrap();
+            let c = a.check(Some(&format!("Bearer {t}")), now).unwrap();
+            assert_eq!(c.team, "t1", "{alg:?}");
+        }
+        // HS256 with no HS secret configured: refused, even though public keys exist.
+        let hs_token = hs(good(now));
+        assert!(a.check(Some(&format!("Bearer {hs_token}")), now).is_err());
+        // An ES256 header naming the RSA key id finds no ES256 key.
+        let mut h = Header::new(Algorithm::ES256);
+        h.kid = Some("r1".into());
+        let t = jsonwebtoken::encode(&h, &good(now), &ec).unwrap();
+        assert!(a.check(Some(&format!("Bearer {t}")), now).is_err());
+    }
+
+    #[test]
     fn nothing_configured_refuses_unless_dev() {
         let a = Auth::new(&Settings::default()).unwrap();
         assert_eq!(a.check(Some("Bearer x"), 0), Err(AuthError::NotConfigured));

@@ -3,6 +3,7 @@
 //! Object (`Team`) holding the inventory, placement, sessions and the reaping alarm.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,8 @@ struct Gateway {
     executors: Vec<ExecutorCfg>,
     executor_secret: String,
     executor_audience: String,
+    /// `SESSION_TIMEOUT_SECS`, in ms.
+    idle_ms: u64,
     dispatcher: Dispatcher,
 }
 
@@ -84,6 +87,10 @@ impl Gateway {
             executor_secret: var(env, "EXECUTOR_SECRET").unwrap_or_default(),
             executor_audience: var(env, "EXECUTOR_AUDIENCE")
                 .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
+            idle_ms: var(env, "SESSION_TIMEOUT_SECS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_IDLE_SECS)
+                * 1000,
             dispatcher: Dispatcher::new(ServerConfig {
                 name: "mcp-sandbox-computer-gateway".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -151,8 +158,57 @@ impl Gateway {
     }
 }
 
+/// (team, computer id, owner).
+type PlacementKey = (String, String, String);
+
 thread_local! {
     static GATEWAY: RefCell<Option<Rc<Gateway>>> = const { RefCell::new(None) };
+    /// (team, id, owner) → where the computer lives, until a deadline (ms). Saves the
+    /// Durable Object round trip on warm execs. Kept short (idle/4, at most 60 s) because
+    /// another isolate may delete the computer meanwhile.
+    static PLACEMENT: RefCell<HashMap<PlacementKey, (Record, u64)>> = RefCell::new(HashMap::new());
+    /// (team, id) → when this isolate last told the DO about a use (ms).
+    static TOUCHED: RefCell<HashMap<(String, String), u64>> = RefCell::new(HashMap::new());
+}
+
+fn cached_placement(team: &str, id: &str, owner: &str, temporary: Option<bool>) -> Option<Record> {
+    let key = (team.to_owned(), id.to_owned(), owner.to_owned());
+    PLACEMENT.with(|p| {
+        p.borrow()
+            .get(&key)
+            .filter(|(r, until)| *until > now_ms() && temporary.is_none_or(|t| t == r.temporary))
+            .map(|(r, _)| r.clone())
+    })
+}
+
+fn cache_placement(team: &str, id: &str, owner: &str, r: &Record, ttl_ms: u64) {
+    let key = (team.to_owned(), id.to_owned(), owner.to_owned());
+    let until = now_ms() + ttl_ms.min(60_000);
+    PLACEMENT.with(|p| p.borrow_mut().insert(key, (r.clone(), until)));
+}
+
+fn forget_cached(team: &str, id: &str) {
+    PLACEMENT.with(|p| {
+        p.borrow_mut()
+            .retain(|(t, i, _), _| !(t == team && i == id))
+    });
+    TOUCHED.with(|t| t.borrow_mut().remove(&(team.to_owned(), id.to_owned())));
+}
+
+/// Is it time to record a use of (team, id) in the DO? Marks it done if so.
+fn touch_due(team: &str, id: &str, every_ms: u64) -> bool {
+    let now = now_ms();
+    TOUCHED.with(|t| {
+        let mut t = t.borrow_mut();
+        let key = (team.to_owned(), id.to_owned());
+        match t.get(&key) {
+            Some(last) if now < last + every_ms.min(30_000) => false,
+            _ => {
+                t.insert(key, now);
+                true
+            }
+        }
+    })
 }
 
 fn gateway(env: &Env) -> Rc<Gateway> {
@@ -321,7 +377,14 @@ impl Host {
                     (None, Some(d)) if req.temporary != Some(false) => d,
                     (None, _) => slug_from_random(random_u64()),
                 };
-                let rec = self.claim(&id, req.temporary).await?;
+                let rec = match cached_placement(&team, &id, &self.owner, req.temporary) {
+                    Some(r) => r,
+                    None => {
+                        let r = self.claim(&id, req.temporary).await?;
+                        cache_placement(&team, &id, &self.owner, &r, self.gw.idle_ms / 4);
+                        r
+                    }
+                };
                 if req.computer_id.is_none() && rec.temporary && self.default.borrow().is_none() {
                     *self.default.borrow_mut() = Some(id.clone());
                     if let Some(sid) = &self.session {
@@ -352,7 +415,10 @@ impl Host {
                     .gw
                     .call(&rec.executor, &team, Method::Post, &path, Some(&body))
                     .await?;
-                let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
+                // Last use, at most every idle/4 per isolate: the warm path skips the DO.
+                if touch_due(&team, &id, self.gw.idle_ms / 4) {
+                    let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
+                }
                 Ok(rewrite_id(v, &id))
             }
             ToolCall::List | ToolCall::Dashboard => {
@@ -429,6 +495,7 @@ impl Host {
                     v?
                 };
                 team_call(&self.env, &team, "/forget", &json!({"id": computer_id})).await?;
+                forget_cached(&team, &computer_id);
                 Ok(rewrite_id(v, &computer_id))
             }
         }
@@ -493,6 +560,9 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
                 }),
             )
         }
+        (Method::Get, "/__bench/jwt") if var(&env, "BENCH_ROUTES").as_deref() == Some("true") => {
+            json_response(200, &jwt_bench())
+        }
         (Method::Post, "/mcp") | (Method::Delete, "/mcp") => {
             let auth = match &gw.auth {
                 Ok(a) => a,
@@ -520,6 +590,47 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
         ),
         _ => json_response(404, &json!({"error": "not found"})),
     }
+}
+
+/// Benchmark only (`BENCH_ROUTES=true`): what verifying a caller's HS256 token and signing
+/// an executor token cost in this runtime, averaged over many, with synthetic keys.
+fn jwt_bench() -> Value {
+    const N: u32 = 200;
+    let secret = "bench-only-secret-0123456789abcdef0123456789";
+    let now = now_ms() / 1000;
+    let Ok(auth) = Auth::new(&Settings {
+        hs256_secret: Some(secret.into()),
+        issuer: Some("bench".into()),
+        audience: Some("bench".into()),
+        ..Default::default()
+    }) else {
+        return json!({"error": "bench auth"});
+    };
+    let claims = json!({"iss": "bench", "aud": "bench", "sub": "u", "team": "t", "exp": now + 60});
+    let Ok(key) = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()) else {
+        return json!({"error": "bench key"});
+    };
+    let Ok(token) = jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key) else {
+        return json!({"error": "bench token"});
+    };
+    let header = format!("Bearer {token}");
+    let t0 = Date::now().as_millis();
+    let mut ok = 0;
+    for _ in 0..N {
+        ok += u32::from(auth.check(Some(&header), now).is_ok());
+    }
+    let verify = (Date::now().as_millis() - t0) as f64 / f64::from(N);
+    let t0 = Date::now().as_millis();
+    for i in 0..N {
+        let _ = exec_token::sign(secret, "bench", &format!("t{i}"), now);
+    }
+    let sign = (Date::now().as_millis() - t0) as f64 / f64::from(N);
+    let t0 = Date::now().as_millis();
+    for _ in 0..N {
+        let _ = exec_token::token(secret, "bench", "cached", now);
+    }
+    let cached = (Date::now().as_millis() - t0) as f64 / f64::from(N);
+    json!({"verified": ok, "verify_hs256_ms": verify, "sign_hs256_ms": sign, "sign_cached_ms": cached})
 }
 
 async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Response> {

@@ -27,6 +27,13 @@ pub fn token(secret: &str, audience: &str, team: &str, now: u64) -> Result<Strin
     }) {
         return Ok(t);
     }
+    let t = sign(secret, audience, team, now)?;
+    CACHE.with(|c| c.borrow_mut().insert(key, (t.clone(), now + LIFETIME_SECS)));
+    Ok(t)
+}
+
+/// A fresh token (no cache): what one signature costs.
+pub fn sign(secret: &str, audience: &str, team: &str, now: u64) -> Result<String, String> {
     let claims = Claims {
         iss: GATEWAY_ISSUER.into(),
         aud: audience.into(),
@@ -35,10 +42,8 @@ pub fn token(secret: &str, audience: &str, team: &str, now: u64) -> Result<Strin
         exp: now + LIFETIME_SECS,
     };
     let signing = EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?;
-    let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &signing)
-        .map_err(|e| e.to_string())?;
-    CACHE.with(|c| c.borrow_mut().insert(key, (t.clone(), claims.exp)));
-    Ok(t)
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &signing)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

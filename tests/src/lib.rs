@@ -412,16 +412,19 @@ pub struct Gateway {
     pub child: tokio::process::Child,
     pub base: String,
     pub url: String,
+    /// The process group of wrangler and its workerd children.
+    pgid: Option<u32>,
 }
 
-/// Builds the Worker once per run.
+/// Builds the Worker once per run (a release build for the benchmark, `MSC_RELEASE=1`).
 pub fn gateway_build() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let ok = std::process::Command::new(workspace().join("scripts/build-gateway"))
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
+        let mut cmd = std::process::Command::new(workspace().join("scripts/build-gateway"));
+        if std::env::var_os("MSC_RELEASE").is_some() {
+            cmd.arg("--release");
+        }
+        let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
         assert!(ok, "scripts/build-gateway failed");
     });
 }
@@ -436,12 +439,42 @@ impl Gateway {
     /// `wrangler dev` on a free port with `vars`, state in `persist`.
     pub async fn start(tag: &str, persist: &Path, vars: &[(&str, String)]) -> Result<Self> {
         gateway_build();
+        Self::start_config(tag, persist, None, vars).await
+    }
+
+    /// `wrangler dev` of another Worker config (run with the gateway's wrangler). Ports are
+    /// picked free; a start that loses a port race is tried again with new ones.
+    pub async fn start_config(
+        tag: &str,
+        persist: &Path,
+        config: Option<&Path>,
+        vars: &[(&str, String)],
+    ) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::try_start(tag, persist, config, vars).await {
+                Ok(g) => return Ok(g),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("wrangler dev did not start")))
+    }
+
+    async fn try_start(
+        tag: &str,
+        persist: &Path,
+        config: Option<&Path>,
+        vars: &[(&str, String)],
+    ) -> Result<Self> {
         let dir = workspace().join("gateway");
         let port = free_port()?;
         let mut cmd = tokio::process::Command::new(dir.join("node_modules/.bin/node"));
         cmd.arg(dir.join("node_modules/wrangler/bin/wrangler.js"))
             .args(["dev", "--local", "--ip", "127.0.0.1", "--port"])
             .arg(port.to_string())
+            // Each wrangler needs its own inspector port too, or parallel ones collide.
+            .arg("--inspector-port")
+            .arg(free_port()?.to_string())
             .arg("--persist-to")
             .arg(persist)
             .args([
@@ -450,8 +483,8 @@ impl Gateway {
                 "warn",
             ])
             .current_dir(&dir)
+            .args(config.map(|c| format!("--config={}", c.display())))
             .env("WRANGLER_SEND_METRICS", "false")
-            .env("CI", "true")
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file(tag)))
@@ -460,24 +493,29 @@ impl Gateway {
         for (k, v) in vars {
             cmd.arg("--var").arg(format!("{k}:{v}"));
         }
-        let child = cmd.spawn()?;
         let base = format!("http://127.0.0.1:{port}");
+        // Owned from here on: a failed start still stops the whole process group (drop).
+        let child = cmd.spawn()?;
+        let mut gw = Self {
+            pgid: child.id(),
+            child,
+            url: format!("{base}/mcp"),
+            base,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         let http = reqwest::Client::new();
         loop {
-            if let Ok(r) = http.get(format!("{base}/healthz")).send().await
+            if let Ok(r) = http.get(format!("{}/healthz", gw.base)).send().await
                 && r.status().is_success()
             {
-                break;
+                return Ok(gw);
+            }
+            if let Ok(Some(status)) = gw.child.try_wait() {
+                bail!("wrangler dev exited: {status} (see target/test-logs/{tag}-*.log)");
             }
             anyhow::ensure!(Instant::now() < deadline, "wrangler dev did not start");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Ok(Self {
-            child,
-            url: format!("{base}/mcp"),
-            base,
-        })
     }
 
     fn config(&self, token: &str) -> StreamableHttpClientTransportConfig {
@@ -497,22 +535,22 @@ impl Gateway {
 
     /// Stops wrangler and its workerd children (the whole process group).
     pub async fn stop(mut self) -> Result<()> {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &format!("-{pid}")])
-                .status();
-        }
+        self.signal_group("TERM");
         let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
         Ok(())
+    }
+
+    fn signal_group(&self, sig: &str) {
+        if let Some(pgid) = self.pgid {
+            let _ = std::process::Command::new("kill")
+                .args([&format!("-{sig}"), "--", &format!("-{pgid}")])
+                .status();
+        }
     }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &format!("-{pid}")])
-                .status();
-        }
+        self.signal_group("KILL");
     }
 }

@@ -284,6 +284,272 @@ async fn remove_many_floor(d: &bollard::Docker, t: &str) -> Result<f64> {
     Ok(ms(s.elapsed()))
 }
 
+const GW_SECRET: &str = "bench-executor-secret-0123456789abcdef";
+const GW_JWT: &str = "bench-gateway-jwt-secret-0123456789abcdef";
+const GW_EXECS: usize = 200;
+const SESSIONS: usize = 200;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+fn hs256(claims: &serde_json::Value, secret: &str) -> Result<String> {
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())?,
+    )?)
+}
+
+/// One stateless MCP request to the gateway.
+async fn gw_post(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let mut r = http
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", body["method"].as_str().unwrap_or_default());
+    if let Some(n) = body["params"]["name"].as_str() {
+        r = r.header("mcp-name", n);
+    }
+    Ok(r.body(body.to_string()).send().await?.json().await?)
+}
+
+fn exec_call(id: &str) -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "terminal_execute", "arguments": {"args": ["true"], "computer_id": id},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
+}
+
+/// Warm exec through the gateway vs a pass-through Worker, JWT costs, bundle size, and 200
+/// concurrent legacy sessions sharing three computers.
+async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
+    let x = HttpServer::start_executor(t, &state_dir(t), &ServerOpts::default(), GW_SECRET).await?;
+    let gw = Gateway::start(
+        t,
+        &state_dir(t).join("gw"),
+        &[
+            (
+                "EXECUTORS",
+                json!([{"name": "local", "url": x.base}]).to_string(),
+            ),
+            ("EXECUTOR_SECRET", GW_SECRET.into()),
+            ("JWT_HS256_SECRET", GW_JWT.into()),
+            ("JWT_ISSUER", "bench".into()),
+            ("JWT_AUDIENCE", "bench".into()),
+            ("BENCH_ROUTES", "true".into()),
+        ],
+    )
+    .await?;
+    let pt = Gateway::start_config(
+        t,
+        &state_dir(t).join("pt"),
+        Some(&workspace().join("tests/bench-worker/wrangler.toml")),
+        &[("EXECUTOR_URL", x.base.clone())],
+    )
+    .await?;
+    let team = "bench-team";
+    let token = hs256(
+        &json!({"iss": "bench", "aud": "bench", "sub": "u1", "team": team, "exp": unix_now() + 3600}),
+        GW_JWT,
+    )?;
+    let exec_token = hs256(
+        &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": shared::executor_api::DEFAULT_AUDIENCE,
+                "sub": team, "iat": unix_now(), "exp": unix_now() + 600}),
+        GW_SECRET,
+    )?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(512)
+        .build()?;
+    let id = "warm";
+    let xid = gateway::names::to_executor(team, id);
+    let through_pt = |http: reqwest::Client| {
+        let url = format!("{}/v1/computers/{xid}/exec", pt.base);
+        let tok = exec_token.clone();
+        async move {
+            let r: serde_json::Value = http
+                .post(url)
+                .bearer_auth(tok)
+                .json(&json!({"args": ["true"], "temporary": true}))
+                .send()
+                .await?
+                .json()
+                .await?;
+            anyhow::ensure!(r["exit_code"] == 0, "pass-through exec failed: {r}");
+            anyhow::Ok(())
+        }
+    };
+    for _ in 0..20 {
+        let r = gw_post(&http, &gw.url, &token, exec_call(id)).await?;
+        anyhow::ensure!(
+            r["result"]["structuredContent"]["exit_code"] == 0,
+            "gateway exec failed: {r}"
+        );
+        through_pt(http.clone()).await?;
+    }
+    let (mut ours, mut floor) = (Vec::new(), Vec::new());
+    for i in 0..GW_EXECS {
+        for step in 0..2 {
+            let s = Instant::now();
+            if (i + step) % 2 == 0 {
+                gw_post(&http, &gw.url, &token, exec_call(id)).await?;
+                ours.push(ms(s.elapsed()));
+            } else {
+                through_pt(http.clone()).await?;
+                floor.push(ms(s.elapsed()));
+            }
+        }
+    }
+    ours.sort_by(f64::total_cmp);
+    floor.sort_by(f64::total_cmp);
+    let (o, f) = (pct(&ours, 0.5), pct(&floor, 0.5));
+    rows.push(Row {
+        name: "gateway warm exec, p50",
+        value: o,
+        unit: "ms",
+        floor: Some(f),
+        target: "<= floor + 2 ms".into(),
+        pass: o <= f + 2.0,
+    });
+    let (o99, f99) = (pct(&ours, 0.99), pct(&floor, 0.99));
+    rows.push(Row {
+        name: "gateway warm exec, p99",
+        value: o99,
+        unit: "ms",
+        floor: Some(f99),
+        target: "(reported)".into(),
+        pass: true,
+    });
+
+    let jwt: serde_json::Value = http
+        .get(format!("{}/__bench/jwt", gw.base))
+        .send()
+        .await?
+        .json()
+        .await?;
+    for (name, key) in [
+        (
+            "JWT verify (caller, HS256), in the Worker",
+            "verify_hs256_ms",
+        ),
+        ("JWT sign (executor, HS256), in the Worker", "sign_hs256_ms"),
+        ("executor token, cached, in the Worker", "sign_cached_ms"),
+    ] {
+        rows.push(Row {
+            name,
+            value: jwt[key].as_f64().unwrap_or(f64::NAN),
+            unit: "ms",
+            floor: None,
+            target: "(reported)".into(),
+            pass: jwt[key].is_number(),
+        });
+    }
+
+    let wasm = workspace().join("gateway/build/index_bg.wasm");
+    let raw = std::fs::metadata(&wasm)?.len() as f64;
+    let gz = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("gzip -9 -c '{}' | wc -c", wasm.display()))
+        .output()?;
+    let gz: f64 = String::from_utf8_lossy(&gz.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(f64::NAN);
+    rows.push(Row {
+        name: "Worker bundle (wasm), raw",
+        value: raw / 1_048_576.0,
+        unit: "MiB",
+        floor: None,
+        target: "(reported)".into(),
+        pass: true,
+    });
+    rows.push(Row {
+        name: "Worker bundle (wasm), gzip -9",
+        value: gz / 1_048_576.0,
+        unit: "MiB",
+        floor: None,
+        target: "<= 3 MiB (Free plan)".into(),
+        pass: gz <= 3.0 * 1_048_576.0,
+    });
+
+    // 200 legacy sessions at once, sharing three permanent computers.
+    for i in 0..3 {
+        let mut c = exec_call(&format!("shared-{i}"));
+        c["params"]["arguments"]["temporary"] = json!(false);
+        gw_post(&http, &gw.url, &token, c).await?;
+    }
+    let session = |i: usize| {
+        let (http, url, token) = (http.clone(), gw.url.clone(), token.clone());
+        async move {
+            let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}});
+            let r = http
+                .post(&url)
+                .bearer_auth(&token)
+                .header("content-type", "application/json")
+                .body(init.to_string())
+                .send()
+                .await?;
+            let sid = r
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .context("no session id")?;
+            let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "terminal_execute", "arguments": {"command": format!("echo {i}"), "computer_id": format!("shared-{}", i % 3)}}});
+            let r: serde_json::Value = http
+                .post(&url)
+                .bearer_auth(&token)
+                .header("content-type", "application/json")
+                .header("mcp-session-id", &sid)
+                .header("mcp-protocol-version", "2025-11-25")
+                .body(call.to_string())
+                .send()
+                .await?
+                .json()
+                .await?;
+            anyhow::ensure!(
+                r["result"]["structuredContent"]["stdout"] == format!("{i}\n"),
+                "session {i}: {r}"
+            );
+            let _ = http
+                .delete(&url)
+                .bearer_auth(&token)
+                .header("mcp-session-id", &sid)
+                .send()
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    let s = Instant::now();
+    let results = futures_util::future::join_all((0..SESSIONS).map(session)).await;
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+        eprintln!("first session failure: {e}");
+    }
+    rows.push(Row {
+        name: "200 concurrent sessions, errors",
+        value: failed as f64,
+        unit: "errors",
+        floor: None,
+        target: format!("0 ({:.1} s)", s.elapsed().as_secs_f64()),
+        pass: failed == 0,
+    });
+    pt.stop().await?;
+    gw.stop().await?;
+    x.terminate().await?;
+    Ok(())
+}
+
 /// A process spawn floor: `/bin/true` started and reaped.
 async fn spawn_floor() -> Result<f64> {
     let mut v = Vec::new();
@@ -491,6 +757,11 @@ async fn main() -> Result<()> {
         target: "<= 1.10x floor".into(),
         pass: gone <= 1.10 * floor_gone,
     });
+
+    // ---- the gateway Worker under wrangler dev (issue 6) ----
+    if std::env::var("MSC_BENCH_SKIP").as_deref() != Ok("gateway") {
+        gateway_rows(&t, &mut rows).await?;
+    }
 
     // ---- start-up and idle memory ----
     let (start_ms, rss) = startup(&t).await?;
