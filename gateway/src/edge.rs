@@ -564,6 +564,10 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
             json_response(200, &jwt_bench())
         }
         (Method::Post, "/mcp") | (Method::Delete, "/mcp") => {
+            if let Err(why) = check_host_origin(&env, &url, req.headers().get("origin")?.as_deref())
+            {
+                return json_response(403, &json!({"error": why}));
+            }
             let auth = match &gw.auth {
                 Ok(a) => a,
                 Err(e) => {
@@ -631,6 +635,58 @@ fn jwt_bench() -> Value {
     }
     let cached = (Date::now().as_millis() - t0) as f64 / f64::from(N);
     json!({"verified": ok, "verify_hs256_ms": verify, "sign_hs256_ms": sign, "sign_cached_ms": cached})
+}
+
+/// DNS-rebinding and cross-site protection: the request's host, and its `Origin` when a
+/// browser sends one, must be one of `PUBLIC_ORIGINS` (comma-separated, e.g.
+/// `https://mcp.example.com`); with none configured only loopback names are accepted
+/// (`wrangler dev`).
+fn check_host_origin(
+    env: &Env,
+    url: &worker::Url,
+    origin: Option<&str>,
+) -> std::result::Result<(), String> {
+    let allowed: Vec<String> = var(env, "PUBLIC_ORIGINS")
+        .map(|v| {
+            v.split(',')
+                .map(|o| o.trim().trim_end_matches('/').to_owned())
+                .filter(|o| !o.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let loopback = |host: &str| {
+        let h = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        h == "localhost" || h.ends_with(".localhost") || h == "::1" || h.starts_with("127.")
+    };
+    let ok = |candidate: &worker::Url| {
+        if allowed.is_empty() {
+            candidate.host_str().is_some_and(loopback)
+        } else {
+            allowed
+                .iter()
+                .any(|a| *a == candidate.origin().ascii_serialization())
+        }
+    };
+    if !ok(url) {
+        return Err(format!(
+            "host {:?} is not served here: add its origin to PUBLIC_ORIGINS",
+            url.host_str().unwrap_or_default()
+        ));
+    }
+    if let Some(o) = origin.filter(|o| *o != "null") {
+        match worker::Url::parse(o) {
+            Ok(u) if ok(&u) => {}
+            _ => {
+                return Err(format!(
+                    "origin {o:?} is not allowed: add it to PUBLIC_ORIGINS"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Response> {

@@ -251,6 +251,16 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
             "{what}: {www}"
         );
     }
+    // A browser page of another site cannot drive it with a stolen-by-ambient token.
+    let r = reqwest::Client::new()
+        .post(&gw.url)
+        .bearer_auth(sign(&claims("team-a", "u1")))
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/json")
+        .body(list_call().to_string())
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 403);
     let meta: Value = reqwest::get(format!("{}/.well-known/oauth-protected-resource", gw.base))
         .await?
         .json()
