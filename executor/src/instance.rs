@@ -1,7 +1,7 @@
 //! This server's identity and liveness, for reaping temporaries of servers that died.
 //!
 //! Temporary containers carry the creating server's instance id (`<pid>-<start time>`,
-//! read from `/proc`) and host name. At start-up a server removes the temporaries of
+//! read from `/proc`) and host identity (name + PID namespace). At start-up a server removes the temporaries of
 //! instances on this host that are no longer running: the PID is gone, or now belongs to a
 //! process that started at another time. This needs no shared directory, so servers with
 //! different `--state-dir`s or users never reap each other's live computers. Where `/proc`
@@ -39,14 +39,25 @@ pub fn is_alive(id: &str) -> bool {
     start_time(pid).as_deref() == Some(start)
 }
 
-/// This machine's name, to tell our instances from other machines' on a shared engine.
+/// Where instance ids can be judged: the machine's name and this process's PID namespace.
+/// Only servers in the same PID namespace can see each other's processes, so a server in a
+/// container (even with the host's network and name, sharing the host's engine) never
+/// judges the host's servers dead, nor they it.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_owned())
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
+        .unwrap_or_else(|| "localhost".to_owned());
+    match std::fs::read_link("/proc/self/ns/pid") {
+        // "pid:[4026531836]" -> "hostname/pid:4026531836"
+        Ok(ns) => {
+            let ns = ns.to_string_lossy().replace(['[', ']'], "");
+            format!("{name}/{ns}")
+        }
+        Err(_) => name,
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 export default {
   async fetch(request, env) {
     const url = new URL(request.url);
+    if (url.pathname === "/healthz") return Response.json({ status: "ok" });
     return fetch(env.EXECUTOR_URL + url.pathname + url.search, {
       method: request.method,
       headers: request.headers,

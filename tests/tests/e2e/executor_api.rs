@@ -185,6 +185,19 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
         (Some(id.as_str()), Some("hi\n"), Some(3), Some(true))
     );
     assert!(r["exec_duration_ms"].is_u64());
+    // The executor's secret never reaches a computer.
+    let (_, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&a),
+        Some(json!({"command": "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; grep -rs exec-secret /etc /root /tmp /run 2>/dev/null"})),
+    )
+    .await?;
+    assert!(r["stdout"].as_str().unwrap().contains("PATH="), "{r}");
+    assert!(
+        !r.to_string().contains(SECRET),
+        "the executor secret is visible in a computer"
+    );
     let (s, r) = req(M::GET, format!("{v1}/computers"), Some(&a), None).await?;
     assert_eq!(s, 200);
     assert!(

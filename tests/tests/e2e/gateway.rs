@@ -132,6 +132,35 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
     .await?;
     assert_eq!(r.is_error, Some(false), "{:?}", r.content);
 
+    // Two concurrent creates of one id give one computer (the team's DO serialises them).
+    let twin = gw.modern_client(&sign(&claims("team-a", "u9"))).await?;
+    let (x1, x2) = tokio::join!(
+        call(
+            &a1,
+            "computer_create",
+            json!({"computer_id": "twin", "temporary": false})
+        ),
+        call(
+            &twin,
+            "computer_create",
+            json!({"computer_id": "twin", "temporary": false})
+        )
+    );
+    let (x1, x2) = (x1?, x2?);
+    assert_eq!(
+        (x1.is_error, x2.is_error),
+        (Some(false), Some(false)),
+        "{:?} {:?}",
+        x1.content,
+        x2.content
+    );
+    assert_eq!(
+        x1.structured_content.unwrap()["sandbox_id"],
+        x2.structured_content.unwrap()["sandbox_id"],
+        "one computer"
+    );
+    call(&a1, "computer_delete", json!({"computer_id": "twin"})).await?;
+
     // Team a, user u2, legacy session: its default computer; the permanent one is shared.
     let a2 = gw.legacy_client(&sign(&claims("team-a", "u2"))).await?;
     let d1 = exec(&a2, json!({"command": "echo one"})).await?;

@@ -20,6 +20,7 @@ mod exec;
 mod executor_api;
 mod gateway;
 mod http;
+mod image;
 mod images;
 mod lifecycle;
 mod podman;
