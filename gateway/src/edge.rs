@@ -35,6 +35,13 @@ const DEFAULT_IDLE_SECS: u64 = 300;
 struct ExecutorCfg {
     name: String,
     url: String,
+    /// What it can run computers on (default: docker).
+    #[serde(default = "docker_only")]
+    backends: Vec<String>,
+}
+
+fn docker_only() -> Vec<String> {
+    vec!["docker".into()]
 }
 
 /// What every request needs, read from the environment.
@@ -314,12 +321,17 @@ impl Host {
         temporary: Option<bool>,
     ) -> std::result::Result<Record, String> {
         Self::check_id(id)?;
+        // New computers go to the first executor offering Docker; a computer then stays
+        // where it was made (its record names the executor).
         let executor = self
             .gw
             .executors
-            .first()
+            .iter()
+            .find(|e| e.backends.iter().any(|b| b == "docker"))
             .map(|e| e.name.clone())
-            .ok_or("no executor is configured on this gateway (EXECUTORS)")?;
+            .ok_or(
+                "no executor with the docker backend is configured on this gateway (EXECUTORS)",
+            )?;
         let v = team_call(
             &self.env,
             &self.caller.team,
