@@ -86,6 +86,10 @@ fn list_call() -> Value {
                   "io.modelcontextprotocol/clientCapabilities": {}}}})
 }
 
+fn names_of(r: &Value) -> String {
+    r["computer_id"].as_str().unwrap_or_default().to_owned()
+}
+
 fn ids(list: &Value) -> Vec<String> {
     list["computers"]
         .as_array()
@@ -318,7 +322,19 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
     assert_eq!(r["stdout"], "reset\n");
 
     // The inventory lives in the Durable Object: it survives a wrangler restart.
-    drop((a1, a2, b, limited));
+    // Ending the legacy session (DELETE) removes its temporary at the executor.
+    let session_box = names_of(&d1);
+    let before = containers(&t).await?.len();
+    a2.cancel().await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while containers(&t).await?.len() != before - 1 {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{session_box} outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop((a1, b, limited));
     gw.stop().await?;
     let gw = Gateway::start(&t, &persist, &vars(&x.base, 300)).await?;
     let a1 = gw.modern_client(&sign(&claims("team-a", "u1"))).await?;
@@ -350,8 +366,17 @@ async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
     let t = tag("gwalarm");
     let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), EXECUTOR_SECRET)
         .await?;
-    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &vars(&x.base, 2)).await?;
-    let c = gw.modern_client(&sign(&claims("team-r", "u1"))).await?;
+    // The one-team static-token mode (no JWT configured).
+    let mut v: Vec<(&str, String)> = vars(&x.base, 2)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("JWT_"))
+        .collect();
+    v.push(("STATIC_TOKEN", "static-token-for-the-alarm-test".into()));
+    v.push(("STATIC_TEAM", "team-r".into()));
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &v).await?;
+    let (status, _, _) = raw(&gw, Some(&sign(&claims("team-r", "u1"))), list_call()).await?;
+    assert_eq!(status, 401, "no JWT configured: a JWT is refused");
+    let c = gw.modern_client("static-token-for-the-alarm-test").await?;
     exec(&c, json!({"command": "true", "computer_id": "idle-one"})).await?;
     exec(
         &c,
