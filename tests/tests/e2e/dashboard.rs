@@ -29,11 +29,22 @@ fn browser_dir() -> anyhow::Result<PathBuf> {
 }
 
 async fn drive(mode: &str, s: &HttpServer, prefix: &str) -> anyhow::Result<()> {
+    drive_at(mode, &s.base, TOKEN, prefix, "").await
+}
+
+/// Screenshots go to `target/test-artifacts/<sub>`.
+async fn drive_at(
+    mode: &str,
+    base: &str,
+    token: &str,
+    prefix: &str,
+    sub: &str,
+) -> anyhow::Result<()> {
     let dir = browser_dir()?;
-    let artifacts = workspace().join("target/test-artifacts");
+    let artifacts = workspace().join("target/test-artifacts").join(sub);
     let out = tokio::process::Command::new("node")
         .arg(dir.join("dashboard.mjs"))
-        .args([mode, &s.base, TOKEN, prefix])
+        .args([mode, base, token, prefix])
         .arg(&artifacts)
         .kill_on_drop(true)
         .output();
@@ -152,4 +163,41 @@ fn item_of(list: &serde_json::Value, id: &str) -> serde_json::Value {
 
 fn shared_dashboard_uri() -> String {
     "ui://kilntainers/computers".into()
+}
+
+/// The same page, served by the gateway Worker at /dashboard, driving computers on an
+/// executor through the gateway's /mcp with a JWT the person pastes.
+#[tokio::test]
+async fn issue_6_dashboard_through_the_gateway() -> anyhow::Result<()> {
+    const SECRET: &str = "dash-gw-executor-secret-0123456789abcdef";
+    const JWT: &str = "dash-gw-jwt-secret-0123456789abcdef012345";
+    let t = tag("dashgw");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), SECRET).await?;
+    let gw = Gateway::start(
+        &t,
+        &state_dir(&t).join("wrangler"),
+        &[
+            (
+                "EXECUTORS",
+                json!([{"name": "local", "url": x.base}]).to_string(),
+            ),
+            ("EXECUTOR_SECRET", SECRET.into()),
+            ("JWT_HS256_SECRET", JWT.into()),
+            ("JWT_ISSUER", "dash-test".into()),
+            ("JWT_AUDIENCE", "dash-test".into()),
+        ],
+    )
+    .await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &json!({"iss": "dash-test", "aud": "dash-test", "sub": "person", "team": "ui", "exp": now + 600}),
+        &jsonwebtoken::EncodingKey::from_secret(JWT.as_bytes())?,
+    )?;
+    drive_at("web", &gw.base, &token, &t, "gateway").await?;
+    gw.stop().await?;
+    x.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
