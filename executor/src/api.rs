@@ -220,20 +220,18 @@ async fn on_computer(
     Ok(ok(run(s, &team, tool, json!({"computer_id": id})).await?))
 }
 
-async fn restart(
+/// `POST /v1/computers/{id}/restart` and `…/factory-reset`.
+async fn lifecycle_op(
     State(s): State<Arc<ApiState>>,
-    Path(id): Path<String>,
+    Path((id, op)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    on_computer(&s, &headers, "computer_restart", id).await
-}
-
-async fn factory_reset(
-    State(s): State<Arc<ApiState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, Failure> {
-    on_computer(&s, &headers, "computer_factory_reset", id).await
+    let tool = match op.as_str() {
+        "restart" => "computer_restart",
+        "factory-reset" => "computer_factory_reset",
+        _ => return Err(not_found().await),
+    };
+    on_computer(&s, &headers, tool, id).await
 }
 
 async fn remove(
@@ -258,8 +256,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/computers", get(list).post(create))
         .route("/v1/computers/{id}", delete(remove))
         .route("/v1/computers/{id}/exec", post(exec))
-        .route("/v1/computers/{id}/restart", post(restart))
-        .route("/v1/computers/{id}/factory-reset", post(factory_reset))
+        .route("/v1/computers/{id}/{op}", post(lifecycle_op))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)

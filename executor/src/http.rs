@@ -24,7 +24,9 @@ use shared::mcp::{
     Dispatcher, Era, Incoming, MODERN_VERSION, check_modern_meta, codes, error_response, negotiate,
     parse_message, success_response,
 };
-use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
+use shared::transport::{
+    check_modern_headers, check_stateless_version, constant_time_eq, modern_status,
+};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::computers::{Computers, SessionHost};
@@ -111,17 +113,6 @@ impl HttpState {
 
 fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
-}
-
-/// Constant-time comparison of two byte strings.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u64;
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0xff);
-        diff |= u64::from(x ^ y);
-    }
-    diff == 0
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
@@ -587,15 +578,6 @@ pub fn app(state: Arc<HttpState>) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn constant_time_compare() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
-        assert!(constant_time_eq(b"", b""));
-    }
 
     #[test]
     fn host_parsing() {

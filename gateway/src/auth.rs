@@ -14,6 +14,7 @@
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
+use shared::transport::constant_time_eq;
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,13 +93,6 @@ impl std::fmt::Debug for Auth {
             .field("algorithms", &self.algorithms)
             .finish()
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn nonempty(v: &Option<String>) -> Option<String> {

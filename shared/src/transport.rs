@@ -10,6 +10,18 @@ use crate::mcp::{LEGACY_VERSIONS, MODERN_VERSION, codes, error_response, unsuppo
 /// An HTTP status and a JSON-RPC error body.
 pub type Refused = (u16, Value);
 
+/// Compares a presented token with the expected one in time independent of where they
+/// differ (lengths leak, contents do not).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u64;
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0xff);
+        diff |= u64::from(x ^ y);
+    }
+    diff == 0
+}
+
 /// Header values with non-ASCII content use the `=?base64?…?=` sentinel.
 pub fn decode_header_value(v: &str) -> String {
     use base64::Engine as _;
@@ -115,6 +127,15 @@ pub fn modern_status(response: &Value) -> u16 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
 
     #[test]
     fn header_sentinel() {

@@ -554,3 +554,30 @@ impl Drop for Gateway {
         self.signal_group("KILL");
     }
 }
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// An HS256 JWT of `claims` signed with `secret`.
+pub fn hs256(claims: &Value, secret: &str) -> Result<String> {
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())?,
+    )?)
+}
+
+/// A token such as the gateway signs for an executor: `team`, one minute long.
+pub fn executor_token(secret: &str, team: &str) -> Result<String> {
+    let now = unix_now();
+    hs256(
+        &serde_json::json!({"iss": shared::executor_api::GATEWAY_ISSUER,
+            "aud": shared::executor_api::DEFAULT_AUDIENCE, "sub": team, "iat": now, "exp": now + 60}),
+        secret,
+    )
+}

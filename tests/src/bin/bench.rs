@@ -289,21 +289,6 @@ const GW_JWT: &str = "bench-gateway-jwt-secret-0123456789abcdef";
 const GW_EXECS: usize = 200;
 const SESSIONS: usize = 200;
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-}
-
-fn hs256(claims: &serde_json::Value, secret: &str) -> Result<String> {
-    Ok(jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        claims,
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())?,
-    )?)
-}
-
 /// One stateless MCP request to the gateway.
 async fn gw_post(
     http: &reqwest::Client,

@@ -188,13 +188,9 @@ async fn issue_6_dashboard_through_the_gateway() -> anyhow::Result<()> {
         ],
     )
     .await?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs();
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &json!({"iss": "dash-test", "aud": "dash-test", "sub": "person", "team": "ui", "exp": now + 600}),
-        &jsonwebtoken::EncodingKey::from_secret(JWT.as_bytes())?,
+    let token = hs256(
+        &json!({"iss": "dash-test", "aud": "dash-test", "sub": "person", "team": "ui", "exp": unix_now() + 600}),
+        JWT,
     )?;
     drive_at("web", &gw.base, &token, &t, "gateway").await?;
     gw.stop().await?;

@@ -3,40 +3,27 @@
 //! tools, stable error codes, teams that cannot reach each other's temporaries, and an auth
 //! attack set that must all be refused.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use shared::executor_api::{Claims, DEFAULT_AUDIENCE, GATEWAY_ISSUER};
 use tests::*;
 
 const SECRET: &str = "exec-secret-0123456789abcdef0123456789abcdef";
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-}
-
 fn claims(team: &str) -> Claims {
     Claims {
         iss: GATEWAY_ISSUER.into(),
         aud: DEFAULT_AUDIENCE.into(),
         sub: team.into(),
-        iat: now(),
-        exp: now() + 60,
+        iat: unix_now(),
+        exp: unix_now() + 60,
     }
 }
 
 fn sign(c: &Claims, secret: &str) -> String {
-    jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        c,
-        &EncodingKey::from_secret(secret.as_bytes()).expect("key"),
-    )
-    .expect("sign")
+    hs256(&serde_json::to_value(c).expect("claims"), secret).expect("sign")
 }
 
 fn token(team: &str) -> String {
@@ -88,17 +75,17 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
 
     // The auth attack set: every one refused with 401 and the stable code.
     let expired = Claims {
-        iat: now() - 120,
-        exp: now() - 60,
+        iat: unix_now() - 120,
+        exp: unix_now() - 60,
         ..claims("a")
     };
     let future = Claims {
-        iat: now() + 120,
-        exp: now() + 180,
+        iat: unix_now() + 120,
+        exp: unix_now() + 180,
         ..claims("a")
     };
     let long = Claims {
-        exp: now() + 3600,
+        exp: unix_now() + 3600,
         ..claims("a")
     };
     let wrong_aud = Claims {

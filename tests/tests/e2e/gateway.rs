@@ -4,10 +4,9 @@
 //! the auth attack set, inventory that survives a wrangler restart, and the alarm that
 //! reaps idle temporaries.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tests::*;
 
@@ -16,25 +15,13 @@ const JWT_SECRET: &str = "jwt-secret-for-gateway-tests-0123456789ab";
 const ISSUER: &str = "https://issuer.test";
 const AUDIENCE: &str = "mcp-gateway-test";
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-}
-
 fn claims(team: &str, sub: &str) -> Value {
     json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "team": team,
-           "iat": now(), "exp": now() + 600})
+           "iat": unix_now(), "exp": unix_now() + 600})
 }
 
 fn sign(c: &Value) -> String {
-    jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        c,
-        &EncodingKey::from_secret(JWT_SECRET.as_bytes()).expect("key"),
-    )
-    .expect("sign")
+    hs256(c, JWT_SECRET).expect("sign")
 }
 
 fn vars(executor: &str, idle_secs: u64) -> Vec<(&'static str, String)> {
@@ -255,8 +242,8 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
                 b64(claims("team-a", "u1"))
             )),
         ),
-        ("expired", Some(with("exp", json!(now() - 300)))),
-        ("not yet valid", Some(with("nbf", json!(now() + 600)))),
+        ("expired", Some(with("exp", json!(unix_now() - 300)))),
+        ("not yet valid", Some(with("nbf", json!(unix_now() + 600)))),
         ("wrong audience", Some(with("aud", json!("other")))),
         (
             "wrong issuer",
@@ -265,10 +252,9 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
         ("no team", Some(with("team", json!("")))),
         (
             "wrong secret",
-            Some(jsonwebtoken::encode(
-                &Header::new(Algorithm::HS256),
+            Some(hs256(
                 &claims("team-a", "u1"),
-                &EncodingKey::from_secret(b"another-secret-0123456789abcdef0123456789")?,
+                "another-secret-0123456789abcdef0123456789",
             )?),
         ),
     ];

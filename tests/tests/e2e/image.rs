@@ -2,9 +2,8 @@
 //! (no registry involved), and that image runs as an executor that drives the host's
 //! Docker through the mounted socket.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use jsonwebtoken::{EncodingKey, Header};
 use serde_json::json;
 use tests::*;
 
@@ -111,14 +110,7 @@ async fn issue_6_container_image_from_scratch() -> anyhow::Result<()> {
         1,
         "the containerized executor reaped the host server's live temporary"
     );
-    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let claims = json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": shared::executor_api::DEFAULT_AUDIENCE,
-                        "sub": "team", "iat": now, "exp": now + 60});
-    let token = jsonwebtoken::encode(
-        &Header::default(),
-        &claims,
-        &EncodingKey::from_secret(SECRET.as_bytes())?,
-    )?;
+    let token = executor_token(SECRET, "team")?;
     let r: serde_json::Value = http
         .post(format!("{base}/computers/{t}-c/exec"))
         .bearer_auth(&token)
