@@ -28,6 +28,7 @@ use shared::validate::{ToolCall, ValidationError, parse_tool_call};
 use crate::computers::{ComputerError, Computers, SessionHost};
 use crate::docker::DockerError;
 use crate::progress::Progress;
+use crate::wasm::WasmError;
 
 /// Largest request body (stdin is at most 2 MiB of UTF-8, as JSON).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -124,13 +125,13 @@ impl IntoResponse for Failure {
 
 fn code_of(e: &ComputerError) -> ErrorCode {
     match e {
-        ComputerError::Unknown(_) | ComputerError::Docker(DockerError::NotFound(_)) => {
-            ErrorCode::NotFound
-        }
+        ComputerError::Unknown(_)
+        | ComputerError::Docker(DockerError::NotFound(_))
+        | ComputerError::Wasm(WasmError::NotFound(_)) => ErrorCode::NotFound,
         ComputerError::Policy(_) | ComputerError::Docker(DockerError::NotOurs { .. }) => {
             ErrorCode::Conflict
         }
-        ComputerError::Docker(_) => ErrorCode::Engine,
+        ComputerError::Docker(_) | ComputerError::Wasm(_) => ErrorCode::Engine,
     }
 }
 

@@ -62,14 +62,10 @@ pub struct Cli {
     pub executor_audience: String,
 
     // ---- core options ----
-    /// Backend to use.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "docker",
-        help_heading = "core options"
-    )]
-    pub backend: BackendArg,
+    /// Backend to use [default: docker, or the embedded WebAssembly toolbox (go_busybox) when
+    /// no Docker/Podman engine is reachable].
+    #[arg(long, value_enum, help_heading = "core options")]
+    pub backend: Option<BackendArg>,
     /// MCP transport.
     #[arg(
         long,
@@ -243,6 +239,13 @@ pub struct Cli {
     /// WASM instruction fuel limit (default: unlimited).
     #[arg(long, help_heading = "wasm backend options")]
     pub wasm_fuel: Option<u64>,
+    /// Where compiled WebAssembly modules are cached [default: <state-dir>/cache].
+    #[arg(
+        long,
+        env = "MSC_WASM_CACHE_DIR",
+        help_heading = "wasm backend options"
+    )]
+    pub wasm_cache_dir: Option<PathBuf>,
 }
 
 /// Accepts any value, the empty string included (clap refuses empty values by default).

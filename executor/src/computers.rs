@@ -22,8 +22,9 @@ use shared::result::{
 use shared::validate::{ExecRequest, Program, ToolCall};
 use tracing::Instrument;
 
+use crate::backend::Backend;
 use crate::docker::exec::ExecSpec;
-use crate::docker::{ContainerRecord, Docker, DockerError, container_name};
+use crate::docker::{ContainerRecord, DockerError};
 use crate::progress::Progress;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -32,6 +33,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub enum ComputerError {
     #[error(transparent)]
     Docker(#[from] DockerError),
+    #[error(transparent)]
+    Wasm(#[from] crate::wasm::WasmError),
     #[error(transparent)]
     Policy(#[from] shared::lifecycle::LifecycleError),
     #[error(
@@ -90,7 +93,7 @@ impl Drop for InUse<'_> {
 /// The registry, shared by every session of this server.
 #[derive(Debug)]
 pub struct Computers {
-    docker: Docker,
+    backend: Backend,
     defaults: ExecDefaults,
     host: String,
     tracked: Mutex<HashMap<String, Tracked>>,
@@ -101,9 +104,9 @@ pub struct Computers {
 }
 
 impl Computers {
-    pub fn new(docker: Docker, defaults: ExecDefaults, host: String) -> Self {
+    pub fn new(backend: Backend, defaults: ExecDefaults, host: String) -> Self {
         Self {
-            docker,
+            backend,
             defaults,
             host,
             tracked: Mutex::new(HashMap::new()),
@@ -112,8 +115,8 @@ impl Computers {
         }
     }
 
-    pub fn docker(&self) -> &Docker {
-        &self.docker
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     fn history(&self) -> std::sync::MutexGuard<'_, HashMap<String, History>> {
@@ -159,14 +162,14 @@ impl Computers {
         if let Some(known) = self.check_tracked(id, requested, owner) {
             return known;
         }
-        let record = match self.docker.find(id).await? {
+        let record = match self.backend.find(id).await? {
             Some(r) => r,
             None => {
                 let r = self
-                    .docker
+                    .backend
                     .create(id, requested.unwrap_or(true), progress)
                     .await?;
-                if r.temporary && r.instance.as_deref() == Some(self.docker.instance()) {
+                if r.temporary && r.instance.as_deref() == Some(self.backend.instance()) {
                     self.track_new(&r, owner, stateless);
                     return Ok(true);
                 }
@@ -183,7 +186,7 @@ impl Computers {
         };
         check_attach(&existing, requested, owner)?;
         if record.state != "running" {
-            self.docker.start(id).await?;
+            self.backend.start(id).await?;
         }
         self.track_new(&record, owner, stateless);
         Ok(record.temporary)
@@ -248,21 +251,16 @@ impl Computers {
         // Held across the command, also when the call is cancelled and this future dropped.
         let _in_use = InUse::new(self, id);
         let started_ms = now_ms();
-        let span = tracing::info_span!("exec", computer_id = id, backend = "docker");
-        let mut result = self
-            .docker
-            .exec(&container_name(id), &spec)
-            .instrument(span.clone())
-            .await;
-        if matches!(result, Err(DockerError::NotRunning(_))) {
+        let span = tracing::info_span!("exec", computer_id = id, backend = self.backend.name());
+        let mut result = self.backend.exec(id, &spec).instrument(span.clone()).await;
+        if matches!(
+            result,
+            Err(ComputerError::Docker(DockerError::NotRunning(_)))
+        ) {
             // Stopped behind our back (engine restart, `docker stop`): start it, try once more.
             tracing::info!(computer_id = id, "computer was stopped; starting it again");
-            if self.docker.start(id).await.is_ok() {
-                result = self
-                    .docker
-                    .exec(&container_name(id), &spec)
-                    .instrument(span)
-                    .await;
+            if self.backend.start(id).await.is_ok() {
+                result = self.backend.exec(id, &spec).instrument(span).await;
             }
         }
         match result {
@@ -285,10 +283,14 @@ impl Computers {
                 Ok(exec_structured(id, temporary, outcome))
             }
             Err(e) => {
-                if matches!(e, DockerError::NotFound(_)) {
+                if matches!(
+                    e,
+                    ComputerError::Docker(DockerError::NotFound(_))
+                        | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
+                ) {
                     self.tracked().remove(id);
                 }
-                Err(e.into())
+                Err(e)
             }
         }
     }
@@ -297,7 +299,7 @@ impl Computers {
         ComputerInfo {
             computer_id: r.computer_id.clone(),
             sandbox_id: r.container_id.chars().take(12).collect(),
-            backend: "docker".into(),
+            backend: self.backend.name().into(),
             state: r.state.clone(),
             temporary: r.temporary,
             image: r.image.clone(),
@@ -329,14 +331,14 @@ impl Computers {
         id: &str,
         owner: &str,
     ) -> Result<ContainerRecord, ComputerError> {
-        match self.docker.find(id).await? {
+        match self.backend.find(id).await? {
             Some(r) if self.visible(&r, owner) => Ok(r),
             _ => Err(ComputerError::Unknown(id.to_owned())),
         }
     }
 
     pub async fn list(&self, owner: &str) -> Result<Vec<ComputerInfo>, ComputerError> {
-        let mut all = self.docker.list().await?;
+        let mut all = self.backend.list().await?;
         all.retain(|r| self.visible(r, owner));
         all.sort_by(|a, b| a.computer_id.cmp(&b.computer_id));
         Ok(all.iter().map(|r| self.info(r)).collect())
@@ -344,8 +346,8 @@ impl Computers {
 
     async fn remove_ids(&self, ids: Vec<String>) {
         let removals = ids.iter().map(|id| async move {
-            match self.docker.remove(id).await {
-                Ok(_) => tracing::info!(computer_id = id, "removed temporary computer"),
+            match self.backend.remove(id).await {
+                Ok(()) => tracing::info!(computer_id = id, "removed temporary computer"),
                 Err(e) => tracing::warn!(computer_id = id, error = %e, "could not remove temporary computer"),
             }
         });
@@ -403,12 +405,12 @@ impl Computers {
 
     /// Removes temporaries left on this host by servers that are no longer running.
     pub async fn reap_orphans(&self) -> Result<usize, ComputerError> {
-        let list = self.docker.list().await?;
+        let list = self.backend.list().await?;
         let orphans: Vec<String> = list
             .into_iter()
             .filter(|r| r.temporary && r.host.as_deref() == Some(self.host.as_str()))
             .filter(|r| match r.instance.as_deref() {
-                Some(i) if i == self.docker.instance() => false,
+                Some(i) if i == self.backend.instance() => false,
                 Some(i) => !crate::instance::is_alive(i),
                 None => false,
             })
@@ -535,7 +537,7 @@ impl SessionHost {
                     .attach(&id, temporary, &self.owner, self.stateless, progress)
                     .await?;
                 let r = c
-                    .docker
+                    .backend
                     .find(&id)
                     .await?
                     .ok_or_else(|| ComputerError::Unknown(id.clone()))?;
@@ -545,7 +547,7 @@ impl SessionHost {
             }
             ToolCall::Restart { computer_id } => {
                 let r = c.visible_record(&computer_id, &self.owner).await?;
-                c.docker.restart(&computer_id).await?;
+                c.backend.restart(&computer_id).await?;
                 Ok(
                     json!({"ok": true, "computer_id": computer_id, "sandbox_id": c.info(&r).sandbox_id, "temporary": r.temporary}),
                 )
@@ -555,7 +557,7 @@ impl SessionHost {
                 let lock = c.id_lock(&computer_id);
                 let _held = lock.lock().await;
                 let fresh = c
-                    .docker
+                    .backend
                     .factory_reset(&computer_id, r.temporary, progress)
                     .await?;
                 Ok(
@@ -566,7 +568,7 @@ impl SessionHost {
                 c.visible_record(&computer_id, &self.owner).await?;
                 let lock = c.id_lock(&computer_id);
                 let _held = lock.lock().await;
-                c.docker.remove(&computer_id).await?;
+                c.backend.remove(&computer_id).await?;
                 c.tracked().remove(&computer_id);
                 c.history().remove(&computer_id);
                 let mut default = self.default.lock().await;

@@ -27,6 +27,16 @@ pub enum ConfigError {
     #[error(transparent)]
     Description(#[from] DescriptionError),
     #[error(
+        "--backend wasm needs --wasm-path FILE.wasm (a WASI command module); for the built-in toolbox use --backend go_busybox"
+    )]
+    WasmPathMissing,
+    #[error("--wasm-path is only used with --backend wasm")]
+    WasmPathUnused,
+    #[error("--wasm-max-memory {0} must be between 1 and 4096 (MiB)")]
+    BadWasmMemory(u64),
+    #[error("--wasm-fuel must be at least 1 (omit it for no fuel limit)")]
+    BadWasmFuel,
+    #[error(
         "refusing to listen on {0} without authentication: set --auth-token (or KILNTAINERS_AUTH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated-http if something in front of this server authenticates"
     )]
     PublicWithoutToken(String),
@@ -81,6 +91,26 @@ pub struct DockerConfig {
     pub run_flags: DockerRunFlags,
 }
 
+/// Which backend to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Docker/Podman if reachable, else the WASM toolbox (no `--backend` given).
+    Auto,
+    Docker,
+    /// The embedded WASM toolbox (`go_busybox`).
+    Toolbox,
+    /// A user's WASI module (`wasm`).
+    Custom(PathBuf),
+}
+
+/// WASM backend settings.
+#[derive(Debug, Clone)]
+pub struct WasmConfig {
+    pub max_memory_bytes: usize,
+    pub fuel: Option<u64>,
+    pub cache_dir: PathBuf,
+}
+
 /// Everything the server runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -97,7 +127,13 @@ pub struct Config {
     pub shell: Option<String>,
     pub tool_name: String,
     pub lifecycle_tools: bool,
+    /// The exec tool's description for the backend in use (`run` picks the WASM one
+    /// when it starts on WASM).
     pub exec_description: String,
+    /// The exec tool's description on the WASM toolbox or a custom module.
+    pub wasm_description: String,
+    pub backend: BackendChoice,
+    pub wasm: WasmConfig,
     pub state_dir: PathBuf,
     pub docker: DockerConfig,
     /// Where the supervisor binary placed in computers comes from.
@@ -264,16 +300,51 @@ Files persist between calls on the same computer; shell state (current directory
     )
 }
 
+/// What the exec tool says about toolbox computers (the agent plans with it).
+pub const TOOLBOX_DESCRIPTION: &str = "Run a command on an isolated, lightweight Linux-like computer (a WebAssembly sandbox: no network, no package manager, no compilers or interpreters such as python or node). \
+`command` runs in a POSIX/bash-like shell built into the host: pipelines, redirections (> >> < 2>&1 &> here-docs <<<), && || ; !, quoting, variables, globs, $(...), $((...)), {a,b}, if/for/while/until/case, [[ ]], functions, export, cd, read, xargs, env, sh -c. \
+Not supported: arrays, process substitution <(...), aliases, job control; background jobs end when the call returns. \
+Programs: awk base64 basename cat cmp comm cp cut date diff dirname du echo env expr false find fold grep head jq ln ls md5sum mkdir mv nl od paste printf pwd readlink realpath rm rmdir sed seq sha1sum sha256sum sha512sum sleep sort stat tail tee test touch tr true uniq wc yes. \
+find -exec is not available (pipe into xargs); ls -l shows placeholder owners and modes. \
+Files persist between calls on the same computer (HOME is /root; /tmp exists); shell state does not, so use `working_directory` or `cd dir && ...`.";
+
+/// What the exec tool says on WASM computers.
+fn wasm_backend_description(backend: &BackendChoice, timeout: u64, limit: u64) -> String {
+    let body = match backend {
+        BackendChoice::Custom(path) => format!(
+            "Run a command on an isolated WebAssembly computer: the WASI program {} runs with `args` as its arguments (`command` is passed as `-c COMMAND`). \
+No network; files persist between calls on the same computer under its `/`.",
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ),
+        _ => TOOLBOX_DESCRIPTION.to_owned(),
+    };
+    format!("{body} {}", usage_text(timeout, limit))
+}
+
 impl Config {
     /// Checks the flags; `lifecycle_env` is the value of `ENABLE_LIFECYCLE_TOOLS`.
     pub fn from_cli(cli: &Cli, lifecycle_env: Option<&str>) -> Result<Self, ConfigError> {
-        match cli.backend {
-            BackendArg::Docker => {}
-            BackendArg::E2b => return Err(ConfigError::BackendNotBuilt("e2b")),
-            BackendArg::Fly => return Err(ConfigError::BackendNotBuilt("fly")),
-            BackendArg::GoBusybox => return Err(ConfigError::BackendNotBuilt("go_busybox")),
-            BackendArg::Modal => return Err(ConfigError::BackendNotBuilt("modal")),
-            BackendArg::Wasm => return Err(ConfigError::BackendNotBuilt("wasm")),
+        let backend = match cli.backend {
+            None => BackendChoice::Auto,
+            Some(BackendArg::Docker) => BackendChoice::Docker,
+            Some(BackendArg::E2b) => return Err(ConfigError::BackendNotBuilt("e2b")),
+            Some(BackendArg::Fly) => return Err(ConfigError::BackendNotBuilt("fly")),
+            Some(BackendArg::GoBusybox) => BackendChoice::Toolbox,
+            Some(BackendArg::Modal) => return Err(ConfigError::BackendNotBuilt("modal")),
+            Some(BackendArg::Wasm) => {
+                BackendChoice::Custom(cli.wasm_path.clone().ok_or(ConfigError::WasmPathMissing)?)
+            }
+        };
+        if cli.wasm_path.is_some() && !matches!(backend, BackendChoice::Custom(_)) {
+            return Err(ConfigError::WasmPathUnused);
+        }
+        if !(1..=4096).contains(&cli.wasm_max_memory) {
+            return Err(ConfigError::BadWasmMemory(cli.wasm_max_memory));
+        }
+        if cli.wasm_fuel == Some(0) {
+            return Err(ConfigError::BadWasmFuel);
         }
         let podman = match cli.engine.trim() {
             "docker" => false,
@@ -329,6 +400,21 @@ impl Config {
             cli.tool_instruction_override.as_deref(),
             cli.extended_tool_instruction.as_deref(),
         )?;
+        let wasm_description = assemble_description(
+            &wasm_backend_description(&backend, cli.timeout, cli.output_limit),
+            None,
+            cli.tool_instruction_override.as_deref(),
+            cli.extended_tool_instruction.as_deref(),
+        )?;
+        let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+        let wasm = WasmConfig {
+            max_memory_bytes: usize::try_from(cli.wasm_max_memory << 20).unwrap_or(usize::MAX),
+            fuel: cli.wasm_fuel,
+            cache_dir: cli
+                .wasm_cache_dir
+                .clone()
+                .unwrap_or_else(|| state_dir.join("cache")),
+        };
         let docker = DockerConfig {
             podman,
             endpoint: parse_endpoint(cli.docker_host.as_deref())?,
@@ -371,7 +457,10 @@ impl Config {
             tool_name: cli.tool_name.clone(),
             lifecycle_tools: lifecycle_enabled(lifecycle_env),
             exec_description,
-            state_dir: cli.state_dir.clone().unwrap_or_else(default_state_dir),
+            wasm_description,
+            backend,
+            wasm,
+            state_dir,
             docker,
             supervisor,
         })
@@ -400,6 +489,47 @@ mod tests {
         assert!(c.docker.network);
         assert_eq!(c.tool_name, "terminal_execute");
         assert!(!c.lifecycle_tools);
+    }
+
+    #[test]
+    fn wasm_backends_and_their_flags() {
+        assert_eq!(cfg(&[]).unwrap().backend, BackendChoice::Auto);
+        assert_eq!(
+            cfg(&["--backend", "docker"]).unwrap().backend,
+            BackendChoice::Docker
+        );
+        let c = cfg(&["--backend", "go_busybox", "--wasm-max-memory", "64"]).unwrap();
+        assert_eq!(c.backend, BackendChoice::Toolbox);
+        assert_eq!(c.wasm.max_memory_bytes, 64 << 20);
+        assert!(c.wasm_description.contains("WebAssembly"));
+        let c = cfg(&[
+            "--backend",
+            "wasm",
+            "--wasm-path",
+            "/m/x.wasm",
+            "--wasm-fuel",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(c.backend, BackendChoice::Custom("/m/x.wasm".into()));
+        assert_eq!(c.wasm.fuel, Some(5));
+        assert!(c.wasm_description.contains("x.wasm"));
+        assert!(matches!(
+            cfg(&["--backend", "wasm"]),
+            Err(ConfigError::WasmPathMissing)
+        ));
+        assert!(matches!(
+            cfg(&["--wasm-path", "/m/x.wasm"]),
+            Err(ConfigError::WasmPathUnused)
+        ));
+        assert!(matches!(
+            cfg(&["--backend", "go_busybox", "--wasm-max-memory", "0"]),
+            Err(ConfigError::BadWasmMemory(0))
+        ));
+        assert!(matches!(
+            cfg(&["--backend", "go_busybox", "--wasm-fuel", "0"]),
+            Err(ConfigError::BadWasmFuel)
+        ));
     }
 
     #[test]

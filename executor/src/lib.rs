@@ -1,11 +1,13 @@
 //! `executor`: the `mcp-sandbox-computer-vm-for-ai` server.
 //!
 //! Code map: [`cli`] parses flags, [`config`] checks them, [`docker`] is the Docker/Podman
-//! backend, [`computers`] tracks computers and owners and implements the shared
+//! backend, [`wasm`] the WebAssembly one (its [`wasm::shell`] is the host-side shell of the
+//! toolbox), [`backend`] puts them behind one interface, [`computers`] tracks computers and owners and implements the shared
 //! dispatcher's `ToolHost`, [`stdio`] and [`http`] are the MCP transports, [`instance`]
 //! lets a server tell live peers from dead ones, [`progress`] sends progress notifications, and [`run`] wires it all together.
 
 pub mod api;
+pub mod backend;
 pub mod cli;
 pub mod computers;
 pub mod config;
@@ -15,3 +17,8 @@ pub mod instance;
 pub mod progress;
 pub mod run;
 pub mod stdio;
+#[cfg(feature = "wasm")]
+pub mod wasm;
+#[cfg(not(feature = "wasm"))]
+#[path = "wasm_off.rs"]
+pub mod wasm;

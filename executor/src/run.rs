@@ -7,9 +7,10 @@ use std::time::Duration;
 use shared::catalogue::ToolNames;
 use shared::mcp::{Dispatcher, ServerConfig};
 
+use crate::backend::Backend;
 use crate::cli::TransportArg;
 use crate::computers::{Computers, ExecDefaults, SessionHost};
-use crate::config::{Config, EMBEDDED_SUPERVISOR, SupervisorSource};
+use crate::config::{BackendChoice, Config, EMBEDDED_SUPERVISOR, SupervisorSource};
 use crate::docker::Docker;
 use crate::http::{HttpState, app};
 use crate::instance::{self, host_name};
@@ -26,6 +27,8 @@ pub enum RunError {
     },
     #[error(transparent)]
     Docker(#[from] crate::docker::DockerError),
+    #[error(transparent)]
+    Wasm(#[from] crate::wasm::WasmError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -68,8 +71,55 @@ async fn shutdown_signal() {
     }
 }
 
+/// A WASM backend: the toolbox, or the user's module (checked now: a bad module stops the
+/// start with a clear error).
+async fn wasm_backend(
+    config: &Config,
+    custom: Option<&std::path::Path>,
+) -> Result<Backend, RunError> {
+    let wasm = crate::wasm::open(
+        custom,
+        &config.wasm,
+        &config.state_dir,
+        instance::current(),
+        host_name(),
+    )
+    .await?;
+    Ok(Backend::Wasm(wasm))
+}
+
 /// Runs the server until its transport ends or a signal arrives.
-pub async fn run(config: Config) -> Result<(), RunError> {
+pub async fn run(mut config: Config) -> Result<(), RunError> {
+    let backend = match config.backend.clone() {
+        BackendChoice::Docker => Backend::Docker(docker_backend(&config).await?),
+        BackendChoice::Toolbox => wasm_backend(&config, None).await?,
+        BackendChoice::Custom(path) => wasm_backend(&config, Some(&path)).await?,
+        BackendChoice::Auto => {
+            let probe = tokio::time::timeout(Duration::from_secs(5), docker_backend(&config)).await;
+            match probe {
+                Ok(Ok(docker)) => Backend::Docker(docker),
+                Ok(Err(e)) => {
+                    eprintln!(
+                        "mcp-sandbox-computer-vm-for-ai: no container engine is reachable ({e}); using the embedded WebAssembly toolbox (--backend go_busybox). Start Docker or Podman for full Linux computers, or pass --backend docker to require them."
+                    );
+                    wasm_backend(&config, None).await?
+                }
+                Err(_) => {
+                    eprintln!(
+                        "mcp-sandbox-computer-vm-for-ai: the container engine did not answer within 5 s; using the embedded WebAssembly toolbox (--backend go_busybox). Pass --backend docker to wait for it instead."
+                    );
+                    wasm_backend(&config, None).await?
+                }
+            }
+        }
+    };
+    if matches!(backend, Backend::Wasm(_)) {
+        config.exec_description = config.wasm_description.clone();
+    }
+    serve(config, backend).await
+}
+
+async fn docker_backend(config: &Config) -> Result<Docker, RunError> {
     let supervisor = match &config.supervisor {
         SupervisorSource::Off => None,
         SupervisorSource::Embedded => {
@@ -87,11 +137,16 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             }
         },
     };
-    let docker = Docker::connect(config.docker.clone(), instance::current(), host_name())
-        .await?
-        .with_supervisor(supervisor);
+    Ok(
+        Docker::connect(config.docker.clone(), instance::current(), host_name())
+            .await?
+            .with_supervisor(supervisor),
+    )
+}
+
+async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
     let computers = Arc::new(Computers::new(
-        docker,
+        backend,
         ExecDefaults {
             timeout_secs: config.default_timeout_secs,
             output_limit: usize::try_from(config.output_limit).unwrap_or(usize::MAX),

@@ -55,6 +55,7 @@ pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let supervisor = supervisor_binary();
+        let toolbox = toolbox_wasm();
         let release = std::env::var_os("MSC_RELEASE").is_some();
         let mut args = vec!["-p", "executor", "--bin", "mcp-sandbox-computer-vm-for-ai"];
         if release {
@@ -62,7 +63,10 @@ pub fn binary() -> PathBuf {
         }
         let target = cargo_build(
             &args,
-            &[("MSC_EMBED_SUPERVISOR", &supervisor)],
+            &[
+                ("MSC_EMBED_SUPERVISOR", &supervisor),
+                ("MSC_EMBED_TOOLBOX", &toolbox),
+            ],
             "the server",
         );
         let profile = if release { "release" } else { "debug" };
@@ -87,6 +91,35 @@ pub fn supervisor_binary() -> PathBuf {
             .join("x86_64-unknown-linux-musl/release/msc-supervisor")
     })
     .clone()
+}
+
+/// The WASI toolbox (`executor/toolbox`, its own workspace, wasm32-wasip1 release), built
+/// once per run and embedded in the server.
+pub fn toolbox_wasm() -> PathBuf {
+    static WASM: OnceLock<PathBuf> = OnceLock::new();
+    WASM.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let dir = workspace().join("executor").join("toolbox");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace().join("target"));
+        let ok = std::process::Command::new(cargo)
+            .args(["build", "-q", "--release", "--target", "wasm32-wasip1"])
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "building the WASI toolbox failed");
+        target.join("wasm32-wasip1/release/msc-toolbox.wasm")
+    })
+    .clone()
+}
+
+/// Compiled WebAssembly modules, shared by every test server of a run (each machine
+/// compiles the toolbox once; the servers load it from here).
+pub fn wasm_cache_dir() -> PathBuf {
+    workspace().join("target").join("wasm-cache")
 }
 
 /// A unique tag for one test's containers and state.
@@ -165,6 +198,7 @@ pub fn command(tag: &str, state: &Path, opts: &ServerOpts) -> tokio::process::Co
     }
     cmd.env_remove("MSC_SUPERVISOR");
     cmd.env_remove("MSC_EXECUTOR_SECRET");
+    cmd.env("MSC_WASM_CACHE_DIR", wasm_cache_dir());
     // MSC_TEST_RUST_LOG=executor=debug makes the servers' logs (target/test-logs) verbose.
     cmd.env(
         "RUST_LOG",
@@ -580,4 +614,52 @@ pub fn executor_token(secret: &str, team: &str) -> Result<String> {
             "aud": shared::executor_api::DEFAULT_AUDIENCE, "sub": team, "iat": now, "exp": now + 60}),
         secret,
     )
+}
+
+/// Starts a toolbox server once and runs one command, so its compiled module is cached.
+fn warm_wasm_cache() -> Result<()> {
+    use std::io::{BufRead, Write};
+    let state = state_dir(&tag("wasm-warm"));
+    let mut child = std::process::Command::new(binary())
+        .args(["--backend", "go_busybox", "--state-dir"])
+        .arg(&state)
+        .env("MSC_WASM_CACHE_DIR", wasm_cache_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file("wasm-warm")))
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warm","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"terminal_execute","arguments":{"command":"echo warm | cat"}}}"#,
+    ];
+    for l in lines {
+        writeln!(stdin, "{l}")?;
+    }
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 {
+        if line.contains(r#""id":2"#) {
+            anyhow::ensure!(line.contains("warm\\n"), "the warm-up exec failed: {line}");
+            break;
+        }
+        line.clear();
+    }
+    drop(stdin);
+    child.wait()?;
+    Ok(())
+}
+
+/// Options for a server on the WASM toolbox. The first call compiles the toolbox into the
+/// shared cache once (so parallel tests do not all compile it at the same time).
+pub fn wasm_opts() -> ServerOpts {
+    static WARM: OnceLock<()> = OnceLock::new();
+    WARM.get_or_init(|| {
+        if let Err(e) = warm_wasm_cache() {
+            panic!("warming the WASM module cache: {e:#}");
+        }
+    });
+    ServerOpts::default().arg("--backend").arg("go_busybox")
 }

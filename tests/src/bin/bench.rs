@@ -1,6 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
-//! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim).
+//! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
+//! `MSC_BENCH_ONLY=warm|gateway|wasm` runs one part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -15,6 +16,9 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tests::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+#[path = "bench/wasm.rs"]
+mod wasm;
 
 const WARM_EXECS: usize = 300;
 const COMPUTERS: usize = 10;
@@ -568,9 +572,14 @@ async fn main() -> Result<()> {
             "note: benchmarking the debug server; run with MSC_RELEASE=1 for the release build"
         );
     }
-    let d = docker()?;
     let t = tag("bench");
     let mut rows = Vec::new();
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("wasm") {
+        wasm::rows(&t, &mut rows).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
+    let d = docker()?;
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("gateway") {
         gateway_rows(&t, &mut rows).await?;
         remove_all(&t).await?;
@@ -765,6 +774,9 @@ async fn main() -> Result<()> {
 
     // ---- the gateway Worker under wrangler dev (issue 6) ----
     gateway_rows(&t, &mut rows).await?;
+
+    // ---- WASM computers (issue 4) ----
+    wasm::rows(&t, &mut rows).await?;
 
     // ---- start-up and idle memory ----
     let (start_ms, rss) = startup(&t).await?;

@@ -9,7 +9,8 @@ use tests::*;
 
 const SECRET: &str = "image-test-secret-0123456789abcdef0123456789";
 
-/// The static binary (debug profile, supervisor embedded), built once.
+/// The static binary (debug profile, supervisor embedded, Docker only: without the `wasm`
+/// feature, so CI does not build wasmtime a second time for musl), built once.
 fn static_binary() -> std::path::PathBuf {
     let supervisor = supervisor_binary();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -21,6 +22,7 @@ fn static_binary() -> std::path::PathBuf {
             "executor",
             "--bin",
             "mcp-sandbox-computer-vm-for-ai",
+            "--no-default-features",
         ])
         .args(["--target", "x86_64-unknown-linux-musl"])
         .env("MSC_EMBED_SUPERVISOR", &supervisor)

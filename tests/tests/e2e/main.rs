@@ -11,6 +11,7 @@
 //! - `images`: a BusyBox image (ash, no bash)
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
+//! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -28,3 +29,4 @@ mod security;
 mod startup;
 mod supervisor;
 mod validation;
+mod wasm;

@@ -95,11 +95,13 @@ async fn issue_2_docker_host_over_tcp() -> anyhow::Result<()> {
     assert_eq!(r["stdout"], "via-tcp\n");
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(15)).await?;
-    // An engine that is not there is a clear start-up error.
+    // An engine that is not there is a clear start-up error when Docker was asked for.
     let out = command(
         &t,
         &state_dir(&t),
         &ServerOpts::default()
+            .arg("--backend")
+            .arg("docker")
             .arg("--docker-host")
             .arg("unix:///nonexistent.sock"),
     )

@@ -44,7 +44,19 @@ async fn issue_2_start_up_refusals() -> anyhow::Result<()> {
     )
     .await?;
     refused(&["--backend", "e2b"], &[], "not built yet").await?;
-    refused(&["--backend", "go_busybox"], &[], "not built yet").await?;
+    refused(&["--backend", "wasm"], &[], "--wasm-path").await?;
+    refused(
+        &["--wasm-path", "/x.wasm"],
+        &[],
+        "only used with --backend wasm",
+    )
+    .await?;
+    refused(
+        &["--backend", "go_busybox", "--wasm-max-memory", "0"],
+        &[],
+        "between 1 and 4096",
+    )
+    .await?;
     refused(&["--docker-run-flag=--rm"], &[], "not supported").await?;
     refused(&["--docker-host", "ssh://me@example"], &[], "ssh -NL").await?;
     refused(&["--supervisor", "/nonexistent/msc"], &[], "`none`").await?;

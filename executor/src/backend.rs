@@ -1,0 +1,109 @@
+//! The computers' backends behind one interface: Docker/Podman containers or WebAssembly
+//! computers. `computers` applies the lifecycle policy on top and never asks which one it
+//! talks to, except for the `backend` name it shows.
+
+use shared::result::ExecOutcome;
+
+use crate::computers::ComputerError;
+use crate::docker::exec::ExecSpec;
+use crate::docker::{ContainerRecord, Docker, container_name};
+use crate::progress::Progress;
+use crate::wasm::Wasm;
+
+/// Where this server's computers live.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per server
+pub enum Backend {
+    Docker(Docker),
+    Wasm(Wasm),
+}
+
+impl Backend {
+    /// The name shown in `computer_list` items.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Docker(_) => "docker",
+            Backend::Wasm(w) => w.name(),
+        }
+    }
+
+    /// This server's instance label (owner of its temporaries).
+    pub fn instance(&self) -> &str {
+        match self {
+            Backend::Docker(d) => d.instance(),
+            Backend::Wasm(w) => w.instance(),
+        }
+    }
+
+    pub async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, ComputerError> {
+        Ok(match self {
+            Backend::Docker(d) => d.find(id).await?,
+            Backend::Wasm(w) => w.find(id).await?,
+        })
+    }
+
+    pub async fn list(&self) -> Result<Vec<ContainerRecord>, ComputerError> {
+        Ok(match self {
+            Backend::Docker(d) => d.list().await?,
+            Backend::Wasm(w) => w.list().await?,
+        })
+    }
+
+    pub async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, ComputerError> {
+        Ok(match self {
+            Backend::Docker(d) => d.create(id, temporary, progress).await?,
+            Backend::Wasm(w) => w.create(id, temporary).await?,
+        })
+    }
+
+    /// Makes sure computer `id` runs (a WASM computer always does).
+    pub async fn start(&self, id: &str) -> Result<(), ComputerError> {
+        match self {
+            Backend::Docker(d) => d.start(id).await?,
+            Backend::Wasm(_) => {}
+        }
+        Ok(())
+    }
+
+    pub async fn restart(&self, id: &str) -> Result<(), ComputerError> {
+        match self {
+            Backend::Docker(d) => d.restart(id).await?,
+            Backend::Wasm(w) => w.restart(id).await?,
+        }
+        Ok(())
+    }
+
+    pub async fn remove(&self, id: &str) -> Result<(), ComputerError> {
+        match self {
+            Backend::Docker(d) => {
+                d.remove(id).await?;
+            }
+            Backend::Wasm(w) => w.remove(id).await?,
+        }
+        Ok(())
+    }
+
+    pub async fn factory_reset(
+        &self,
+        id: &str,
+        temporary: bool,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, ComputerError> {
+        Ok(match self {
+            Backend::Docker(d) => d.factory_reset(id, temporary, progress).await?,
+            Backend::Wasm(w) => w.factory_reset(id).await?,
+        })
+    }
+
+    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ComputerError> {
+        Ok(match self {
+            Backend::Docker(d) => d.exec(&container_name(id), spec).await?,
+            Backend::Wasm(w) => w.exec(id, spec).await?,
+        })
+    }
+}

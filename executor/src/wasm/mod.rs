@@ -1,0 +1,792 @@
+//! WebAssembly computers: no daemon, a directory per computer, commands as WASI instances.
+//!
+//! Two kinds share this backend:
+//! - the toolbox (`--backend go_busybox`, and the embedded default without Docker): our
+//!   multicall WASI module (`executor/toolbox`), with the host as the shell ([`shell`]):
+//!   every simple command of a `command` is a fresh instance, pipelines are connected by
+//!   the host;
+//! - a custom module (`--backend wasm --wasm-path X.wasm`): any WASI command module, run
+//!   with argv from `args`, or `[module, "-c", command]`.
+//!
+//! A computer is `<state-dir>/wasm/<id>/`: `computer.json` (its record) and `fs/`, the
+//! directory the guest sees as `/` (with `/tmp`, `/home`, `/root`); `/dev` is a shared
+//! read-only directory holding an empty `null`. Permanent computers are found again after
+//! a restart; temporaries are removed by their server, or reaped by the next start when
+//! that server died. Restart is a no-op (nothing runs between calls), factory reset
+//! empties `fs/`.
+
+pub mod capture;
+pub mod engine;
+pub mod shell;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use shared::result::{ExecOutcome, Stream, TIMEOUT_EXIT_CODE};
+use tokio::sync::OnceCell;
+
+use crate::docker::ContainerRecord;
+use crate::docker::exec::ExecSpec;
+use capture::Capture;
+use engine::{Exit, Mount, Program, Run, Runtime};
+use shell::{Input, Output, Programs, ShellConfig, Stdio};
+
+/// The toolbox module built into this binary (empty when built without it).
+pub const EMBEDDED_TOOLBOX: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/msc-toolbox.wasm"));
+
+/// [`engine::module_key`] of [`EMBEDDED_TOOLBOX`], computed at build time (so a start with
+/// a warm cache never touches the embedded bytes).
+const EMBEDDED_TOOLBOX_KEY: &str = include_str!(concat!(env!("OUT_DIR"), "/msc-toolbox.key"));
+
+/// A module's bytes: the embedded toolbox, or read from a file.
+#[derive(Debug, Clone)]
+enum Source {
+    Static(&'static [u8]),
+    Owned(Arc<Vec<u8>>),
+}
+
+impl Source {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Static(b) => b,
+            Source::Owned(b) => b,
+        }
+    }
+
+    fn key(&self) -> u64 {
+        match self {
+            Source::Static(_) => u64::from_str_radix(EMBEDDED_TOOLBOX_KEY.trim(), 16)
+                .unwrap_or_else(|_| engine::module_key(self.bytes())),
+            Source::Owned(b) => engine::module_key(b),
+        }
+    }
+}
+
+/// Errors of the WASM backend. Messages are for the agent: no host paths.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmError {
+    #[error(
+        "computer {0:?} does not exist; create it with computer_create or pass it to the exec tool"
+    )]
+    NotFound(String),
+    #[error("the WebAssembly module is not available: {0}")]
+    Module(String),
+    #[error("the computer's storage failed: {0}")]
+    Storage(String),
+    #[error(
+        "this build has no WebAssembly toolbox: build it with scripts/build, or put msc-toolbox.wasm beside the binary"
+    )]
+    NoToolbox,
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
+}
+
+/// The toolbox module: embedded, or `msc-toolbox.wasm` beside the binary.
+fn toolbox_source() -> Result<Source, WasmError> {
+    if !EMBEDDED_TOOLBOX.is_empty() {
+        return Ok(Source::Static(EMBEDDED_TOOLBOX));
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("msc-toolbox.wasm")))
+        .and_then(|p| std::fs::read(p).ok())
+        .filter(|b| b.starts_with(b"\0asm"))
+        .map(|b| Source::Owned(Arc::new(b)))
+        .ok_or(WasmError::NoToolbox)
+}
+
+/// Opens the WASM backend: the toolbox (`custom` = None), loaded in the background, or the
+/// user's module, checked before this returns (a bad module stops the start).
+pub async fn open(
+    custom: Option<&Path>,
+    cfg: &crate::config::WasmConfig,
+    state_dir: &Path,
+    instance: String,
+    host: String,
+) -> Result<Wasm, WasmError> {
+    let runtime = Runtime::new(
+        engine::Limits {
+            max_memory: cfg.max_memory_bytes,
+            fuel: cfg.fuel,
+        },
+        cfg.cache_dir.clone(),
+    )?;
+    let (flavor, source) = match custom {
+        None => (Flavor::Toolbox, toolbox_source()?),
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|source| engine::EngineError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "module".into());
+            if !bytes.starts_with(b"\0asm") {
+                return Err(engine::EngineError::Invalid {
+                    name: path.display().to_string(),
+                    detail: "the file does not start with the WebAssembly magic bytes \\0asm"
+                        .into(),
+                }
+                .into());
+            }
+            (Flavor::Custom(name), Source::Owned(Arc::new(bytes)))
+        }
+    };
+    let wasm = Wasm::new(flavor, runtime, source, state_dir, instance, host)?;
+    if custom.is_some() {
+        // Refuse a module that is not a WASI command before serving anything.
+        wasm.ready().await?;
+    } else {
+        // Compile (first start on this machine) or load the toolbox in the background.
+        let w = wasm.clone();
+        tokio::spawn(async move {
+            if let Err(e) = w.ready().await {
+                tracing::error!(error = %e, "the WebAssembly toolbox cannot be loaded");
+            }
+        });
+    }
+    Ok(wasm)
+}
+
+fn storage(e: impl std::fmt::Display) -> WasmError {
+    WasmError::Storage(e.to_string())
+}
+
+/// Which program runs the commands.
+#[derive(Debug, Clone)]
+pub enum Flavor {
+    /// The toolbox, with the host as the shell.
+    Toolbox,
+    /// A user's module and its display name (the file stem).
+    Custom(String),
+}
+
+/// A computer's record on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Meta {
+    computer_id: String,
+    sandbox_id: String,
+    temporary: bool,
+    instance: Option<String>,
+    host: Option<String>,
+    image: String,
+    created_at: String,
+}
+
+/// The program, loaded once (compiling it the first time on this machine).
+type Loaded = Arc<OnceCell<Result<Loaded1, String>>>;
+
+#[derive(Debug, Clone)]
+struct Loaded1 {
+    program: Program,
+    /// The toolbox's utilities (empty for a custom module).
+    names: Arc<std::collections::BTreeSet<String>>,
+}
+
+/// The WASM backend.
+#[derive(Debug, Clone)]
+pub struct Wasm {
+    flavor: Flavor,
+    runtime: Runtime,
+    source: Source,
+    loaded: Loaded,
+    dir: PathBuf,
+    dev: PathBuf,
+    instance: String,
+    host: String,
+}
+
+impl Wasm {
+    /// Sets up the backend under `state_dir`. Loading the module starts at once in the
+    /// background ([`Wasm::ready`] waits for it).
+    fn new(
+        flavor: Flavor,
+        runtime: Runtime,
+        source: Source,
+        state_dir: &Path,
+        instance: String,
+        host: String,
+    ) -> Result<Self, WasmError> {
+        let dir = state_dir.join("wasm");
+        let dev = state_dir.join("wasm-dev");
+        engine::create_private_dir(&dir).map_err(storage)?;
+        engine::create_private_dir(&dev).map_err(storage)?;
+        let null = dev.join("null");
+        if !null.exists() {
+            std::fs::write(&null, b"").map_err(storage)?;
+        }
+        Ok(Self {
+            flavor,
+            runtime,
+            source,
+            loaded: Arc::default(),
+            dir,
+            dev,
+            instance,
+            host,
+        })
+    }
+
+    /// The backend's name in `computer_list`.
+    pub fn name(&self) -> &'static str {
+        match self.flavor {
+            Flavor::Toolbox => "go_busybox",
+            Flavor::Custom(_) => "wasm",
+        }
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    fn image(&self) -> String {
+        match &self.flavor {
+            Flavor::Toolbox => "msc-toolbox".into(),
+            Flavor::Custom(name) => format!("{name}.wasm"),
+        }
+    }
+
+    /// Loads (or waits for) the module: compiled once per machine, then read from the cache.
+    pub async fn ready(&self) -> Result<(), WasmError> {
+        self.program().await.map(|_| ())
+    }
+
+    async fn program(&self) -> Result<Loaded1, WasmError> {
+        let this = self.clone();
+        let loaded = self
+            .loaded
+            .get_or_init(|| async move {
+                let rt = this.runtime.clone();
+                let src = this.source.clone();
+                let name = match &this.flavor {
+                    Flavor::Toolbox => "msc-toolbox".to_owned(),
+                    Flavor::Custom(n) => n.clone(),
+                };
+                let program =
+                    tokio::task::spawn_blocking(move || rt.load(&name, src.bytes(), src.key()))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?;
+                let names = match this.flavor {
+                    Flavor::Toolbox => list_utilities(&program, &this.dev).await?,
+                    Flavor::Custom(_) => Default::default(),
+                };
+                Ok(Loaded1 {
+                    program,
+                    names: Arc::new(names),
+                })
+            })
+            .await;
+        loaded.clone().map_err(WasmError::Module)
+    }
+
+    fn computer_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
+    fn record(&self, m: Meta) -> ContainerRecord {
+        ContainerRecord {
+            computer_id: m.computer_id,
+            container_id: m.sandbox_id,
+            temporary: m.temporary,
+            instance: m.instance,
+            host: m.host,
+            image: m.image,
+            state: "running".into(),
+            created_at: m.created_at,
+        }
+    }
+
+    fn read_meta(path: &Path) -> Option<Meta> {
+        let bytes = std::fs::read(path.join("computer.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The computer `id`, if it exists.
+    pub async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, WasmError> {
+        let dir = self.computer_dir(id);
+        let meta = tokio::task::spawn_blocking(move || Self::read_meta(&dir))
+            .await
+            .map_err(storage)?;
+        Ok(meta.map(|m| self.record(m)))
+    }
+
+    /// Every computer in the state directory.
+    pub async fn list(&self) -> Result<Vec<ContainerRecord>, WasmError> {
+        let dir = self.dir.clone();
+        let metas = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<Meta>> {
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                if entry.file_name().to_string_lossy().starts_with('.') {
+                    continue;
+                }
+                if let Some(m) = Self::read_meta(&entry.path()) {
+                    out.push(m);
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(storage)?
+        .map_err(storage)?;
+        Ok(metas.into_iter().map(|m| self.record(m)).collect())
+    }
+
+    /// Creates computer `id`. If it appeared meanwhile, returns the existing one.
+    pub async fn create(&self, id: &str, temporary: bool) -> Result<ContainerRecord, WasmError> {
+        let meta = Meta {
+            computer_id: id.to_owned(),
+            sandbox_id: format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+            temporary,
+            instance: temporary.then(|| self.instance.clone()),
+            host: temporary.then(|| self.host.clone()),
+            image: self.image(),
+            created_at: shared::history::rfc3339_utc(now_ms()),
+        };
+        let dir = self.computer_dir(id);
+        let m = meta.clone();
+        let created = tokio::task::spawn_blocking(move || -> std::io::Result<bool> {
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            make_skeleton(&dir.join("fs"))?;
+            write_meta(&dir, &m)?;
+            Ok(true)
+        })
+        .await
+        .map_err(storage)?
+        .map_err(storage)?;
+        if created {
+            return Ok(self.record(meta));
+        }
+        self.find(id)
+            .await?
+            .ok_or_else(|| WasmError::NotFound(id.to_owned()))
+    }
+
+    /// Removes computer `id` and its files.
+    pub async fn remove(&self, id: &str) -> Result<(), WasmError> {
+        let dir = self.computer_dir(id);
+        let trash = self
+            .dir
+            .join(format!(".trash-{id}-{:08x}", rand::random::<u32>()));
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            match std::fs::rename(&dir, &trash) {
+                Ok(()) => std::fs::remove_dir_all(&trash),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .map_err(storage)?
+        .map_err(storage)
+    }
+
+    /// Nothing runs between calls, so a restart only checks that the computer exists.
+    pub async fn restart(&self, id: &str) -> Result<(), WasmError> {
+        self.find(id)
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| WasmError::NotFound(id.to_owned()))
+    }
+
+    /// Empties the computer's files (a new sandbox id); its id and temporary flag stay.
+    pub async fn factory_reset(&self, id: &str) -> Result<ContainerRecord, WasmError> {
+        let dir = self.computer_dir(id);
+        let old = self
+            .find(id)
+            .await?
+            .ok_or_else(|| WasmError::NotFound(id.to_owned()))?;
+        let meta = Meta {
+            computer_id: id.to_owned(),
+            sandbox_id: format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+            temporary: old.temporary,
+            instance: old.instance,
+            host: old.host,
+            image: self.image(),
+            created_at: shared::history::rfc3339_utc(now_ms()),
+        };
+        let m = meta.clone();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let fs = dir.join("fs");
+            let old_fs = dir.join(format!(".old-{:08x}", rand::random::<u32>()));
+            std::fs::rename(&fs, &old_fs)?;
+            make_skeleton(&fs)?;
+            write_meta(&dir, &m)?;
+            std::fs::remove_dir_all(&old_fs)
+        })
+        .await
+        .map_err(storage)?
+        .map_err(storage)?;
+        Ok(self.record(meta))
+    }
+
+    /// Runs one command on computer `id`.
+    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, WasmError> {
+        let loaded = self.program().await?;
+        let fs = self.computer_dir(id).join("fs");
+        if !fs.is_dir() {
+            return Err(WasmError::NotFound(id.to_owned()));
+        }
+        let started = Instant::now();
+        let capture = Capture::new(spec.output_limit);
+        let stdin: Input = match &spec.stdin {
+            Some(s) => Box::new(std::io::Cursor::new(s.clone().into_bytes())),
+            None => Box::new(tokio::io::empty()),
+        };
+        let io = Stdio {
+            stdin,
+            stdout: Box::new(capture.writer(Stream::Stdout)) as Output,
+            stderr: Box::new(capture.writer(Stream::Stderr)) as Output,
+        };
+        let cwd = spec
+            .working_directory
+            .clone()
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| "/".into());
+        let mounts = vec![
+            Mount {
+                host: fs.clone(),
+                guest: "/".into(),
+                writable: true,
+            },
+            Mount {
+                host: self.dev.clone(),
+                guest: "/dev".into(),
+                writable: false,
+            },
+        ];
+        let work = async {
+            match &self.flavor {
+                Flavor::Toolbox => {
+                    let programs = Arc::new(Toolbox {
+                        program: loaded.program.clone(),
+                        names: loaded.names.clone(),
+                        mounts,
+                    });
+                    let script = match &spec.shell_command {
+                        Some((_, command)) => command.clone(),
+                        None => quote_argv(&spec.argv),
+                    };
+                    let cfg = ShellConfig {
+                        root: fs.clone(),
+                        cwd: cwd.clone(),
+                        env: base_env(),
+                        programs,
+                    };
+                    shell::run(&script, cfg, io).await
+                }
+                Flavor::Custom(name) => {
+                    let argv = match &spec.shell_command {
+                        Some((_, command)) => vec![name.clone(), "-c".into(), command.clone()],
+                        None => std::iter::once(name.clone())
+                            .chain(spec.argv.iter().skip(1).cloned())
+                            .collect(),
+                    };
+                    let mut env = base_env();
+                    env.push(("PWD".into(), cwd.clone()));
+                    run_one(&loaded.program, argv, env, mounts, io).await
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            code = tokio::time::timeout(spec.timeout, work) => code.ok(),
+            () = capture.limit_hit() => Some(128 + 9),
+        };
+        let (stdout, stderr, truncated) = capture.take();
+        let timed_out = outcome.is_none();
+        let exit_code = match outcome {
+            None => TIMEOUT_EXIT_CODE,
+            Some(_) if truncated => 128 + 9,
+            Some(code) => i64::from(code),
+        };
+        Ok(ExecOutcome {
+            stdout,
+            stderr,
+            exit_code,
+            duration_ms: started.elapsed().as_millis() as u64,
+            truncated_at: truncated.then_some(spec.output_limit as u64),
+            timed_out_after: timed_out.then_some(spec.timeout.as_secs()),
+        })
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// The environment every command starts with (no server variables ever reach a guest).
+fn base_env() -> Vec<(String, String)> {
+    [
+        ("HOME", "/root"),
+        ("LANG", "C.UTF-8"),
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("SHELL", "/bin/sh"),
+        ("USER", "root"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+fn make_skeleton(fs: &Path) -> std::io::Result<()> {
+    for d in ["", "tmp", "home", "root"] {
+        std::fs::create_dir_all(fs.join(d))?;
+    }
+    Ok(())
+}
+
+fn write_meta(dir: &Path, m: &Meta) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(m).map_err(std::io::Error::other)?;
+    let tmp = dir.join("computer.json.tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join("computer.json"))
+}
+
+/// `argv` as one shell command line (each word single-quoted when needed).
+fn quote_argv(argv: &[String]) -> String {
+    argv.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if !(a.is_empty() || i == 0 && a.contains('='))
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs one instance and turns how it ended into an exit status (with a reason on stderr).
+///
+/// A write to a closed pipe ends the program like SIGPIPE does in a real shell: status
+/// 141, and what it writes to stderr afterwards (its "I/O error" message) is dropped.
+async fn run_one(
+    program: &Program,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    mounts: Vec<Mount>,
+    io: Stdio,
+) -> i32 {
+    use tokio::io::AsyncWriteExt;
+    let Stdio {
+        stdin,
+        stdout,
+        stderr,
+    } = io;
+    let broken = Arc::new(AtomicBool::new(false));
+    // stderr is shared between the program and our notice: keep a handle for the notice.
+    let stderr = Arc::new(tokio::sync::Mutex::new(stderr));
+    let exit = program
+        .run(Run {
+            argv,
+            env,
+            mounts,
+            stdin,
+            stdout: Box::new(PipeOut {
+                inner: stdout,
+                broken: broken.clone(),
+            }),
+            stderr: Box::new(ErrOut {
+                inner: stderr.clone(),
+                broken: broken.clone(),
+            }),
+        })
+        .await;
+    if broken.load(Ordering::Relaxed) {
+        return 128 + 13;
+    }
+    let (code, note) = match exit {
+        Ok(Exit::Code(c)) => (c, None),
+        Ok(Exit::OutOfFuel) => (
+            128 + 9,
+            Some("wasm: the program ran out of fuel (--wasm-fuel)".to_owned()),
+        ),
+        Ok(Exit::OutOfMemory) => (
+            128 + 9,
+            Some("wasm: the program reached the memory limit (--wasm-max-memory)".to_owned()),
+        ),
+        Ok(Exit::Trap) => (
+            128 + 6,
+            Some("wasm: the program crashed (a WebAssembly trap)".to_owned()),
+        ),
+        Err(e) => (126, Some(format!("wasm: cannot start the program: {e}"))),
+    };
+    if let Some(note) = note {
+        let mut w = stderr.lock().await;
+        let _ = w.write_all(format!("{note}\n").as_bytes()).await;
+    }
+    code
+}
+
+/// A program's stdout that notes a closed pipe.
+struct PipeOut {
+    inner: Output,
+    broken: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncWrite for PipeOut {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Err(e)) = &r
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A program's stderr, shared with the host's notice; silent once stdout's pipe closed.
+struct ErrOut {
+    inner: Arc<tokio::sync::Mutex<Output>>,
+    broken: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncWrite for ErrOut {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.broken.load(Ordering::Relaxed) {
+            return std::task::Poll::Ready(Ok(buf.len()));
+        }
+        match self.inner.try_lock() {
+            Ok(mut w) => std::pin::Pin::new(&mut **w).poll_write(cx, buf),
+            Err(_) => {
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.inner.try_lock() {
+            Ok(mut w) => std::pin::Pin::new(&mut **w).poll_flush(cx),
+            Err(_) => {
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Asks the toolbox for its utilities (`msc-toolbox --list`).
+async fn list_utilities(
+    program: &Program,
+    dev: &Path,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    let capture = Capture::new(1 << 20);
+    let exit = program
+        .run(Run {
+            argv: vec!["msc-toolbox".into(), "--list".into()],
+            env: Vec::new(),
+            mounts: vec![Mount {
+                host: dev.to_path_buf(),
+                guest: "/dev".into(),
+                writable: false,
+            }],
+            stdin: Box::new(tokio::io::empty()),
+            stdout: Box::new(capture.writer(Stream::Stdout)),
+            stderr: Box::new(capture.writer(Stream::Stderr)),
+        })
+        .await?;
+    let (out, err, _) = capture.take();
+    if exit != Exit::Code(0) {
+        return Err(format!(
+            "the toolbox did not list its utilities ({exit:?}): {}",
+            String::from_utf8_lossy(&err)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The toolbox as the shell's external programs.
+struct Toolbox {
+    program: Program,
+    names: Arc<std::collections::BTreeSet<String>>,
+    mounts: Vec<Mount>,
+}
+
+impl Programs for Toolbox {
+    fn has(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    fn run<'a>(
+        &'a self,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        io: Stdio,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = i32> + Send + 'a>> {
+        Box::pin(async move {
+            let mut env = env;
+            env.retain(|(k, _)| k != "PWD");
+            env.push(("PWD".into(), cwd));
+            run_one(&self.program, argv, env, self.mounts.clone(), io).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_is_quoted_for_the_shell() {
+        let argv: Vec<String> = ["echo", "a b", "it's", "", "x=1"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(quote_argv(&argv), r#"echo 'a b' 'it'\''s' '' x=1"#);
+    }
+}
