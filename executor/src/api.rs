@@ -127,11 +127,14 @@ fn code_of(e: &ComputerError) -> ErrorCode {
     match e {
         ComputerError::Unknown(_)
         | ComputerError::Docker(DockerError::NotFound(_))
-        | ComputerError::Wasm(WasmError::NotFound(_)) => ErrorCode::NotFound,
+        | ComputerError::Wasm(WasmError::NotFound(_))
+        | ComputerError::Fly(crate::fly::FlyBackendError::NotFound(_)) => ErrorCode::NotFound,
         ComputerError::Policy(_) | ComputerError::Docker(DockerError::NotOurs { .. }) => {
             ErrorCode::Conflict
         }
-        ComputerError::Docker(_) | ComputerError::Wasm(_) => ErrorCode::Engine,
+        ComputerError::Docker(_) | ComputerError::Wasm(_) | ComputerError::Fly(_) => {
+            ErrorCode::Engine
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! The computers' backends behind one interface: Docker/Podman containers or WebAssembly
-//! computers. `computers` applies the lifecycle policy on top and never asks which one it
+//! The computers' backends behind one interface: Docker/Podman containers, WebAssembly
+//! computers or Fly Machines. `computers` applies the lifecycle policy on top and never asks which one it
 //! talks to, except for the `backend` name it shows.
 
 use shared::result::ExecOutcome;
@@ -7,6 +7,7 @@ use shared::result::ExecOutcome;
 use crate::computers::ComputerError;
 use crate::docker::exec::ExecSpec;
 use crate::docker::{ContainerRecord, Docker, container_name};
+use crate::fly::Fly;
 use crate::progress::Progress;
 use crate::wasm::Wasm;
 
@@ -16,6 +17,7 @@ use crate::wasm::Wasm;
 pub enum Backend {
     Docker(Docker),
     Wasm(Wasm),
+    Fly(Fly),
 }
 
 impl Backend {
@@ -24,6 +26,7 @@ impl Backend {
         match self {
             Backend::Docker(_) => "docker",
             Backend::Wasm(w) => w.name(),
+            Backend::Fly(_) => "fly",
         }
     }
 
@@ -32,6 +35,7 @@ impl Backend {
         match self {
             Backend::Docker(d) => d.instance(),
             Backend::Wasm(w) => w.instance(),
+            Backend::Fly(f) => f.instance(),
         }
     }
 
@@ -39,6 +43,7 @@ impl Backend {
         Ok(match self {
             Backend::Docker(d) => d.find(id).await?,
             Backend::Wasm(w) => w.find(id).await?,
+            Backend::Fly(f) => f.find(id).await?,
         })
     }
 
@@ -46,6 +51,7 @@ impl Backend {
         Ok(match self {
             Backend::Docker(d) => d.list().await?,
             Backend::Wasm(w) => w.list().await?,
+            Backend::Fly(f) => f.list().await?,
         })
     }
 
@@ -58,6 +64,7 @@ impl Backend {
         Ok(match self {
             Backend::Docker(d) => d.create(id, temporary, progress).await?,
             Backend::Wasm(w) => w.create(id, temporary).await?,
+            Backend::Fly(f) => f.create(id, temporary).await?,
         })
     }
 
@@ -66,6 +73,7 @@ impl Backend {
         match self {
             Backend::Docker(d) => d.start(id).await?,
             Backend::Wasm(_) => {}
+            Backend::Fly(f) => f.start(id).await?,
         }
         Ok(())
     }
@@ -74,6 +82,7 @@ impl Backend {
         match self {
             Backend::Docker(d) => d.restart(id).await?,
             Backend::Wasm(w) => w.restart(id).await?,
+            Backend::Fly(f) => f.restart(id).await?,
         }
         Ok(())
     }
@@ -84,6 +93,7 @@ impl Backend {
                 d.remove(id).await?;
             }
             Backend::Wasm(w) => w.remove(id).await?,
+            Backend::Fly(f) => f.remove(id).await?,
         }
         Ok(())
     }
@@ -97,6 +107,7 @@ impl Backend {
         Ok(match self {
             Backend::Docker(d) => d.factory_reset(id, temporary, progress).await?,
             Backend::Wasm(w) => w.factory_reset(id).await?,
+            Backend::Fly(f) => f.factory_reset(id, temporary).await?,
         })
     }
 
@@ -104,6 +115,7 @@ impl Backend {
         Ok(match self {
             Backend::Docker(d) => d.exec(&container_name(id), spec).await?,
             Backend::Wasm(w) => w.exec(id, spec).await?,
+            Backend::Fly(f) => f.exec(id, spec).await?,
         })
     }
 }

@@ -188,6 +188,25 @@ pub struct Cli {
     /// Optional root filesystem size in GB.
     #[arg(long, help_heading = "fly backend options")]
     pub fly_rootfs_size: Option<u32>,
+    /// Fly organization for the generated app [default: personal].
+    #[arg(long, env = "FLY_ORG", help_heading = "fly backend options")]
+    pub fly_org: Option<String>,
+    /// Machines API base URL (a simulator or a proxy).
+    #[arg(
+        long,
+        env = "FLY_API_URL",
+        default_value = "https://api.machines.dev",
+        hide = true
+    )]
+    pub fly_api_url: String,
+    /// Commands whose timeout is longer run in the background on the machine and are polled.
+    #[arg(
+        long,
+        env = "MSC_FLY_SYNC_EXEC_SECS",
+        default_value_t = 50,
+        hide = true
+    )]
+    pub fly_sync_exec_secs: u64,
 
     // ---- e2b backend options ----
     /// E2B API key (overrides E2B_API_KEY).

@@ -36,6 +36,8 @@ pub enum ComputerError {
     #[error(transparent)]
     Wasm(#[from] crate::wasm::WasmError),
     #[error(transparent)]
+    Fly(#[from] crate::fly::FlyBackendError),
+    #[error(transparent)]
     Policy(#[from] shared::lifecycle::LifecycleError),
     #[error(
         "computer {0:?} does not exist (or is another session's temporary computer); see computer_list"
@@ -287,6 +289,7 @@ impl Computers {
                     e,
                     ComputerError::Docker(DockerError::NotFound(_))
                         | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
+                        | ComputerError::Fly(crate::fly::FlyBackendError::NotFound(_))
                 ) {
                     self.tracked().remove(id);
                 }

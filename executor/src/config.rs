@@ -30,6 +30,12 @@ pub enum ConfigError {
         "--backend wasm needs --wasm-path FILE.wasm (a WASI command module); for the built-in toolbox use --backend go_busybox"
     )]
     WasmPathMissing,
+    #[error(
+        "--backend fly needs a Fly API token: run `{0}` (the token is then read from ~/.fly/config.yml), or pass --fly-token / set FLY_API_TOKEN (e.g. from `fly tokens create org`)"
+    )]
+    FlyToken(String),
+    #[error("--fly-memory {0} must be at least 256 (MB)")]
+    BadFlyMemory(u32),
     #[error("--wasm-path is only used with --backend wasm")]
     WasmPathUnused,
     #[error("--wasm-max-memory {0} must be between 1 and 4096 (MiB)")]
@@ -101,6 +107,8 @@ pub enum BackendChoice {
     Toolbox,
     /// A user's WASI module (`wasm`).
     Custom(PathBuf),
+    /// Fly Machines.
+    Fly(Box<crate::fly::FlyConfig>),
 }
 
 /// WASM backend settings.
@@ -130,8 +138,9 @@ pub struct Config {
     /// The exec tool's description for the backend in use (`run` picks the WASM one
     /// when it starts on WASM).
     pub exec_description: String,
-    /// The exec tool's description on the WASM toolbox or a custom module.
-    pub wasm_description: String,
+    /// The exec tool's description when the backend is not Docker (the WASM toolbox, a
+    /// custom module, or Fly).
+    pub other_description: String,
     pub backend: BackendChoice,
     pub wasm: WasmConfig,
     pub state_dir: PathBuf,
@@ -308,6 +317,54 @@ Programs: awk base64 basename cat cmp comm cp cut date diff dirname du echo env 
 find -exec is not available (pipe into xargs); ls -l shows placeholder owners and modes. \
 Files persist between calls on the same computer (HOME is /root; /tmp exists); shell state does not, so use `working_directory` or `cd dir && ...`.";
 
+/// The Fly settings, with the token found in the flags, the environment or the flyctl
+/// login cache (none: a start-up error naming the login command).
+fn fly_config(cli: &Cli) -> Result<crate::fly::FlyConfig, ConfigError> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let (token, source) = crate::fly::find_token(cli.fly_token.as_deref(), home.as_deref())
+        .ok_or_else(|| ConfigError::FlyToken(crate::fly::login_hint(&cli.fly_cli)))?;
+    tracing::info!(source, "using the Fly API token from {source}");
+    if cli.fly_memory < 256 {
+        return Err(ConfigError::BadFlyMemory(cli.fly_memory));
+    }
+    Ok(crate::fly::FlyConfig {
+        api_url: cli.fly_api_url.trim_end_matches('/').to_owned(),
+        token,
+        app: cli.fly_app.clone().filter(|a| !a.trim().is_empty()),
+        org: cli
+            .fly_org
+            .clone()
+            .filter(|o| !o.trim().is_empty())
+            .unwrap_or_else(|| "personal".into()),
+        region: cli.fly_region.clone().filter(|r| !r.trim().is_empty()),
+        image: cli
+            .fly_image
+            .clone()
+            .unwrap_or_else(|| crate::fly::DEFAULT_IMAGE.into()),
+        cpu_kind: match cli.fly_cpu_kind {
+            Some(crate::cli::FlyCpuKind::Performance) => "performance".into(),
+            _ => "shared".into(),
+        },
+        cpus: cli.fly_cpus.unwrap_or(1).max(1),
+        memory_mb: cli.fly_memory,
+        rootfs_size_gb: cli.fly_rootfs_size,
+        sync_exec_secs: cli.fly_sync_exec_secs.clamp(1, 55),
+    })
+}
+
+/// What the exec tool says on Fly computers.
+fn fly_description(f: &crate::fly::FlyConfig, timeout: u64, limit: u64) -> String {
+    format!(
+        "Run a command on an isolated Linux computer (a Fly Machine, image {}, {} CPU x{}, {} MB; network access on). \
+Files persist between calls on the same computer (permanent computers keep their root filesystem across restarts); shell state does not, so use `working_directory` or `cd dir && ...`. {}",
+        f.image,
+        f.cpu_kind,
+        f.cpus,
+        f.memory_mb,
+        usage_text(timeout, limit)
+    )
+}
+
 /// What the exec tool says on WASM computers.
 fn wasm_backend_description(backend: &BackendChoice, timeout: u64, limit: u64) -> String {
     let body = match backend {
@@ -330,7 +387,7 @@ impl Config {
             None => BackendChoice::Auto,
             Some(BackendArg::Docker) => BackendChoice::Docker,
             Some(BackendArg::E2b) => return Err(ConfigError::BackendNotBuilt("e2b")),
-            Some(BackendArg::Fly) => return Err(ConfigError::BackendNotBuilt("fly")),
+            Some(BackendArg::Fly) => BackendChoice::Fly(Box::new(fly_config(cli)?)),
             Some(BackendArg::GoBusybox) => BackendChoice::Toolbox,
             Some(BackendArg::Modal) => return Err(ConfigError::BackendNotBuilt("modal")),
             Some(BackendArg::Wasm) => {
@@ -400,8 +457,12 @@ impl Config {
             cli.tool_instruction_override.as_deref(),
             cli.extended_tool_instruction.as_deref(),
         )?;
-        let wasm_description = assemble_description(
-            &wasm_backend_description(&backend, cli.timeout, cli.output_limit),
+        let backend_text = match &backend {
+            BackendChoice::Fly(f) => fly_description(f, cli.timeout, cli.output_limit),
+            other => wasm_backend_description(other, cli.timeout, cli.output_limit),
+        };
+        let other_description = assemble_description(
+            &backend_text,
             None,
             cli.tool_instruction_override.as_deref(),
             cli.extended_tool_instruction.as_deref(),
@@ -457,7 +518,7 @@ impl Config {
             tool_name: cli.tool_name.clone(),
             lifecycle_tools: lifecycle_enabled(lifecycle_env),
             exec_description,
-            wasm_description,
+            other_description,
             backend,
             wasm,
             state_dir,
@@ -501,7 +562,7 @@ mod tests {
         let c = cfg(&["--backend", "go_busybox", "--wasm-max-memory", "64"]).unwrap();
         assert_eq!(c.backend, BackendChoice::Toolbox);
         assert_eq!(c.wasm.max_memory_bytes, 64 << 20);
-        assert!(c.wasm_description.contains("WebAssembly"));
+        assert!(c.other_description.contains("WebAssembly"));
         let c = cfg(&[
             "--backend",
             "wasm",
@@ -513,7 +574,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.backend, BackendChoice::Custom("/m/x.wasm".into()));
         assert_eq!(c.wasm.fuel, Some(5));
-        assert!(c.wasm_description.contains("x.wasm"));
+        assert!(c.other_description.contains("x.wasm"));
         assert!(matches!(
             cfg(&["--backend", "wasm"]),
             Err(ConfigError::WasmPathMissing)
@@ -535,8 +596,8 @@ mod tests {
     #[test]
     fn start_up_refusals() {
         assert!(matches!(
-            cfg(&["--backend", "fly"]),
-            Err(ConfigError::BackendNotBuilt("fly"))
+            cfg(&["--backend", "e2b"]),
+            Err(ConfigError::BackendNotBuilt("e2b"))
         ));
         assert!(matches!(
             cfg(&[

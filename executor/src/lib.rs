@@ -12,6 +12,7 @@ pub mod cli;
 pub mod computers;
 pub mod config;
 pub mod docker;
+pub mod fly;
 pub mod http;
 pub mod instance;
 pub mod progress;

@@ -29,6 +29,8 @@ pub enum RunError {
     Docker(#[from] crate::docker::DockerError),
     #[error(transparent)]
     Wasm(#[from] crate::wasm::WasmError),
+    #[error(transparent)]
+    Fly(#[from] crate::fly::FlyBackendError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -94,6 +96,10 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
         BackendChoice::Docker => Backend::Docker(docker_backend(&config).await?),
         BackendChoice::Toolbox => wasm_backend(&config, None).await?,
         BackendChoice::Custom(path) => wasm_backend(&config, Some(&path)).await?,
+        BackendChoice::Fly(fly) => Backend::Fly(
+            crate::fly::Fly::open(*fly, &config.state_dir, instance::current(), host_name())
+                .await?,
+        ),
         BackendChoice::Auto => {
             let probe = tokio::time::timeout(Duration::from_secs(5), docker_backend(&config)).await;
             match probe {
@@ -113,8 +119,8 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
             }
         }
     };
-    if matches!(backend, Backend::Wasm(_)) {
-        config.exec_description = config.wasm_description.clone();
+    if matches!(backend, Backend::Wasm(_) | Backend::Fly(_)) {
+        config.exec_description = config.other_description.clone();
     }
     serve(config, backend).await
 }

@@ -14,6 +14,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod maybe_send;
 pub mod mcp;
+pub mod providers;
 pub mod result;
 pub mod transport;
 pub mod validate;

@@ -11,6 +11,7 @@
 //! - `images`: a BusyBox image (ash, no bash)
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
+//! - `fly`: Fly Machines computers against the local simulator of the Machines API
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -19,6 +20,7 @@ mod cleanup;
 mod dashboard;
 mod exec;
 mod executor_api;
+mod fly;
 mod gateway;
 mod http;
 mod image;
