@@ -1,5 +1,5 @@
 //! The computers' backends behind one interface: Docker/Podman containers, WebAssembly
-//! computers or Fly Machines. `computers` applies the lifecycle policy on top and never asks which one it
+//! computers, Fly Machines or E2B sandboxes. `computers` applies the lifecycle policy on top and never asks which one it
 //! talks to, except for the `backend` name it shows.
 
 use shared::result::ExecOutcome;
@@ -7,9 +7,34 @@ use shared::result::ExecOutcome;
 use crate::computers::ComputerError;
 use crate::docker::exec::ExecSpec;
 use crate::docker::{ContainerRecord, Docker, container_name};
+use crate::e2b::E2b;
 use crate::fly::Fly;
 use crate::progress::Progress;
 use crate::wasm::Wasm;
+
+/// Metadata keys that tag a cloud computer (Fly machine metadata, E2B sandbox metadata).
+pub mod tags {
+    pub const MANAGED: &str = "mcp_sandbox";
+    pub const ID: &str = "mcp_computer";
+    pub const TEMPORARY: &str = "mcp_temporary";
+    pub const INSTANCE: &str = "mcp_instance";
+    pub const HOST: &str = "mcp_host";
+
+    /// The tags of computer `id`; temporaries also name the server that owns them (so the
+    /// next start on that host can reap them when that server died).
+    pub fn of(id: &str, temporary: bool, instance: &str, host: &str) -> Vec<(String, String)> {
+        let mut t = vec![
+            (MANAGED.to_owned(), "true".to_owned()),
+            (ID.to_owned(), id.to_owned()),
+            (TEMPORARY.to_owned(), temporary.to_string()),
+        ];
+        if temporary {
+            t.push((INSTANCE.to_owned(), instance.to_owned()));
+            t.push((HOST.to_owned(), host.to_owned()));
+        }
+        t
+    }
+}
 
 /// Where this server's computers live.
 #[derive(Debug, Clone)]
@@ -18,6 +43,7 @@ pub enum Backend {
     Docker(Docker),
     Wasm(Wasm),
     Fly(Fly),
+    E2b(E2b),
 }
 
 impl Backend {
@@ -27,6 +53,7 @@ impl Backend {
             Backend::Docker(_) => "docker",
             Backend::Wasm(w) => w.name(),
             Backend::Fly(_) => "fly",
+            Backend::E2b(_) => "e2b",
         }
     }
 
@@ -36,6 +63,7 @@ impl Backend {
             Backend::Docker(d) => d.instance(),
             Backend::Wasm(w) => w.instance(),
             Backend::Fly(f) => f.instance(),
+            Backend::E2b(e) => e.instance(),
         }
     }
 
@@ -44,6 +72,7 @@ impl Backend {
             Backend::Docker(d) => d.find(id).await?,
             Backend::Wasm(w) => w.find(id).await?,
             Backend::Fly(f) => f.find(id).await?,
+            Backend::E2b(e) => e.find(id).await?,
         })
     }
 
@@ -52,6 +81,7 @@ impl Backend {
             Backend::Docker(d) => d.list().await?,
             Backend::Wasm(w) => w.list().await?,
             Backend::Fly(f) => f.list().await?,
+            Backend::E2b(e) => e.list().await?,
         })
     }
 
@@ -65,6 +95,7 @@ impl Backend {
             Backend::Docker(d) => d.create(id, temporary, progress).await?,
             Backend::Wasm(w) => w.create(id, temporary).await?,
             Backend::Fly(f) => f.create(id, temporary).await?,
+            Backend::E2b(e) => e.create(id, temporary).await?,
         })
     }
 
@@ -74,6 +105,7 @@ impl Backend {
             Backend::Docker(d) => d.start(id).await?,
             Backend::Wasm(_) => {}
             Backend::Fly(f) => f.start(id).await?,
+            Backend::E2b(e) => e.start(id).await?,
         }
         Ok(())
     }
@@ -83,6 +115,7 @@ impl Backend {
             Backend::Docker(d) => d.restart(id).await?,
             Backend::Wasm(w) => w.restart(id).await?,
             Backend::Fly(f) => f.restart(id).await?,
+            Backend::E2b(e) => e.restart(id).await?,
         }
         Ok(())
     }
@@ -94,6 +127,7 @@ impl Backend {
             }
             Backend::Wasm(w) => w.remove(id).await?,
             Backend::Fly(f) => f.remove(id).await?,
+            Backend::E2b(e) => e.remove(id).await?,
         }
         Ok(())
     }
@@ -108,6 +142,7 @@ impl Backend {
             Backend::Docker(d) => d.factory_reset(id, temporary, progress).await?,
             Backend::Wasm(w) => w.factory_reset(id).await?,
             Backend::Fly(f) => f.factory_reset(id, temporary).await?,
+            Backend::E2b(e) => e.factory_reset(id, temporary).await?,
         })
     }
 
@@ -116,6 +151,7 @@ impl Backend {
             Backend::Docker(d) => d.exec(&container_name(id), spec).await?,
             Backend::Wasm(w) => w.exec(id, spec).await?,
             Backend::Fly(f) => f.exec(id, spec).await?,
+            Backend::E2b(e) => e.exec(id, spec).await?,
         })
     }
 }

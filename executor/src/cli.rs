@@ -224,6 +224,17 @@ pub struct Cli {
     /// Environment variable key=value pairs (repeatable).
     #[arg(long, help_heading = "e2b backend options")]
     pub e2b_env: Vec<String>,
+    /// E2B control-plane URL (a simulator or a proxy).
+    #[arg(
+        long,
+        env = "E2B_API_URL",
+        default_value = "https://api.e2b.app",
+        hide = true
+    )]
+    pub e2b_api_url: String,
+    /// One envd host for every sandbox (sent with E2b-Sandbox-Id), instead of per-sandbox hosts.
+    #[arg(long, env = "E2B_SANDBOX_URL", hide = true)]
+    pub e2b_sandbox_url: Option<String>,
 
     // ---- modal backend options ----
     #[arg(long, hide_env_values = true, help_heading = "modal backend options")]

@@ -38,6 +38,8 @@ pub enum ComputerError {
     #[error(transparent)]
     Fly(#[from] crate::fly::FlyBackendError),
     #[error(transparent)]
+    E2b(#[from] crate::e2b::E2bBackendError),
+    #[error(transparent)]
     Policy(#[from] shared::lifecycle::LifecycleError),
     #[error(
         "computer {0:?} does not exist (or is another session's temporary computer); see computer_list"
@@ -290,6 +292,7 @@ impl Computers {
                     ComputerError::Docker(DockerError::NotFound(_))
                         | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
                         | ComputerError::Fly(crate::fly::FlyBackendError::NotFound(_))
+                        | ComputerError::E2b(crate::e2b::E2bBackendError::NotFound(_))
                 ) {
                     self.tracked().remove(id);
                 }

@@ -34,6 +34,12 @@ pub enum ConfigError {
         "--backend fly needs a Fly API token: run `{0}` (the token is then read from ~/.fly/config.yml), or pass --fly-token / set FLY_API_TOKEN (e.g. from `fly tokens create org`)"
     )]
     FlyToken(String),
+    #[error(
+        "--backend e2b needs an E2B API key: pass --e2b-api-key or set E2B_API_KEY (create one at https://e2b.dev/dashboard)"
+    )]
+    E2bKey,
+    #[error("{0}")]
+    BadE2bPair(String),
     #[error("--fly-memory {0} must be at least 256 (MB)")]
     BadFlyMemory(u32),
     #[error("--wasm-path is only used with --backend wasm")]
@@ -109,6 +115,8 @@ pub enum BackendChoice {
     Custom(PathBuf),
     /// Fly Machines.
     Fly(Box<crate::fly::FlyConfig>),
+    /// E2B sandboxes.
+    E2b(Box<crate::e2b::E2bConfig>),
 }
 
 /// WASM backend settings.
@@ -352,6 +360,31 @@ fn fly_config(cli: &Cli) -> Result<crate::fly::FlyConfig, ConfigError> {
     })
 }
 
+/// The E2B settings (the key from the flag or `E2B_API_KEY`).
+fn e2b_config(cli: &Cli) -> Result<crate::e2b::E2bConfig, ConfigError> {
+    let api_key = cli
+        .e2b_api_key
+        .clone()
+        .or_else(|| std::env::var("E2B_API_KEY").ok())
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty())
+        .ok_or(ConfigError::E2bKey)?;
+    Ok(crate::e2b::E2bConfig {
+        api_url: cli.e2b_api_url.trim_end_matches('/').to_owned(),
+        sandbox_url: cli
+            .e2b_sandbox_url
+            .clone()
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| u.trim_end_matches('/').to_owned()),
+        api_key,
+        template: cli.e2b_template.clone(),
+        sandbox_timeout_secs: cli.e2b_sandbox_timeout.max(1),
+        metadata: crate::e2b::parse_pairs(&cli.e2b_metadata, "--e2b-metadata")
+            .map_err(ConfigError::BadE2bPair)?,
+        env: crate::e2b::parse_pairs(&cli.e2b_env, "--e2b-env").map_err(ConfigError::BadE2bPair)?,
+    })
+}
+
 /// What the exec tool says on Fly computers.
 fn fly_description(f: &crate::fly::FlyConfig, timeout: u64, limit: u64) -> String {
     format!(
@@ -386,7 +419,7 @@ impl Config {
         let backend = match cli.backend {
             None => BackendChoice::Auto,
             Some(BackendArg::Docker) => BackendChoice::Docker,
-            Some(BackendArg::E2b) => return Err(ConfigError::BackendNotBuilt("e2b")),
+            Some(BackendArg::E2b) => BackendChoice::E2b(Box::new(e2b_config(cli)?)),
             Some(BackendArg::Fly) => BackendChoice::Fly(Box::new(fly_config(cli)?)),
             Some(BackendArg::GoBusybox) => BackendChoice::Toolbox,
             Some(BackendArg::Modal) => return Err(ConfigError::BackendNotBuilt("modal")),
@@ -459,6 +492,12 @@ impl Config {
         )?;
         let backend_text = match &backend {
             BackendChoice::Fly(f) => fly_description(f, cli.timeout, cli.output_limit),
+            BackendChoice::E2b(e) => format!(
+                "Run a command on an isolated Linux computer (an E2B sandbox, template {}; network access on). \
+Files persist between calls on the same computer (permanent computers are paused, not killed, when idle, and resumed on use); shell state does not, so use `working_directory` or `cd dir && ...`. {}",
+                e.template,
+                usage_text(cli.timeout, cli.output_limit)
+            ),
             other => wasm_backend_description(other, cli.timeout, cli.output_limit),
         };
         let other_description = assemble_description(
@@ -596,8 +635,8 @@ mod tests {
     #[test]
     fn start_up_refusals() {
         assert!(matches!(
-            cfg(&["--backend", "e2b"]),
-            Err(ConfigError::BackendNotBuilt("e2b"))
+            cfg(&["--backend", "modal"]),
+            Err(ConfigError::BackendNotBuilt("modal"))
         ));
         assert!(matches!(
             cfg(&[

@@ -16,18 +16,12 @@ use shared::providers::fly::{FlyClient, FlyError, Machine, MachineSpec, default_
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
 
+use crate::backend::tags;
 use crate::docker::ContainerRecord;
 use crate::docker::exec::ExecSpec;
 
 /// The image of a computer machine unless `--fly-image` says otherwise.
 pub const DEFAULT_IMAGE: &str = "docker.io/library/debian:bookworm-slim";
-
-/// Metadata keys on our machines.
-const META_MANAGED: &str = "mcp_sandbox";
-const META_ID: &str = "mcp_computer";
-const META_TEMPORARY: &str = "mcp_temporary";
-const META_INSTANCE: &str = "mcp_instance";
-const META_HOST: &str = "mcp_host";
 
 /// The main process of a computer machine: sleeps, exits at once on SIGTERM.
 const KEEPALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
@@ -227,7 +221,7 @@ impl Fly {
     }
 
     fn record(&self, m: &Machine) -> Option<ContainerRecord> {
-        let id = m.metadata.get(META_ID)?.clone();
+        let id = m.metadata.get(tags::ID)?.clone();
         let state = match m.state.as_str() {
             "started" => "running",
             "created" | "starting" => "created",
@@ -236,9 +230,9 @@ impl Fly {
         Some(ContainerRecord {
             computer_id: id,
             container_id: m.id.clone(),
-            temporary: m.metadata.get(META_TEMPORARY).map(String::as_str) == Some("true"),
-            instance: m.metadata.get(META_INSTANCE).cloned(),
-            host: m.metadata.get(META_HOST).cloned(),
+            temporary: m.metadata.get(tags::TEMPORARY).map(String::as_str) == Some("true"),
+            instance: m.metadata.get(tags::INSTANCE).cloned(),
+            host: m.metadata.get(tags::HOST).cloned(),
             image: m.image.clone().unwrap_or_default(),
             state: state.to_owned(),
             created_at: m.created_at.clone().unwrap_or_default(),
@@ -252,7 +246,7 @@ impl Fly {
     async fn machine(&self, id: &str) -> Result<Option<Machine>, FlyBackendError> {
         let found = self
             .client
-            .list_machines(&self.app, &[(META_ID, id)])
+            .list_machines(&self.app, &[(tags::ID, id)])
             .await?
             .into_iter()
             .find(Self::live);
@@ -288,7 +282,7 @@ impl Fly {
     pub async fn list(&self) -> Result<Vec<ContainerRecord>, FlyBackendError> {
         Ok(self
             .client
-            .list_machines(&self.app, &[(META_MANAGED, "true")])
+            .list_machines(&self.app, &[(tags::MANAGED, "true")])
             .await?
             .iter()
             .filter(|m| Self::live(m))
@@ -301,15 +295,7 @@ impl Fly {
         id: &str,
         temporary: bool,
     ) -> Result<ContainerRecord, FlyBackendError> {
-        let mut metadata = vec![
-            (META_MANAGED.to_owned(), "true".to_owned()),
-            (META_ID.to_owned(), id.to_owned()),
-            (META_TEMPORARY.to_owned(), temporary.to_string()),
-        ];
-        if temporary {
-            metadata.push((META_INSTANCE.to_owned(), self.instance.clone()));
-            metadata.push((META_HOST.to_owned(), self.host.clone()));
-        }
+        let metadata = tags::of(id, temporary, &self.instance, &self.host);
         let spec = MachineSpec {
             name: id.to_owned(),
             region: self.cfg.region.clone(),
@@ -515,7 +501,7 @@ fn strip_marker(stderr: &str, job: &str) -> String {
 
 /// The argv run on the machine: the cd wrapper, then the program (`bash -c` for a shell
 /// command when the image has bash, else `sh -c`; or the caller's argv).
-fn program_argv(spec: &ExecSpec) -> Vec<String> {
+pub(crate) fn program_argv(spec: &ExecSpec) -> Vec<String> {
     let mut argv = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod computers;
 pub mod config;
 pub mod docker;
+pub mod e2b;
 pub mod fly;
 pub mod http;
 pub mod instance;

@@ -31,6 +31,8 @@ pub enum RunError {
     Wasm(#[from] crate::wasm::WasmError),
     #[error(transparent)]
     Fly(#[from] crate::fly::FlyBackendError),
+    #[error(transparent)]
+    E2b(#[from] crate::e2b::E2bBackendError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -96,6 +98,9 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
         BackendChoice::Docker => Backend::Docker(docker_backend(&config).await?),
         BackendChoice::Toolbox => wasm_backend(&config, None).await?,
         BackendChoice::Custom(path) => wasm_backend(&config, Some(&path)).await?,
+        BackendChoice::E2b(e2b) => {
+            Backend::E2b(crate::e2b::E2b::open(*e2b, instance::current(), host_name()).await?)
+        }
         BackendChoice::Fly(fly) => Backend::Fly(
             crate::fly::Fly::open(*fly, &config.state_dir, instance::current(), host_name())
                 .await?,
@@ -119,7 +124,10 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
             }
         }
     };
-    if matches!(backend, Backend::Wasm(_) | Backend::Fly(_)) {
+    if matches!(
+        backend,
+        Backend::Wasm(_) | Backend::Fly(_) | Backend::E2b(_)
+    ) {
         config.exec_description = config.other_description.clone();
     }
     serve(config, backend).await

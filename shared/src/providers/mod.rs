@@ -12,6 +12,7 @@ use std::future::Future;
 
 use crate::maybe_send::{MaybeSend, MaybeSync};
 
+pub mod e2b;
 pub mod fly;
 
 /// One HTTP request, fully built by a client.
@@ -39,8 +40,9 @@ impl fmt::Debug for HttpRequest {
             .headers
             .iter()
             .map(|(k, v)| {
-                let secret = k.eq_ignore_ascii_case("authorization")
-                    || k.to_ascii_lowercase().contains("token");
+                let lower = k.to_ascii_lowercase();
+                let secret =
+                    lower == "authorization" || lower.contains("token") || lower.contains("key");
                 (k.as_str(), if secret { "[redacted]" } else { v.as_str() })
             })
             .collect();
@@ -252,11 +254,17 @@ mod tests {
         let req = HttpRequest {
             method: "GET",
             url: "https://x/".into(),
-            headers: vec![("Authorization".into(), "Bearer secret-tok".into())],
+            headers: vec![
+                ("Authorization".into(), "Bearer secret-tok".into()),
+                ("X-API-Key".into(), "e2b_secret-key".into()),
+                ("X-Access-Token".into(), "envd-secret".into()),
+            ],
             body: None,
         };
         let s = format!("{req:?}");
-        assert!(!s.contains("secret-tok"), "{s}");
+        for secret in ["secret-tok", "secret-key", "envd-secret"] {
+            assert!(!s.contains(secret), "{s}");
+        }
         assert!(s.contains("[redacted]"));
         assert_eq!(req.header("authorization"), Some("Bearer secret-tok"));
     }

@@ -74,8 +74,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, KillContainerOptions, ListContainersOptions, RemoveContainerOptions,
-    StopContainerOptions,
+    CreateContainerOptions, KillContainerOptions, RemoveContainerOptions, StopContainerOptions,
 };
 use futures_util::StreamExt;
 use rand::Rng;
@@ -85,6 +84,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
+use super::{path, query, remove_labelled};
 
 /// Keeps a machine up when neither the request nor the image says what to run.
 const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done";
@@ -243,7 +243,7 @@ impl Drop for FlySim {
                 if let Ok(docker) = Docker::connect_with_unix_defaults()
                     && let Ok(docker) = docker.negotiate_version().await
                 {
-                    remove_labelled(&docker, &instance).await;
+                    remove_labelled(&docker, &format!("flysim.instance={instance}")).await;
                 }
             });
         });
@@ -1582,7 +1582,7 @@ impl Inner {
     }
 
     async fn remove_all_containers(&self) {
-        remove_labelled(&self.docker, &self.instance).await;
+        remove_labelled(&self.docker, &format!("flysim.instance={}", self.instance)).await;
     }
 
     /// Runs `argv` in the container with `stdin`, killing it after `timeout`.
@@ -1726,46 +1726,6 @@ impl ExecOutcome {
 
 // ----- small helpers -----
 
-/// Removes every container of the simulator instance `instance`.
-async fn remove_labelled(docker: &Docker, instance: &str) {
-    let filters = HashMap::from([(
-        "label".to_owned(),
-        vec![format!("flysim.instance={instance}")],
-    )]);
-    let opts = ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    let Ok(list) = docker.list_containers(Some(opts)).await else {
-        return;
-    };
-    for c in list {
-        if let Some(cid) = c.id {
-            let opts = RemoveContainerOptions {
-                force: true,
-                v: true,
-                ..Default::default()
-            };
-            let _ = docker.remove_container(&cid, Some(opts)).await;
-        }
-    }
-}
-
-fn path<'a>(m: &'a Matched<'_>, name: &str) -> &'a str {
-    m.path_params
-        .get(name)
-        .map(String::as_str)
-        .unwrap_or_default()
-}
-
-fn query<'a>(m: &'a Matched<'_>, name: &str) -> Option<&'a str> {
-    m.query
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
 fn query_bool(m: &Matched<'_>, name: &str) -> bool {
     matches!(query(m, name), Some("true" | "1"))
 }
@@ -1899,6 +1859,7 @@ fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bollard::query_parameters::ListContainersOptions;
     use std::time::Instant;
 
     struct Client {

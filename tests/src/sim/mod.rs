@@ -3,5 +3,52 @@
 //! description (in `specs/`) before serving it, so it cannot drift into agreeing with a
 //! client bug.
 
+pub mod e2b;
 pub mod fly;
 pub mod openapi;
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+
+use openapi::Matched;
+
+/// Removes every container carrying `label` (`key=value`), with its anonymous volumes.
+pub(crate) async fn remove_labelled(docker: &Docker, label: &str) {
+    let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let Ok(list) = docker.list_containers(Some(opts)).await else {
+        return;
+    };
+    for c in list {
+        if let Some(cid) = c.id {
+            let opts = RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            };
+            let _ = docker.remove_container(&cid, Some(opts)).await;
+        }
+    }
+}
+
+/// A path parameter of a matched request ("" when absent).
+pub(crate) fn path<'a>(m: &'a Matched<'_>, name: &str) -> &'a str {
+    m.path_params
+        .get(name)
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
+/// The first value of a query parameter of a matched request.
+pub(crate) fn query<'a>(m: &'a Matched<'_>, name: &str) -> Option<&'a str> {
+    m.query
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}

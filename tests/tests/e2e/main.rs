@@ -11,6 +11,7 @@
 //! - `images`: a BusyBox image (ash, no bash)
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
+//! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
 //! - `fly`: Fly Machines computers against the local simulator of the Machines API
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
 
@@ -18,6 +19,7 @@
 
 mod cleanup;
 mod dashboard;
+mod e2b;
 mod exec;
 mod executor_api;
 mod fly;

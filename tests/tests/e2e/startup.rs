@@ -43,7 +43,7 @@ async fn issue_2_start_up_refusals() -> anyhow::Result<()> {
         "--allow-unauthenticated-http",
     )
     .await?;
-    refused(&["--backend", "e2b"], &[], "not built yet").await?;
+    refused(&["--backend", "modal"], &[], "not built yet").await?;
     refused(&["--backend", "wasm"], &[], "--wasm-path").await?;
     refused(
         &["--wasm-path", "/x.wasm"],

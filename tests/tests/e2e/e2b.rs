@@ -1,0 +1,187 @@
+//! E2B computers (issue 7) through the local binary, against the local simulator of E2B's
+//! control plane and envd (`tests::sim::e2b`), which validates every request against the
+//! saved API descriptions (`specs/e2b/`) and backs each sandbox with a real container.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::sim::e2b::{E2bSim, E2bSimOptions};
+use tests::*;
+
+const KEY: &str = "e2b_test-key-for-the-simulator";
+
+async fn start_sim(tag: &str, tweak: impl FnOnce(&mut E2bSimOptions)) -> anyhow::Result<E2bSim> {
+    let mut o = E2bSimOptions {
+        api_key: KEY.into(),
+        docker_label: ("msc-test".into(), tag.into()),
+        template_images: vec![("base".into(), "debian:bookworm-slim".into())],
+        latency_ms: 0,
+        rate_limit_every: None,
+        error_5xx_every: None,
+        capacity_errors: 0,
+    };
+    tweak(&mut o);
+    E2bSim::start(o).await
+}
+
+fn e2b_opts(sim: &E2bSim) -> ServerOpts {
+    let mut o = ServerOpts::default()
+        .arg("--backend")
+        .arg("e2b")
+        .arg("--e2b-metadata")
+        .arg("project=demo");
+    o.env.push(("E2B_API_KEY".into(), KEY.into()));
+    o.env.push(("E2B_API_URL".into(), sim.api_url.clone()));
+    o.env
+        .push(("E2B_SANDBOX_URL".into(), sim.sandbox_url.clone()));
+    o
+}
+
+fn assert_no_violations(sim: &E2bSim) {
+    let v = sim.violations();
+    assert!(
+        v.is_empty(),
+        "requests that do not match E2B's API descriptions: {v:#?}"
+    );
+}
+
+#[tokio::test]
+async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
+    let t = tag("e2b");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |_| {}).await?;
+    let mut opts = e2b_opts(&sim);
+    opts.lifecycle = true;
+    let c = stdio_client(&t, &state, &opts).await?;
+    let r = exec(&c, json!({"command": "echo hi; echo err >&2; exit 3"})).await?;
+    assert_eq!(
+        (r["stdout"].as_str(), r["stderr"].as_str()),
+        (Some("hi\n"), Some("err\n")),
+        "{r}"
+    );
+    assert_eq!(r["exit_code"], 3);
+    let tmp = r["computer_id"].as_str().unwrap().to_owned();
+    let r = exec(&c, json!({"command": "true"})).await?;
+    assert_eq!(r["exit_code"], 0, "a missing exitCode means 0: {r}");
+    let r = exec(
+        &c,
+        json!({"args": ["cat"], "stdin": "piped 'quotes' $(x)\n"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "piped 'quotes' $(x)\n", "{r}");
+    let r = exec(&c, json!({"command": "pwd", "working_directory": "/usr"})).await?;
+    assert_eq!(r["stdout"], "/usr\n");
+    let r = exec(&c, json!({"command": "pwd", "working_directory": "/nope"})).await?;
+    assert_eq!(r["exit_code"], 126, "{r}");
+    let r = exec(
+        &c,
+        json!({"command": "echo before; sleep 30", "timeout": 2}),
+    )
+    .await?;
+    assert_eq!(r["exit_code"], 124, "{r}");
+    assert_eq!(r["timed_out"], true, "{r}");
+    // A permanent computer: restart (pause + resume) keeps its files, so does a new server.
+    let r = call(
+        &c,
+        "computer_create",
+        json!({"computer_id": "e2b-keep", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    exec(
+        &c,
+        json!({"computer_id": "e2b-keep", "command": "echo kept > /root/note"}),
+    )
+    .await?;
+    let r = call(&c, "computer_restart", json!({"computer_id": "e2b-keep"})).await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let r = exec(
+        &c,
+        json!({"computer_id": "e2b-keep", "command": "cat /root/note"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "kept\n", "{r}");
+    let list: Value = serde_json::from_str(&text(&call(&c, "computer_list", json!({})).await?))?;
+    assert_eq!(list["count"], 2, "{list}");
+    assert!(
+        list["computers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["backend"] == "e2b")
+    );
+    let r = call(&c, "computer_factory_reset", json!({"computer_id": tmp})).await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    c.cancel().await?;
+    let c = stdio_client(&t, &state, &opts).await?;
+    let list: Value = serde_json::from_str(&text(&call(&c, "computer_list", json!({})).await?))?;
+    let ids: Vec<&str> = list["computers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["computer_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["e2b-keep"],
+        "the temporary went with its session: {list}"
+    );
+    let r = exec(
+        &c,
+        json!({"computer_id": "e2b-keep", "command": "cat /root/note"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "kept\n", "{r}");
+    let r = call(&c, "computer_delete", json!({"computer_id": "e2b-keep"})).await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    c.cancel().await?;
+    assert_no_violations(&sim);
+    sim.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_7_e2b_retries_and_refusals() -> anyhow::Result<()> {
+    let t = tag("e2b-faults");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |o| {
+        o.rate_limit_every = Some(3);
+        o.capacity_errors = 1;
+        o.latency_ms = 5;
+    })
+    .await?;
+    let c = stdio_client(&t, &state, &e2b_opts(&sim)).await?;
+    for i in 0..4 {
+        let r = exec(&c, json!({"command": format!("echo {i}")})).await?;
+        assert_eq!(r["stdout"], format!("{i}\n"), "{r}");
+    }
+    c.cancel().await?;
+    assert_no_violations(&sim);
+    // No key: exit 2 at once; a wrong key: exit 1 with the reason.
+    let out = command(
+        &t,
+        &state,
+        &ServerOpts::default().arg("--backend").arg("e2b"),
+    )
+    .env_remove("E2B_API_KEY")
+    .stdin(std::process::Stdio::null())
+    .output();
+    let out = tokio::time::timeout(Duration::from_secs(10), out).await??;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("E2B_API_KEY"));
+    let mut opts = e2b_opts(&sim);
+    opts.env.retain(|(k, _)| k != "E2B_API_KEY");
+    opts.env.push(("E2B_API_KEY".into(), "e2b_wrong".into()));
+    let out = command(&t, &state, &opts)
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("e2b_wrong"),
+        "the key must not be printed: {stderr}"
+    );
+    sim.stop().await;
+    Ok(())
+}
