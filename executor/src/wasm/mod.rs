@@ -484,6 +484,13 @@ impl Wasm {
                     shell::run(&script, cfg, io).await
                 }
                 Flavor::Custom(name) => {
+                    if !guest_dir_exists(&fs, &cwd) {
+                        use tokio::io::AsyncWriteExt;
+                        let mut err = io.stderr;
+                        let msg = format!("cd: {cwd}: No such file or directory\n");
+                        let _ = err.write_all(msg.as_bytes()).await;
+                        return 126;
+                    }
                     let argv = match &spec.shell_command {
                         Some((_, command)) => vec![name.clone(), "-c".into(), command.clone()],
                         None => std::iter::once(name.clone())
@@ -537,6 +544,16 @@ fn base_env() -> Vec<(String, String)> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect()
+}
+
+/// Is `dir` (an absolute guest path) a directory inside the computer `fs`? Checked through
+/// cap-std, so neither `..` nor a symlink can look outside.
+fn guest_dir_exists(fs: &Path, dir: &str) -> bool {
+    let rel = dir.trim_start_matches('/');
+    let Ok(root) = cap_std::fs::Dir::open_ambient_dir(fs, cap_std::ambient_authority()) else {
+        return false;
+    };
+    rel.is_empty() || root.is_dir(rel)
 }
 
 fn make_skeleton(fs: &Path) -> std::io::Result<()> {

@@ -513,6 +513,11 @@ async fn issue_4_custom_module_runs_argv_stdin_and_files() -> anyhow::Result<()>
                 assert!(out.contains("HOME=/root\n"), "{out}");
                 assert!(out.contains("PWD=/tmp\n"), "{out}");
                 assert!(!out.contains("s3cr3t"), "{out}");
+                for missing in ["/nope", "/../../etc"] {
+                    let r =
+                        exec(&c, json!({"args": ["env"], "working_directory": missing})).await?;
+                    assert_eq!(r["exit_code"], 126, "{missing}: {r}");
+                }
             }
             _ => {
                 let r = exec(&c, json!({"args": ["files"]})).await?;
