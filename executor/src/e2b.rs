@@ -290,6 +290,20 @@ impl E2b {
                 .error
                 .as_deref()
                 .is_some_and(|e| e.contains("deadline") || e.contains("canceled"));
+        if timed_out && let Some(pid) = out.pid {
+            // The deadline ended the stream; make sure the process does not live on.
+            let s = self
+                .sandboxes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .cloned();
+            if let Some(s) = s
+                && let Err(e) = self.client.kill_process(&s, pid).await
+            {
+                tracing::warn!(computer_id = id, pid, error = %e, "could not kill the timed-out command");
+            }
+        }
         let exit_code = if timed_out {
             TIMEOUT_EXIT_CODE
         } else {

@@ -187,6 +187,8 @@ fn redacted(token: &Option<String>) -> Option<&'static str> {
 /// Result of one command.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RunOutput {
+    /// The process id from the `start` event (to kill it after a timeout).
+    pub pid: Option<u32>,
     /// The `end` event's `exitCode` (missing = 0, proto3 JSON omits zeros; -1 = killed by a
     /// signal); -1 when the stream ended without an `end` event (see `error`).
     pub exit_code: i64,
@@ -527,6 +529,8 @@ fn json_int(v: &Value) -> Option<i64> {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct StartStream {
     started: bool,
+    /// The process id from the `start` event.
+    pid: Option<u32>,
     /// The `end` event's exit code (missing `exitCode` = 0), if an `end` event came.
     exit_code: Option<i64>,
     end_error: Option<String>,
@@ -575,8 +579,12 @@ fn parse_start_stream(body: &[u8], output_limit: usize) -> Result<StartStream, S
         let msg: RawStartResponse =
             serde_json::from_slice(payload).map_err(|e| format!("stream message: {e}"))?;
         let Some(event) = msg.event else { continue };
-        if event.start.is_some() {
+        if let Some(start) = &event.start {
             s.started = true;
+            s.pid = start
+                .get("pid")
+                .and_then(json_int)
+                .and_then(|p| u32::try_from(p).ok());
         }
         if let Some(data) = event.data {
             if let Some(out) = data.stdout {
@@ -932,6 +940,33 @@ impl<T: HttpTransport> E2bClient<T> {
         self.run_output(stream, &resp, token)
     }
 
+    /// Kills process `pid` in the sandbox (`process.Process/SendSignal`, SIGKILL; a unary
+    /// Connect call with a plain JSON body). A process that is already gone is not an error.
+    pub async fn kill_process(&self, sandbox: &Sandbox, pid: u32) -> Result<(), E2bError> {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "process": {"pid": pid},
+            "signal": "SIGNAL_SIGKILL",
+        }))
+        .map_err(|e| E2bError::Decode(e.to_string()))?;
+        let mut req = self.start_request(sandbox, body, 0)?;
+        req.url = req
+            .url
+            .replace("/process.Process/Start", "/process.Process/SendSignal");
+        for (k, v) in &mut req.headers {
+            if k.eq_ignore_ascii_case("content-type") {
+                *v = "application/json".to_owned();
+            }
+        }
+        req.headers
+            .retain(|(k, _)| !k.eq_ignore_ascii_case("keepalive-ping-interval"));
+        let token = sandbox.envd_access_token.as_deref();
+        let resp = self.execute_with(req, true, Target::Envd { token }).await?;
+        if resp.is_success() || resp.status == 404 {
+            return Ok(());
+        }
+        Err(self.envd_error(&resp, &sandbox.sandbox_id, token))
+    }
+
     // -- plumbing --------------------------------------------------------------------
 
     fn run_output(
@@ -969,6 +1004,7 @@ impl<T: HttpTransport> E2bClient<T> {
             (None, None, Some(_)) => None,
         };
         Ok(RunOutput {
+            pid: s.pid,
             exit_code: s.exit_code.unwrap_or(-1),
             stdout: s.stdout,
             stderr: s.stderr,

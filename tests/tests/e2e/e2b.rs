@@ -80,6 +80,16 @@ async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     .await?;
     assert_eq!(r["exit_code"], 124, "{r}");
     assert_eq!(r["timed_out"], true, "{r}");
+    // ...and the timed-out process is killed explicitly (envd may keep it after the deadline).
+    let signals = sim.request_counts();
+    assert!(
+        signals
+            .get("POST /process.Process/SendSignal")
+            .copied()
+            .unwrap_or(0)
+            >= 1,
+        "{signals:?}"
+    );
     // A permanent computer: restart (pause + resume) keeps its files, so does a new server.
     let r = call(
         &c,

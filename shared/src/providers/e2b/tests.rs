@@ -923,6 +923,7 @@ fn run_sends_start_request_to_the_sandbox_host() {
     assert_eq!(
         out,
         RunOutput {
+            pid: Some(412),
             exit_code: 0,
             stdout: b"hi\n".to_vec(),
             stderr: b"oops\n".to_vec(),
