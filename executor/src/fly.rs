@@ -8,7 +8,7 @@
 //! allows run in the background inside the machine and are polled (see [`Fly::exec`]).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -562,9 +562,4 @@ fn write_state(path: &Path, s: &FlyState) -> Result<(), FlyBackendError> {
 /// The exact command that logs in, for the start-up error.
 pub fn login_hint(fly_cli: &str) -> String {
     format!("{fly_cli} auth login")
-}
-
-/// The default state file path (for messages).
-pub fn state_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("fly.json")
 }
