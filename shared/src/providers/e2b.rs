@@ -1022,19 +1022,7 @@ impl<T: HttpTransport> E2bClient<T> {
     }
 
     fn api_request(&self, method: &'static str, url: String, body: Option<Vec<u8>>) -> HttpRequest {
-        let mut headers = vec![
-            ("X-API-Key".to_owned(), self.api_key.clone()),
-            ("Accept".to_owned(), "application/json".to_owned()),
-        ];
-        if body.is_some() {
-            headers.push(("Content-Type".to_owned(), "application/json".to_owned()));
-        }
-        HttpRequest {
-            method,
-            url,
-            headers,
-            body,
-        }
+        HttpRequest::json(method, url, ("X-API-Key", &self.api_key), body)
     }
 
     /// The sandbox domain when the sandbox names none: the API host without its `api.`

@@ -825,19 +825,7 @@ impl<T: HttpTransport> FlyClient<T> {
     }
 
     fn request(&self, method: &'static str, url: String, body: Option<Vec<u8>>) -> HttpRequest {
-        let mut headers = vec![
-            ("Authorization".to_owned(), self.authorization.clone()),
-            ("Accept".to_owned(), "application/json".to_owned()),
-        ];
-        if body.is_some() {
-            headers.push(("Content-Type".to_owned(), "application/json".to_owned()));
-        }
-        HttpRequest {
-            method,
-            url,
-            headers,
-            body,
-        }
+        HttpRequest::json(method, url, ("Authorization", &self.authorization), body)
     }
 
     /// Start/stop/restart/destroy: idempotent, no body, empty success.

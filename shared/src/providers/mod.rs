@@ -27,6 +27,29 @@ pub struct HttpRequest {
 }
 
 impl HttpRequest {
+    /// A JSON API request: `auth` (one header), `Accept: application/json`, and
+    /// `Content-Type: application/json` when there is a body.
+    pub fn json(
+        method: &'static str,
+        url: String,
+        auth: (&str, &str),
+        body: Option<Vec<u8>>,
+    ) -> Self {
+        let mut headers = vec![
+            (auth.0.to_owned(), auth.1.to_owned()),
+            ("Accept".to_owned(), "application/json".to_owned()),
+        ];
+        if body.is_some() {
+            headers.push(("Content-Type".to_owned(), "application/json".to_owned()));
+        }
+        Self {
+            method,
+            url,
+            headers,
+            body,
+        }
+    }
+
     /// The first header of that name (ASCII case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         find_header(&self.headers, name)

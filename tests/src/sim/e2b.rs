@@ -115,7 +115,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
@@ -140,7 +140,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
-use super::{path, query, remove_labelled};
+use super::{injected_fault, lock, path, query, remove_labelled};
 
 /// The E2B control plane description saved in `specs/` (YAML).
 const E2B_SPEC: &str = include_str!("../../../specs/e2b/openapi.yml");
@@ -551,10 +551,6 @@ impl Reply {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn json_response(status: u16, body: &Value, content_type: &str) -> Response {
     Response::builder()
         .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
@@ -654,19 +650,16 @@ impl Inner {
         }
 
         let n = self.served.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(every) = self.opts.rate_limit_every
-            && every > 0
-            && n.is_multiple_of(u64::from(every))
-        {
-            let mut r = Reply::error(429, "Rate limit exceeded, please try again later.");
-            r.headers.push(("retry-after", "1".to_owned()));
-            return self.checked(&matched, r);
-        }
-        if let Some(every) = self.opts.error_5xx_every
-            && every > 0
-            && n.is_multiple_of(u64::from(every))
-        {
-            return self.checked(&matched, Reply::error(503, "service unavailable"));
+        match injected_fault(n, self.opts.rate_limit_every, self.opts.error_5xx_every) {
+            Some(429) => {
+                let mut r = Reply::error(429, "Rate limit exceeded, please try again later.");
+                r.headers.push(("retry-after", "1".to_owned()));
+                return self.checked(&matched, r);
+            }
+            Some(status) => {
+                return self.checked(&matched, Reply::error(status, "service unavailable"));
+            }
+            None => {}
         }
 
         let reply = match (matched.op.method.as_str(), matched.op.template.as_str()) {

@@ -60,7 +60,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -84,7 +84,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
-use super::{path, query, remove_labelled};
+use super::{injected_fault, lock, path, query, remove_labelled};
 
 /// Keeps a machine up when neither the request nor the image says what to run.
 const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done";
@@ -397,10 +397,6 @@ impl Reply {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let reply = inner.serve(req).await;
     if inner.opts.latency_ms > 0 {
@@ -477,19 +473,16 @@ impl Inner {
         }
 
         let n = self.served.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(every) = self.opts.rate_limit_every
-            && every > 0
-            && n.is_multiple_of(u64::from(every))
-        {
-            let mut r = Reply::error(429, "rate limited");
-            r.headers.push(("retry-after", "1".to_owned()));
-            return self.checked(&matched, r);
-        }
-        if let Some(every) = self.opts.error_5xx_every
-            && every > 0
-            && n.is_multiple_of(u64::from(every))
-        {
-            return self.checked(&matched, Reply::error(503, "service unavailable"));
+        match injected_fault(n, self.opts.rate_limit_every, self.opts.error_5xx_every) {
+            Some(429) => {
+                let mut r = Reply::error(429, "rate limited");
+                r.headers.push(("retry-after", "1".to_owned()));
+                return self.checked(&matched, r);
+            }
+            Some(status) => {
+                return self.checked(&matched, Reply::error(status, "service unavailable"));
+            }
+            None => {}
         }
 
         let reply = match matched.op.operation_id.as_str() {

@@ -8,6 +8,7 @@ pub mod fly;
 pub mod openapi;
 
 use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
@@ -51,4 +52,26 @@ pub(crate) fn query<'a>(m: &'a Matched<'_>, name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
+}
+
+/// Locks `m`, also after a panic elsewhere (the simulators' state stays usable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The fault to inject into the `n`-th served request (1-based): 429 on every
+/// `rate_limit_every`-th, else 503 on every `error_5xx_every`-th, else none.
+pub(crate) fn injected_fault(
+    n: u64,
+    rate_limit_every: Option<u32>,
+    error_5xx_every: Option<u32>,
+) -> Option<u16> {
+    let hits = |every: Option<u32>| every.is_some_and(|e| e > 0 && n.is_multiple_of(u64::from(e)));
+    if hits(rate_limit_every) {
+        Some(429)
+    } else if hits(error_5xx_every) {
+        Some(503)
+    } else {
+        None
+    }
 }
