@@ -128,15 +128,15 @@ fn code_of(e: &ComputerError) -> ErrorCode {
         ComputerError::Unknown(_)
         | ComputerError::Docker(DockerError::NotFound(_))
         | ComputerError::Wasm(WasmError::NotFound(_))
-        | ComputerError::Fly(crate::fly::FlyBackendError::NotFound(_))
-        | ComputerError::E2b(crate::e2b::E2bBackendError::NotFound(_)) => ErrorCode::NotFound,
+        | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_)) => {
+            ErrorCode::NotFound
+        }
         ComputerError::Policy(_) | ComputerError::Docker(DockerError::NotOurs { .. }) => {
             ErrorCode::Conflict
         }
-        ComputerError::Docker(_)
-        | ComputerError::Wasm(_)
-        | ComputerError::Fly(_)
-        | ComputerError::E2b(_) => ErrorCode::Engine,
+        ComputerError::Docker(_) | ComputerError::Wasm(_) | ComputerError::Cloud(_) => {
+            ErrorCode::Engine
+        }
     }
 }
 

@@ -12,30 +12,6 @@ use crate::fly::Fly;
 use crate::progress::Progress;
 use crate::wasm::Wasm;
 
-/// Metadata keys that tag a cloud computer (Fly machine metadata, E2B sandbox metadata).
-pub mod tags {
-    pub const MANAGED: &str = "mcp_sandbox";
-    pub const ID: &str = "mcp_computer";
-    pub const TEMPORARY: &str = "mcp_temporary";
-    pub const INSTANCE: &str = "mcp_instance";
-    pub const HOST: &str = "mcp_host";
-
-    /// The tags of computer `id`; temporaries also name the server that owns them (so the
-    /// next start on that host can reap them when that server died).
-    pub fn of(id: &str, temporary: bool, instance: &str, host: &str) -> Vec<(String, String)> {
-        let mut t = vec![
-            (MANAGED.to_owned(), "true".to_owned()),
-            (ID.to_owned(), id.to_owned()),
-            (TEMPORARY.to_owned(), temporary.to_string()),
-        ];
-        if temporary {
-            t.push((INSTANCE.to_owned(), instance.to_owned()));
-            t.push((HOST.to_owned(), host.to_owned()));
-        }
-        t
-    }
-}
-
 /// Where this server's computers live.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one per server

@@ -35,10 +35,9 @@ pub enum ComputerError {
     Docker(#[from] DockerError),
     #[error(transparent)]
     Wasm(#[from] crate::wasm::WasmError),
+    /// Fly Machines or E2B.
     #[error(transparent)]
-    Fly(#[from] crate::fly::FlyBackendError),
-    #[error(transparent)]
-    E2b(#[from] crate::e2b::E2bBackendError),
+    Cloud(#[from] shared::providers::computers::ComputersError),
     #[error(transparent)]
     Policy(#[from] shared::lifecycle::LifecycleError),
     #[error(
@@ -291,8 +290,9 @@ impl Computers {
                     e,
                     ComputerError::Docker(DockerError::NotFound(_))
                         | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
-                        | ComputerError::Fly(crate::fly::FlyBackendError::NotFound(_))
-                        | ComputerError::E2b(crate::e2b::E2bBackendError::NotFound(_))
+                        | ComputerError::Cloud(
+                            shared::providers::computers::ComputersError::NotFound(_)
+                        )
                 ) {
                     self.tracked().remove(id);
                 }
@@ -304,7 +304,7 @@ impl Computers {
     fn info(&self, r: &ContainerRecord) -> ComputerInfo {
         ComputerInfo {
             computer_id: r.computer_id.clone(),
-            sandbox_id: r.container_id.chars().take(12).collect(),
+            sandbox_id: r.provider_id.chars().take(12).collect(),
             backend: self.backend.name().into(),
             state: r.state.clone(),
             temporary: r.temporary,

@@ -344,19 +344,21 @@ fn fly_config(cli: &Cli) -> Result<crate::fly::FlyConfig, ConfigError> {
             .clone()
             .filter(|o| !o.trim().is_empty())
             .unwrap_or_else(|| "personal".into()),
-        region: cli.fly_region.clone().filter(|r| !r.trim().is_empty()),
-        image: cli
-            .fly_image
-            .clone()
-            .unwrap_or_else(|| crate::fly::DEFAULT_IMAGE.into()),
-        cpu_kind: match cli.fly_cpu_kind {
-            Some(crate::cli::FlyCpuKind::Performance) => "performance".into(),
-            _ => "shared".into(),
+        machines: shared::providers::computers::fly::FlySettings {
+            region: cli.fly_region.clone().filter(|r| !r.trim().is_empty()),
+            image: cli
+                .fly_image
+                .clone()
+                .unwrap_or_else(|| crate::fly::DEFAULT_IMAGE.into()),
+            cpu_kind: match cli.fly_cpu_kind {
+                Some(crate::cli::FlyCpuKind::Performance) => "performance".into(),
+                _ => "shared".into(),
+            },
+            cpus: cli.fly_cpus.unwrap_or(1).max(1),
+            memory_mb: cli.fly_memory,
+            rootfs_size_gb: cli.fly_rootfs_size,
+            sync_exec_secs: cli.fly_sync_exec_secs.clamp(1, 55),
         },
-        cpus: cli.fly_cpus.unwrap_or(1).max(1),
-        memory_mb: cli.fly_memory,
-        rootfs_size_gb: cli.fly_rootfs_size,
-        sync_exec_secs: cli.fly_sync_exec_secs.clamp(1, 55),
     })
 }
 
@@ -390,10 +392,10 @@ fn fly_description(f: &crate::fly::FlyConfig, timeout: u64, limit: u64) -> Strin
     format!(
         "Run a command on an isolated Linux computer (a Fly Machine, image {}, {} CPU x{}, {} MB; network access on). \
 Files persist between calls on the same computer (permanent computers keep their root filesystem across restarts); shell state does not, so use `working_directory` or `cd dir && ...`. {}",
-        f.image,
-        f.cpu_kind,
-        f.cpus,
-        f.memory_mb,
+        f.machines.image,
+        f.machines.cpu_kind,
+        f.machines.cpus,
+        f.machines.memory_mb,
         usage_text(timeout, limit)
     )
 }

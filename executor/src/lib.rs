@@ -2,13 +2,14 @@
 //!
 //! Code map: [`cli`] parses flags, [`config`] checks them, [`docker`] is the Docker/Podman
 //! backend, [`wasm`] the WebAssembly one (its [`wasm::shell`] is the host-side shell of the
-//! toolbox), [`backend`] puts them behind one interface, [`computers`] tracks computers and owners and implements the shared
+//! toolbox), [`fly`] and [`e2b`] open cloud accounts whose computers [`cloud`] drives, [`backend`] puts them behind one interface, [`computers`] tracks computers and owners and implements the shared
 //! dispatcher's `ToolHost`, [`stdio`] and [`http`] are the MCP transports, [`instance`]
 //! lets a server tell live peers from dead ones, [`progress`] sends progress notifications, and [`run`] wires it all together.
 
 pub mod api;
 pub mod backend;
 pub mod cli;
+pub mod cloud;
 pub mod computers;
 pub mod config;
 pub mod docker;

@@ -99,11 +99,10 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
         BackendChoice::Toolbox => wasm_backend(&config, None).await?,
         BackendChoice::Custom(path) => wasm_backend(&config, Some(&path)).await?,
         BackendChoice::E2b(e2b) => {
-            Backend::E2b(crate::e2b::E2b::open(*e2b, instance::current(), host_name()).await?)
+            Backend::E2b(crate::e2b::open(*e2b, instance::current(), host_name()).await?)
         }
         BackendChoice::Fly(fly) => Backend::Fly(
-            crate::fly::Fly::open(*fly, &config.state_dir, instance::current(), host_name())
-                .await?,
+            crate::fly::open(*fly, &config.state_dir, instance::current(), host_name()).await?,
         ),
         BackendChoice::Auto => {
             let probe = tokio::time::timeout(Duration::from_secs(5), docker_backend(&config)).await;

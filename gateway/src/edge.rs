@@ -16,6 +16,7 @@ use shared::mcp::{
     CallContext, Dispatcher, Era, Incoming, ServerConfig, ToolHost, check_modern_meta, codes,
     error_response, negotiate, parse_message, success_response,
 };
+use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::{operation_error, structured_result};
 use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
 use shared::validate::{Program, ToolCall};
@@ -25,7 +26,10 @@ use worker::{
 };
 
 use crate::auth::{Auth, Caller, Settings};
+use crate::cloud::{self, Cloud, Op};
 use crate::{exec_token, names};
+use shared::providers::computers::e2b::E2bComputers;
+use shared::providers::computers::fly::FlyComputers;
 
 const TEAM_BINDING: &str = "TEAM";
 const DEFAULT_IDLE_SECS: u64 = 300;
@@ -44,10 +48,18 @@ fn docker_only() -> Vec<String> {
     vec!["docker".into()]
 }
 
+/// A provider the Worker talks to itself: configured, not configured, or misconfigured.
+type CloudSlot<C> = std::result::Result<Option<Cloud<C>>, String>;
+
 /// What every request needs, read from the environment.
 struct Gateway {
     auth: std::result::Result<Auth, String>,
     executors: Vec<ExecutorCfg>,
+    /// Fly Machines and E2B, reached directly (`cloud`).
+    fly: CloudSlot<FlyComputers<FetchTransport>>,
+    e2b: CloudSlot<E2bComputers<FetchTransport>>,
+    /// Where new computers go (`PLACEMENT`), or why that cannot be decided.
+    placement: std::result::Result<String, String>,
     executor_secret: String,
     executor_audience: String,
     /// `SESSION_TIMEOUT_SECS`, in ms.
@@ -81,16 +93,33 @@ impl Gateway {
             allow_unauthenticated_dev: var(env, "ALLOW_UNAUTHENTICATED_DEV").as_deref()
                 == Some("true"),
         };
-        let executors = var(env, "EXECUTORS")
+        let executors: Vec<ExecutorCfg> = var(env, "EXECUTORS")
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or_default();
+        let read = |name: &str| var(env, name);
+        let fly = cloud::fly_cfg(read).map(|c| c.map(|c| cloud::fly(&c, FetchTransport)));
+        let e2b = cloud::e2b_cfg(read).map(|c| c.map(|c| cloud::e2b(&c, FetchTransport)));
+        let placement = placement(
+            var(env, "PLACEMENT").as_deref(),
+            &executors,
+            matches!(fly, Ok(Some(_))),
+            matches!(e2b, Ok(Some(_))),
+        );
+        let what = match placement.as_deref() {
+            Ok(cloud::FLY) => "a Fly Machine",
+            Ok(cloud::E2B) => "an E2B sandbox",
+            _ => "a container on a self-hosted executor",
+        };
         let exec_description = format!(
-            "Run a command on an isolated Linux computer (a Docker container on a self-hosted executor) and get its output. {}",
-            usage_text(120, 2_097_152)
+            "Run a command on an isolated Linux computer ({what}) and get its output. {}",
+            usage_text(cloud::DEFAULT_TIMEOUT_SECS, cloud::OUTPUT_LIMIT as u64)
         );
         Self {
             auth: Auth::new(&settings).map_err(|e| e.to_string()),
             executors,
+            fly,
+            e2b,
+            placement,
             executor_secret: var(env, "EXECUTOR_SECRET").unwrap_or_default(),
             executor_audience: var(env, "EXECUTOR_AUDIENCE")
                 .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
@@ -114,6 +143,46 @@ impl Gateway {
 
     fn executor(&self, name: &str) -> Option<&ExecutorCfg> {
         self.executors.iter().find(|e| e.name == name)
+    }
+
+    /// Why `place` cannot take computers now (a provider without valid configuration).
+    fn unusable(&self, place: &str) -> Option<String> {
+        match place {
+            cloud::FLY => slot(&self.fly, place).err(),
+            cloud::E2B => slot(&self.e2b, place).err(),
+            _ => None,
+        }
+    }
+
+    /// Does one operation where `place` says: on a provider directly, or through the
+    /// executor API of the executor of that name.
+    async fn op(&self, place: &str, team: &str, op: Op<'_>) -> std::result::Result<Value, String> {
+        match place {
+            cloud::FLY => return slot(&self.fly, place)?.op(op).await,
+            cloud::E2B => return slot(&self.e2b, place)?.op(op).await,
+            _ => {}
+        }
+        let (method, path, body) = match op {
+            Op::List { .. } => (Method::Get, "/computers".to_owned(), None),
+            Op::Create { xid, temporary } => (
+                Method::Post,
+                "/computers".to_owned(),
+                Some(json!({"computer_id": xid, "temporary": temporary})),
+            ),
+            Op::Exec { xid, body } => (
+                Method::Post,
+                format!("/computers/{xid}/exec"),
+                Some(serde_json::to_value(body).map_err(|e| e.to_string())?),
+            ),
+            Op::Restart { xid } => (Method::Post, format!("/computers/{xid}/restart"), None),
+            Op::FactoryReset { xid } => (
+                Method::Post,
+                format!("/computers/{xid}/factory-reset"),
+                None,
+            ),
+            Op::Delete { xid } => (Method::Delete, format!("/computers/{xid}"), None),
+        };
+        self.call(place, team, method, &path, body.as_ref()).await
     }
 
     /// Calls an executor for `team`: the success body, or the executor's message.
@@ -162,6 +231,104 @@ impl Gateway {
             Ok(e) => e.error.message,
             Err(_) => format!("executor {executor:?} answered {status}"),
         })
+    }
+}
+
+/// Where new computers go. `PLACEMENT` names a provider (`fly`, `e2b`), an executor, or a
+/// backend (the first executor offering it); unset, the first executor offering Docker,
+/// else Fly, else E2B, whichever is configured.
+fn placement(
+    wanted: Option<&str>,
+    executors: &[ExecutorCfg],
+    fly: bool,
+    e2b: bool,
+) -> std::result::Result<String, String> {
+    if let Some(e) = executors
+        .iter()
+        .find(|e| e.name == cloud::FLY || e.name == cloud::E2B)
+    {
+        return Err(format!(
+            "the executor name {:?} is reserved for the provider the gateway reaches directly: rename it in EXECUTORS",
+            e.name
+        ));
+    }
+    let offering = |backend: &str| {
+        executors
+            .iter()
+            .find(|e| e.backends.iter().any(|b| b == backend))
+            .map(|e| e.name.clone())
+    };
+    match wanted.map(str::trim) {
+        Some(p @ (cloud::FLY | cloud::E2B)) => Ok(p.to_owned()),
+        Some(p) if executors.iter().any(|e| e.name == p) => Ok(p.to_owned()),
+        Some(p) => offering(p).ok_or_else(|| {
+            format!(
+                "PLACEMENT {p:?} is neither `fly`, `e2b`, an executor name nor a backend of a configured executor (EXECUTORS)"
+            )
+        }),
+        None => offering("docker")
+            .or_else(|| fly.then(|| cloud::FLY.to_owned()))
+            .or_else(|| e2b.then(|| cloud::E2B.to_owned()))
+            .ok_or_else(|| {
+                "nowhere to put computers: configure EXECUTORS (with the docker backend), or Fly (FLY_API_TOKEN and FLY_APP_NAME), or E2B (E2B_API_KEY)".to_owned()
+            }),
+    }
+}
+
+/// The provider of a slot, or what to set to configure it.
+fn slot<'a, C>(s: &'a CloudSlot<C>, place: &str) -> std::result::Result<&'a Cloud<C>, String> {
+    match s {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(format!(
+            "{place} is not configured on this gateway ({} as Worker secrets/vars)",
+            if place == cloud::FLY {
+                "set FLY_API_TOKEN and FLY_APP_NAME"
+            } else {
+                "set E2B_API_KEY"
+            }
+        )),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// `fetch` as the provider clients' transport.
+struct FetchTransport;
+
+impl HttpTransport for FetchTransport {
+    async fn send(&self, req: HttpRequest) -> std::result::Result<HttpResponse, String> {
+        let headers = Headers::new();
+        for (k, v) in &req.headers {
+            headers.set(k, v).map_err(|e| e.to_string())?;
+        }
+        let mut init = RequestInit::new();
+        init.with_method(Method::from(req.method.to_owned()))
+            .with_headers(headers);
+        if let Some(body) = &req.body {
+            init.with_body(Some(
+                worker::js_sys::Uint8Array::from(body.as_slice()).into(),
+            ));
+        }
+        let request = Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())?;
+        let mut resp = Fetch::Request(request)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status_code();
+        let headers = resp.headers().entries().collect();
+        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    async fn sleep(&self, millis: u64) {
+        worker::Delay::from(std::time::Duration::from_millis(millis)).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms()
     }
 }
 
@@ -321,17 +488,13 @@ impl Host {
         temporary: Option<bool>,
     ) -> std::result::Result<Record, String> {
         Self::check_id(id)?;
-        // New computers go to the first executor offering Docker; a computer then stays
-        // where it was made (its record names the executor).
-        let executor = self
-            .gw
-            .executors
-            .iter()
-            .find(|e| e.backends.iter().any(|b| b == "docker"))
-            .map(|e| e.name.clone())
-            .ok_or(
-                "no executor with the docker backend is configured on this gateway (EXECUTORS)",
-            )?;
+        // New computers go where PLACEMENT says; a computer then stays where it was made
+        // (its record names the executor or provider).
+        let executor = self.gw.placement.clone()?;
+        // A provider without (valid) credentials: say so before recording anything.
+        if let Some(e) = self.gw.unusable(&executor) {
+            return Err(e);
+        }
         let v = team_call(
             &self.env,
             &self.caller.team,
@@ -357,14 +520,16 @@ impl Host {
         names::to_executor(&self.caller.team, id)
     }
 
-    /// `POST /computers/{id}/{op}` on the computer's executor.
-    async fn on_computer(&self, id: &str, op: &str) -> std::result::Result<Value, String> {
+    /// Restart or factory reset, where the computer lives.
+    async fn on_computer(&self, id: &str, reset: bool) -> std::result::Result<Value, String> {
         let rec = self.visible(id).await?;
-        let path = format!("/computers/{}/{op}", self.xid(id));
-        let v = self
-            .gw
-            .call(&rec.executor, &self.caller.team, Method::Post, &path, None)
-            .await?;
+        let xid = self.xid(id);
+        let op = if reset {
+            Op::FactoryReset { xid: &xid }
+        } else {
+            Op::Restart { xid: &xid }
+        };
+        let v = self.gw.op(&rec.executor, &self.caller.team, op).await?;
         Ok(rewrite_id(v, id))
     }
 
@@ -421,11 +586,17 @@ impl Host {
                     timeout: req.timeout_secs,
                     temporary: Some(rec.temporary),
                 };
-                let body = serde_json::to_value(body).map_err(|e| e.to_string())?;
-                let path = format!("/computers/{}/exec", self.xid(&id));
+                let xid = self.xid(&id);
                 let v = self
                     .gw
-                    .call(&rec.executor, &team, Method::Post, &path, Some(&body))
+                    .op(
+                        &rec.executor,
+                        &team,
+                        Op::Exec {
+                            xid: &xid,
+                            body: &body,
+                        },
+                    )
                     .await?;
                 // Last use, at most every idle/4 per isolate: the warm path skips the DO.
                 if touch_due(&team, &id, self.gw.idle_ms / 4) {
@@ -442,11 +613,9 @@ impl Host {
                     records.iter().map(|r| r.executor.clone()).collect();
                 executors.sort();
                 executors.dedup();
+                let prefix = names::prefix(&team);
                 for ex in executors {
-                    let listed = self
-                        .gw
-                        .call(&ex, &team, Method::Get, "/computers", None)
-                        .await?;
+                    let listed = self.gw.op(&ex, &team, Op::List { prefix: &prefix }).await?;
                     for item in listed["computers"].as_array().cloned().unwrap_or_default() {
                         let Some(local) = item["computer_id"]
                             .as_str()
@@ -470,34 +639,29 @@ impl Host {
                 manage()?;
                 let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
                 let rec = self.claim(&id, temporary).await?;
-                let body = json!({"computer_id": self.xid(&id), "temporary": rec.temporary});
-                let v = self
-                    .gw
-                    .call(
-                        &rec.executor,
-                        &team,
-                        Method::Post,
-                        "/computers",
-                        Some(&body),
-                    )
-                    .await?;
+                let xid = self.xid(&id);
+                let op = Op::Create {
+                    xid: &xid,
+                    temporary: rec.temporary,
+                };
+                let v = self.gw.op(&rec.executor, &team, op).await?;
                 Ok(rewrite_id(v, &id))
             }
             ToolCall::Restart { computer_id } => {
                 manage()?;
-                self.on_computer(&computer_id, "restart").await
+                self.on_computer(&computer_id, false).await
             }
             ToolCall::FactoryReset { computer_id } => {
                 manage()?;
-                self.on_computer(&computer_id, "factory-reset").await
+                self.on_computer(&computer_id, true).await
             }
             ToolCall::Delete { computer_id } => {
                 manage()?;
                 let rec = self.visible(&computer_id).await?;
-                let path = format!("/computers/{}", self.xid(&computer_id));
+                let xid = self.xid(&computer_id);
                 let v = self
                     .gw
-                    .call(&rec.executor, &team, Method::Delete, &path, None)
+                    .op(&rec.executor, &team, Op::Delete { xid: &xid })
                     .await;
                 // Gone at the executor already: forget it all the same.
                 let gone = matches!(&v, Err(m) if m.contains("does not exist"));
@@ -938,10 +1102,8 @@ impl Team {
 
     async fn remove_at_executor(&self, team: &str, r: &Row) {
         let gw = gateway(&self.env);
-        let path = format!("/computers/{}", names::to_executor(team, &r.id));
-        let _ = gw
-            .call(&r.executor, team, Method::Delete, &path, None)
-            .await;
+        let xid = names::to_executor(team, &r.id);
+        let _ = gw.op(&r.executor, team, Op::Delete { xid: &xid }).await;
     }
 }
 

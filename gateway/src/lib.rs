@@ -9,6 +9,7 @@
 //! Worker glue (`edge`) builds only for wasm32; everything else is tested natively.
 
 pub mod auth;
+pub mod cloud;
 pub mod exec_token;
 pub mod names;
 

@@ -99,19 +99,9 @@ fn status_of(e: &BollardError) -> Option<u16> {
     }
 }
 
-/// One of our containers, as found on the engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerRecord {
-    pub computer_id: String,
-    pub container_id: String,
-    pub temporary: bool,
-    pub instance: Option<String>,
-    pub host: Option<String>,
-    pub image: String,
-    pub state: String,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-}
+/// One of our computers as its backend shows it (a container here; `provider_id` is the
+/// container id).
+pub type ContainerRecord = shared::providers::computers::Computer;
 
 /// The Docker backend.
 #[derive(Debug, Clone)]
@@ -184,7 +174,7 @@ fn record_from_labels(
     }
     Some(ContainerRecord {
         computer_id: labels.get(LABEL_ID)?.clone(),
-        container_id,
+        provider_id: container_id,
         temporary: labels.get(LABEL_TEMPORARY).map(String::as_str) != Some("false"),
         instance: labels.get(LABEL_INSTANCE).cloned(),
         host: labels.get(LABEL_HOST).cloned(),

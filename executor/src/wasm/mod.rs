@@ -291,7 +291,7 @@ impl Wasm {
     fn record(&self, m: Meta) -> ContainerRecord {
         ContainerRecord {
             computer_id: m.computer_id,
-            container_id: m.sandbox_id,
+            provider_id: m.sandbox_id,
             temporary: m.temporary,
             instance: m.instance,
             host: m.host,

@@ -5,13 +5,16 @@
 //! the Worker) and sleeps between retries. No runtime, no clocks, no I/O in this module, so
 //! it builds and is tested natively and on `wasm32-unknown-unknown`.
 //!
-//! Clients: [`fly`] (the Fly Machines REST API).
+//! Clients: [`fly`] (the Fly Machines REST API), [`e2b`] (E2B's control plane and envd).
+//! On top of them, [`computers`] maps our computers onto machines and sandboxes, for both
+//! the local binary and the Worker.
 
 use std::fmt;
 use std::future::Future;
 
 use crate::maybe_send::{MaybeSend, MaybeSync};
 
+pub mod computers;
 pub mod e2b;
 pub mod fly;
 
@@ -114,7 +117,9 @@ fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a st
 /// exceed the longest request a client makes (Fly: `wait` blocks up to 60 s, `exec` up to
 /// its own timeout).
 ///
-/// `sleep` waits between retries (`tokio::time::sleep` natively, a JS timer in the Worker).
+/// `sleep` waits between retries and polls (`tokio::time::sleep` natively, a JS timer in the
+/// Worker); `now_ms` is the caller's clock (milliseconds since any fixed origin), used for
+/// command deadlines.
 pub trait HttpTransport: MaybeSync {
     fn send(
         &self,
@@ -122,6 +127,8 @@ pub trait HttpTransport: MaybeSync {
     ) -> impl Future<Output = Result<HttpResponse, String>> + MaybeSend;
 
     fn sleep(&self, millis: u64) -> impl Future<Output = ()> + MaybeSend;
+
+    fn now_ms(&self) -> u64;
 }
 
 /// A shared reference to a transport is a transport (lets callers keep the original).
@@ -135,6 +142,10 @@ impl<T: HttpTransport> HttpTransport for &T {
 
     fn sleep(&self, millis: u64) -> impl Future<Output = ()> + MaybeSend {
         (**self).sleep(millis)
+    }
+
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
     }
 }
 
@@ -225,6 +236,11 @@ pub(crate) mod testing {
         fn sleep(&self, millis: u64) -> impl Future<Output = ()> + MaybeSend {
             self.sleeps.lock().unwrap().push(millis);
             ready(())
+        }
+
+        /// A fake clock: the sum of the sleeps so far.
+        fn now_ms(&self) -> u64 {
+            self.sleeps.lock().unwrap().iter().sum()
         }
     }
 

@@ -24,6 +24,7 @@ mod exec;
 mod executor_api;
 mod fly;
 mod gateway;
+mod gateway_cloud;
 mod http;
 mod image;
 mod images;

@@ -1,0 +1,168 @@
+//! Fly Machines and E2B computers behind the backend interface: the shared
+//! `CloudComputers` (which the Worker drives too) over reqwest, with commands as
+//! [`ProviderExec`]s.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use shared::providers::computers::{
+    CloudComputers, ComputersError, Program, ProviderExec, program_argv,
+};
+use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
+use shared::result::ExecOutcome;
+
+use crate::docker::ContainerRecord;
+use crate::docker::exec::ExecSpec;
+
+/// One provider account's computers, for this server.
+#[derive(Debug)]
+pub struct Cloud<C> {
+    inner: Arc<C>,
+    instance: String,
+}
+
+impl<C> Clone for Cloud<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            instance: self.instance.clone(),
+        }
+    }
+}
+
+impl<C: CloudComputers> Cloud<C> {
+    pub fn new(inner: C, instance: String) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            instance,
+        }
+    }
+
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    pub async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, ComputersError> {
+        self.inner.find(id).await
+    }
+
+    pub async fn list(&self) -> Result<Vec<ContainerRecord>, ComputersError> {
+        self.inner.list("").await
+    }
+
+    pub async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+    ) -> Result<ContainerRecord, ComputersError> {
+        self.inner.create(id, temporary).await
+    }
+
+    pub async fn start(&self, id: &str) -> Result<(), ComputersError> {
+        self.inner.start(id).await
+    }
+
+    pub async fn restart(&self, id: &str) -> Result<(), ComputersError> {
+        self.inner.restart(id).await
+    }
+
+    pub async fn remove(&self, id: &str) -> Result<(), ComputersError> {
+        self.inner.remove(id).await
+    }
+
+    pub async fn factory_reset(
+        &self,
+        id: &str,
+        temporary: bool,
+    ) -> Result<ContainerRecord, ComputersError> {
+        self.inner.factory_reset(id, temporary).await
+    }
+
+    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ComputersError> {
+        self.inner.exec(id, &provider_exec(spec)).await
+    }
+}
+
+/// A command for a cloud computer.
+fn provider_exec(spec: &ExecSpec) -> ProviderExec {
+    let program = match &spec.shell_command {
+        Some((shell, command)) => Program::Shell {
+            shell: shell.as_deref(),
+            command,
+        },
+        None => Program::Argv(&spec.argv),
+    };
+    ProviderExec {
+        argv: program_argv(spec.working_directory.as_deref(), program),
+        stdin: spec.stdin.clone(),
+        timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
+        output_limit: spec.output_limit,
+        nonce: rand::random(),
+    }
+}
+
+/// reqwest as the client's transport.
+#[derive(Debug, Clone)]
+pub struct Reqwest(reqwest::Client);
+
+impl Reqwest {
+    pub fn new() -> Self {
+        Self(
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new()),
+        )
+    }
+}
+
+impl Default for Reqwest {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpTransport for Reqwest {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
+        let method =
+            reqwest::Method::from_bytes(req.method.as_bytes()).map_err(|e| e.to_string())?;
+        let mut b = self.0.request(method, &req.url);
+        for (k, v) in &req.headers {
+            b = b.header(k, v);
+        }
+        if let Some(body) = req.body {
+            b = b.body(body);
+        }
+        let resp = b.send().await.map_err(|e| e.without_url().to_string())?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
+            .collect();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        Ok(HttpResponse {
+            status,
+            headers,
+            body: body.to_vec(),
+        })
+    }
+
+    async fn sleep(&self, millis: u64) {
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default()
+    }
+}

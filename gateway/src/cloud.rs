@@ -1,0 +1,416 @@
+//! Computers the gateway places directly on Fly Machines or E2B, without an executor: the
+//! executor API's operations (create, exec, restart, factory reset, delete, list) done in
+//! the Worker over the shared provider computers (`shared::providers::computers`) and a
+//! fetch transport. Ids here are the team-prefixed executor ids ([`crate::names`]), so two
+//! teams' `build-box` are two machines of the one Fly app (or two E2B sandboxes), and the
+//! answers have exactly the shapes an executor gives, so the tool host treats both alike.
+//!
+//! Configuration (Worker vars; tokens as secrets): Fly with `FLY_API_TOKEN` and
+//! `FLY_APP_NAME` (created in `FLY_ORG`, default `personal`, when missing), optional
+//! `FLY_REGION`, `FLY_IMAGE`, `FLY_CPU_KIND`, `FLY_CPUS`, `FLY_MEMORY_MB`; E2B with
+//! `E2B_API_KEY`, optional `E2B_TEMPLATE`, `E2B_SANDBOX_TIMEOUT`.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+
+use serde_json::{Value, json};
+use shared::executor_api::ExecBody;
+use shared::providers::HttpTransport;
+use shared::providers::computers::e2b::{E2bComputers, E2bSettings};
+use shared::providers::computers::fly::{FlyComputers, FlySettings};
+use shared::providers::computers::{
+    CloudComputers, Computer, ComputersError, Owner, Program, ProviderExec, program_argv,
+};
+use shared::providers::e2b::E2bClient;
+use shared::providers::fly::FlyClient;
+use shared::result::{ComputerInfo, exec_structured, inventory};
+
+/// Place names of the direct providers in the team inventory (an executor may not use them).
+pub const FLY: &str = "fly";
+pub const E2B: &str = "e2b";
+
+/// Default command timeout and output limit (as on executors).
+pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
+pub const OUTPUT_LIMIT: usize = 2 * 1024 * 1024;
+
+/// Who owns the gateway's temporaries (its Durable Objects reap them).
+fn owner() -> Owner {
+    Owner {
+        instance: "gateway".to_owned(),
+        host: "cloudflare".to_owned(),
+    }
+}
+
+/// Fly settings from the Worker's vars (`var(name)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlyCfg {
+    pub api_url: String,
+    pub token: String,
+    pub app: String,
+    pub org: String,
+    pub settings: FlySettings,
+}
+
+/// E2B settings from the Worker's vars.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct E2bCfg {
+    pub api_url: String,
+    pub sandbox_url: Option<String>,
+    pub api_key: String,
+    pub settings: E2bSettings,
+}
+
+/// Reads the Fly configuration: `Ok(None)` when no token is set, `Err` when it is set but
+/// incomplete or malformed (said on use).
+pub fn fly_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<FlyCfg>, String> {
+    let Some(token) = var("FLY_API_TOKEN") else {
+        return Ok(None);
+    };
+    let app = var("FLY_APP_NAME").ok_or(
+        "FLY_API_TOKEN is set but FLY_APP_NAME is not: name the Fly app that holds the gateway's computers (it is created when missing)",
+    )?;
+    let number = |name: &str, default: u32| -> Result<u32, String> {
+        match var(name) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{name} {v:?} must be a positive integer")),
+        }
+    };
+    let cpu_kind = var("FLY_CPU_KIND").unwrap_or_else(|| "shared".into());
+    if !matches!(cpu_kind.as_str(), "shared" | "performance") {
+        return Err(format!(
+            "FLY_CPU_KIND {cpu_kind:?} must be `shared` or `performance`"
+        ));
+    }
+    let defaults = FlySettings::default();
+    Ok(Some(FlyCfg {
+        api_url: var("FLY_API_URL").unwrap_or_default(),
+        token,
+        app,
+        org: var("FLY_ORG").unwrap_or_else(|| "personal".into()),
+        settings: FlySettings {
+            region: var("FLY_REGION"),
+            image: var("FLY_IMAGE").unwrap_or(defaults.image),
+            cpu_kind,
+            cpus: number("FLY_CPUS", 1)?,
+            memory_mb: number("FLY_MEMORY_MB", 512)?,
+            rootfs_size_gb: None,
+            sync_exec_secs: u64::from(number(
+                "FLY_SYNC_EXEC_SECS",
+                defaults.sync_exec_secs as u32,
+            )?),
+        },
+    }))
+}
+
+/// Reads the E2B configuration: `Ok(None)` when no key is set.
+pub fn e2b_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<E2bCfg>, String> {
+    let Some(api_key) = var("E2B_API_KEY") else {
+        return Ok(None);
+    };
+    let defaults = E2bSettings::default();
+    let timeout = match var("E2B_SANDBOX_TIMEOUT") {
+        None => defaults.sandbox_timeout_secs,
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("E2B_SANDBOX_TIMEOUT {v:?} must be a positive integer"))?,
+    };
+    Ok(Some(E2bCfg {
+        api_url: var("E2B_API_URL").unwrap_or_default(),
+        sandbox_url: var("E2B_SANDBOX_URL"),
+        api_key,
+        settings: E2bSettings {
+            template: var("E2B_TEMPLATE").unwrap_or(defaults.template),
+            sandbox_timeout_secs: timeout,
+            ..defaults
+        },
+    }))
+}
+
+/// Fly computers of the gateway: machines of `FLY_APP_NAME`, the app created on first use
+/// when missing.
+pub fn fly<T: HttpTransport>(cfg: &FlyCfg, transport: T) -> Cloud<FlyComputers<T>> {
+    let client = FlyClient::new(cfg.api_url.clone(), cfg.token.clone(), transport);
+    Cloud::new(
+        FlyComputers::new(client, cfg.app.clone(), cfg.settings.clone(), owner())
+            .creating_app_in(cfg.org.clone()),
+    )
+}
+
+/// E2B computers of the gateway.
+pub fn e2b<T: HttpTransport>(cfg: &E2bCfg, transport: T) -> Cloud<E2bComputers<T>> {
+    let client = E2bClient::new(
+        cfg.api_url.clone(),
+        cfg.sandbox_url.clone(),
+        cfg.api_key.clone(),
+        transport,
+    );
+    Cloud::new(E2bComputers::new(client, cfg.settings.clone(), owner()))
+}
+
+/// One direct provider, as a place for computers.
+pub struct Cloud<C> {
+    computers: C,
+    /// Computers this isolate has seen running (no lookup before their commands).
+    ready: Mutex<HashSet<String>>,
+}
+
+/// One operation of the executor API, on the computer with executor id `xid`.
+#[derive(Debug, Clone, Copy)]
+pub enum Op<'a> {
+    /// The team's computers: those whose id starts with this prefix.
+    List {
+        prefix: &'a str,
+    },
+    Create {
+        xid: &'a str,
+        temporary: bool,
+    },
+    Exec {
+        xid: &'a str,
+        body: &'a ExecBody,
+    },
+    Restart {
+        xid: &'a str,
+    },
+    FactoryReset {
+        xid: &'a str,
+    },
+    Delete {
+        xid: &'a str,
+    },
+}
+
+impl<C: CloudComputers> Cloud<C> {
+    pub fn new(computers: C) -> Self {
+        Self {
+            computers,
+            ready: Mutex::default(),
+        }
+    }
+
+    fn ready(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ready.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Does one operation; the answer has the executor API's shape, the error is a message
+    /// for the caller.
+    pub async fn op(&self, op: Op<'_>) -> Result<Value, String> {
+        self.op_inner(op).await.map_err(|e| e.to_string())
+    }
+
+    async fn op_inner(&self, op: Op<'_>) -> Result<Value, ComputersError> {
+        let c = &self.computers;
+        c.prepare().await?;
+        match op {
+            Op::List { prefix } => {
+                let list = c.list(prefix).await?;
+                let items: Vec<ComputerInfo> = list.iter().map(|c| self.info(c)).collect();
+                Ok(inventory(&items))
+            }
+            Op::Create { xid, temporary } => {
+                let made = match c.find(xid).await? {
+                    Some(found) => found,
+                    None => c.create(xid, temporary).await?,
+                };
+                self.ready().insert(xid.to_owned());
+                Ok(created(&made))
+            }
+            Op::Exec { xid, body } => {
+                let temporary = self.ensure(xid, body.temporary.unwrap_or(true)).await?;
+                let out = c.exec(xid, &provider_exec(body)).await;
+                if matches!(out, Err(ComputersError::NotFound(_))) {
+                    self.ready().remove(xid);
+                }
+                Ok(exec_structured(xid, temporary, out?))
+            }
+            Op::Restart { xid } => {
+                c.restart(xid).await?;
+                Ok(created(&self.get(xid).await?))
+            }
+            Op::FactoryReset { xid } => {
+                let old = self.get(xid).await?;
+                self.ready().remove(xid);
+                let fresh = c.factory_reset(xid, old.temporary).await?;
+                self.ready().insert(xid.to_owned());
+                Ok(created(&fresh))
+            }
+            Op::Delete { xid } => {
+                self.get(xid).await?;
+                self.ready().remove(xid);
+                c.remove(xid).await?;
+                Ok(json!({"ok": true, "computer_id": xid, "deleted": true}))
+            }
+        }
+    }
+
+    /// Makes sure `xid` exists and runs (creating it on first use); its temporary flag.
+    async fn ensure(&self, xid: &str, temporary: bool) -> Result<bool, ComputersError> {
+        if self.ready().contains(xid) {
+            return Ok(temporary);
+        }
+        let c = match self.computers.find(xid).await? {
+            None => self.computers.create(xid, temporary).await?,
+            Some(c) if c.state != "running" => {
+                self.computers.start(xid).await?;
+                c
+            }
+            Some(c) => c,
+        };
+        self.ready().insert(xid.to_owned());
+        Ok(c.temporary)
+    }
+
+    async fn get(&self, xid: &str) -> Result<Computer, ComputersError> {
+        self.computers
+            .find(xid)
+            .await?
+            .ok_or_else(|| ComputersError::NotFound(xid.to_owned()))
+    }
+
+    fn info(&self, c: &Computer) -> ComputerInfo {
+        ComputerInfo {
+            computer_id: c.computer_id.clone(),
+            sandbox_id: c.provider_id.chars().take(12).collect(),
+            backend: self.computers.kind().to_owned(),
+            state: c.state.clone(),
+            temporary: c.temporary,
+            image: c.image.clone(),
+            created_at: c.created_at.clone(),
+            history: Vec::new(),
+        }
+    }
+}
+
+/// The answer to create, restart and factory reset.
+fn created(c: &Computer) -> Value {
+    let sandbox_id: String = c.provider_id.chars().take(12).collect();
+    json!({"ok": true, "computer_id": c.computer_id, "sandbox_id": sandbox_id, "temporary": c.temporary})
+}
+
+/// The command of an exec body (validated by the tool host already).
+pub fn provider_exec(body: &ExecBody) -> ProviderExec {
+    let program = match (&body.command, &body.args) {
+        (Some(command), _) => Program::Shell {
+            shell: None,
+            command,
+        },
+        (None, Some(args)) => Program::Argv(args),
+        (None, None) => Program::Argv(&[]),
+    };
+    let mut nonce = [0u8; 8];
+    // A collision only matters for two commands started in the same millisecond on one
+    // machine; the clock-free fallback is the body's hash.
+    if getrandom_fill(&mut nonce).is_err() {
+        nonce = fnv(format!("{body:?}").as_bytes()).to_le_bytes();
+    }
+    ProviderExec {
+        argv: program_argv(body.working_directory.as_deref(), program),
+        stdin: body.stdin.clone(),
+        timeout_ms: body
+            .timeout
+            .unwrap_or(DEFAULT_TIMEOUT_SECS)
+            .saturating_mul(1000),
+        output_limit: OUTPUT_LIMIT,
+        nonce: u64::from_le_bytes(nonce),
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn getrandom_fill(buf: &mut [u8]) -> Result<(), ()> {
+    getrandom::fill(buf).map_err(|_| ())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn getrandom_fill(_buf: &mut [u8]) -> Result<(), ()> {
+    Err(())
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn fly_needs_a_token_and_an_app() {
+        assert_eq!(fly_cfg(vars(&[])), Ok(None));
+        let e = fly_cfg(vars(&[("FLY_API_TOKEN", "t")])).unwrap_err();
+        assert!(e.contains("FLY_APP_NAME"), "{e}");
+        let c = fly_cfg(vars(&[("FLY_API_TOKEN", "t"), ("FLY_APP_NAME", "a")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.org.as_str(), c.settings.memory_mb), ("personal", 512));
+        let e = fly_cfg(vars(&[
+            ("FLY_API_TOKEN", "t"),
+            ("FLY_APP_NAME", "a"),
+            ("FLY_MEMORY_MB", "lots"),
+        ]))
+        .unwrap_err();
+        assert!(e.contains("FLY_MEMORY_MB"), "{e}");
+        let e = fly_cfg(vars(&[
+            ("FLY_API_TOKEN", "t"),
+            ("FLY_APP_NAME", "a"),
+            ("FLY_CPU_KIND", "turbo"),
+        ]))
+        .unwrap_err();
+        assert!(e.contains("FLY_CPU_KIND"), "{e}");
+    }
+
+    #[test]
+    fn e2b_reads_its_key_and_timeout() {
+        assert_eq!(e2b_cfg(vars(&[])), Ok(None));
+        let c = e2b_cfg(vars(&[("E2B_API_KEY", "k"), ("E2B_TEMPLATE", "py")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.settings.template, "py");
+        assert_eq!(c.settings.sandbox_timeout_secs, 3600);
+        assert!(
+            e2b_cfg(vars(&[("E2B_API_KEY", "k"), ("E2B_SANDBOX_TIMEOUT", "0")]))
+                .unwrap_err()
+                .contains("E2B_SANDBOX_TIMEOUT")
+        );
+    }
+
+    #[test]
+    fn exec_bodies_become_provider_commands() {
+        let body = ExecBody {
+            args: Some(vec!["ls".into(), "-l".into()]),
+            working_directory: Some("/tmp".into()),
+            timeout: Some(5),
+            stdin: Some("x".into()),
+            ..Default::default()
+        };
+        let ex = provider_exec(&body);
+        assert_eq!(&ex.argv[ex.argv.len() - 2..], &["ls", "-l"]);
+        assert!(ex.argv.contains(&"/tmp".to_owned()));
+        assert_eq!(ex.timeout_ms, 5000);
+        assert_eq!(ex.stdin.as_deref(), Some("x"));
+        let ex = provider_exec(&ExecBody {
+            command: Some("echo hi".into()),
+            ..Default::default()
+        });
+        assert_eq!(ex.timeout_ms, DEFAULT_TIMEOUT_SECS * 1000);
+        assert_eq!(ex.argv.last().map(String::as_str), Some("echo hi"));
+    }
+}

@@ -1,0 +1,267 @@
+//! Computers as E2B sandboxes of one template, tagged in their metadata (`mcp_computer`,
+//! `mcp_temporary`, the owner on temporaries) and found again by it. Permanent computers
+//! are created with auto-pause, so the sandbox timeout pauses them instead of killing
+//! them; every attach `connect`s, which resumes a paused sandbox and refreshes its envd
+//! token. Commands go through envd's `process.Process/Start` (Connect, JSON).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
+use crate::providers::HttpTransport;
+use crate::providers::e2b::{E2bClient, E2bError, ListedSandbox, NewSandbox, Sandbox};
+use crate::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
+
+/// What a new sandbox looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct E2bSettings {
+    pub template: String,
+    pub sandbox_timeout_secs: u64,
+    /// Extra metadata on every sandbox.
+    pub metadata: Vec<(String, String)>,
+    /// Environment of every command.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for E2bSettings {
+    fn default() -> Self {
+        Self {
+            template: "base".to_owned(),
+            sandbox_timeout_secs: 3600,
+            metadata: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// The computers of one E2B team.
+pub struct E2bComputers<T: HttpTransport> {
+    client: E2bClient<T>,
+    settings: E2bSettings,
+    owner: Owner,
+    /// Connected sandboxes (with their envd token) by computer id.
+    sandboxes: Mutex<HashMap<String, Sandbox>>,
+}
+
+impl<T: HttpTransport> std::fmt::Debug for E2bComputers<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bComputers")
+            .field("client", &self.client)
+            .field("template", &self.settings.template)
+            .finish_non_exhaustive()
+    }
+}
+
+const LIVE: [&str; 2] = ["running", "paused"];
+
+impl<T: HttpTransport> E2bComputers<T> {
+    pub fn new(client: E2bClient<T>, settings: E2bSettings, owner: Owner) -> Self {
+        Self {
+            client,
+            settings,
+            owner,
+            sandboxes: Mutex::default(),
+        }
+    }
+
+    pub fn settings(&self) -> &E2bSettings {
+        &self.settings
+    }
+
+    /// One list call: checks that the API key works.
+    pub async fn check(&self) -> Result<(), E2bError> {
+        self.client.list(&[(tags::MANAGED, "true")], &LIVE).await?;
+        Ok(())
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sandbox>> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record(s: &ListedSandbox) -> Option<Computer> {
+        Some(Computer {
+            computer_id: s.metadata.get(tags::ID)?.clone(),
+            provider_id: s.sandbox_id.clone(),
+            temporary: s.metadata.get(tags::TEMPORARY).map(String::as_str) == Some("true"),
+            instance: s.metadata.get(tags::INSTANCE).cloned(),
+            host: s.metadata.get(tags::HOST).cloned(),
+            image: s.template_id.clone(),
+            state: s.state.clone(),
+            created_at: s.started_at.clone().unwrap_or_default(),
+        })
+    }
+
+    async fn listed(&self, id: &str) -> Result<Option<ListedSandbox>, ComputersError> {
+        Ok(self
+            .client
+            .list(&[(tags::ID, id)], &LIVE)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Connects (resuming a paused sandbox) and remembers the fresh envd token.
+    async fn connect(&self, id: &str) -> Result<Sandbox, ComputersError> {
+        let listed = self
+            .listed(id)
+            .await?
+            .ok_or_else(|| ComputersError::NotFound(id.to_owned()))?;
+        let s = self
+            .client
+            .connect(&listed.sandbox_id, self.settings.sandbox_timeout_secs)
+            .await?;
+        self.cache().insert(id.to_owned(), s.clone());
+        Ok(s)
+    }
+}
+
+impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
+    fn kind(&self) -> &'static str {
+        "e2b"
+    }
+
+    async fn prepare(&self) -> Result<(), ComputersError> {
+        Ok(())
+    }
+
+    async fn find(&self, id: &str) -> Result<Option<Computer>, ComputersError> {
+        Ok(self.listed(id).await?.as_ref().and_then(Self::record))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Computer>, ComputersError> {
+        Ok(self
+            .client
+            .list(&[(tags::MANAGED, "true")], &LIVE)
+            .await?
+            .iter()
+            .filter_map(Self::record)
+            .filter(|c| c.computer_id.starts_with(prefix))
+            .collect())
+    }
+
+    async fn create(&self, id: &str, temporary: bool) -> Result<Computer, ComputersError> {
+        let mut metadata = tags::of(id, temporary, &self.owner);
+        metadata.extend(self.settings.metadata.iter().cloned());
+        let sandbox = self
+            .client
+            .create(&NewSandbox {
+                template_id: self.settings.template.clone(),
+                timeout_secs: self.settings.sandbox_timeout_secs,
+                metadata,
+                env_vars: self.settings.env.clone(),
+                auto_pause: !temporary,
+                secure: true,
+            })
+            .await?;
+        self.cache().insert(id.to_owned(), sandbox.clone());
+        Ok(Computer {
+            computer_id: id.to_owned(),
+            provider_id: sandbox.sandbox_id,
+            temporary,
+            instance: temporary.then(|| self.owner.instance.clone()),
+            host: temporary.then(|| self.owner.host.clone()),
+            image: sandbox.template_id,
+            state: "running".into(),
+            created_at: String::new(),
+        })
+    }
+
+    async fn start(&self, id: &str) -> Result<(), ComputersError> {
+        self.connect(id).await.map(|_| ())
+    }
+
+    /// E2B has no restart: the sandbox is paused and resumed.
+    async fn restart(&self, id: &str) -> Result<(), ComputersError> {
+        let listed = self
+            .listed(id)
+            .await?
+            .ok_or_else(|| ComputersError::NotFound(id.to_owned()))?;
+        if listed.state == "running" {
+            self.client.pause(&listed.sandbox_id).await?;
+        }
+        self.cache().remove(id);
+        self.connect(id).await.map(|_| ())
+    }
+
+    /// Kills the sandbox; a missing computer is not an error.
+    async fn remove(&self, id: &str) -> Result<(), ComputersError> {
+        if let Some(s) = self.listed(id).await? {
+            self.client.kill(&s.sandbox_id).await?;
+        }
+        self.cache().remove(id);
+        Ok(())
+    }
+
+    /// Runs one command; at its timeout the stream ends and the process is killed by pid
+    /// (envd may keep it otherwise).
+    async fn exec(&self, id: &str, ex: &ProviderExec) -> Result<ExecOutcome, ComputersError> {
+        let cached = self.cache().get(id).cloned();
+        let sandbox = match cached {
+            Some(s) => s,
+            None => self.connect(id).await?,
+        };
+        let Some((cmd, args)) = ex.argv.split_first() else {
+            return Err(E2bError::Rpc {
+                code: "invalid_argument".into(),
+                message: "empty command".into(),
+            }
+            .into());
+        };
+        let clock = self.client.transport();
+        let started = clock.now_ms();
+        let run = |s: Sandbox| async move {
+            self.client
+                .run(
+                    &s,
+                    cmd,
+                    args,
+                    &[],
+                    None,
+                    ex.stdin.as_deref().map(str::as_bytes),
+                    ex.timeout_ms,
+                    ex.output_limit + 1,
+                )
+                .await
+        };
+        let out = match run(sandbox).await {
+            // A stale token or a paused sandbox: connect again once.
+            Err(E2bError::Conflict(_) | E2bError::Rpc { .. } | E2bError::NotFound(_)) => {
+                let s = self.connect(id).await?;
+                run(s).await?
+            }
+            other => other?,
+        };
+        let timed_out = clock.now_ms().saturating_sub(started) + 50 >= ex.timeout_ms
+            && out
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("deadline") || e.contains("canceled"));
+        if timed_out && let Some(pid) = out.pid {
+            // The deadline ended the stream; make sure the process does not live on.
+            let s = self.cache().get(id).cloned();
+            if let Some(s) = s {
+                // Best effort: the result says the command timed out either way.
+                let _ = self.client.kill_process(&s, pid).await;
+            }
+        }
+        let exit_code = if timed_out {
+            TIMEOUT_EXIT_CODE
+        } else {
+            out.exit_code
+        };
+        let mut collector = OutputCollector::new(ex.output_limit);
+        collector.push(Stream::Stdout, &out.stdout);
+        collector.push(Stream::Stderr, &out.stderr);
+        let (stdout, stderr, truncated) = collector.finish();
+        Ok(ExecOutcome {
+            stdout,
+            stderr,
+            exit_code,
+            duration_ms: clock.now_ms().saturating_sub(started),
+            truncated_at: (truncated || out.truncated).then_some(ex.output_limit as u64),
+            timed_out_after: timed_out.then_some(ex.timeout_ms / 1000),
+        })
+    }
+}
