@@ -270,3 +270,45 @@ async fn issue_7_gateway_without_provider_credentials_says_what_to_set() -> anyh
     assert!(ids(&list(&a).await?).is_empty());
     gw.stop().await
 }
+
+/// The team's alarm removes a stateless caller's idle temporary from Fly, and keeps the
+/// permanent computer.
+#[tokio::test]
+async fn issue_7_gateway_alarm_reaps_idle_fly_temporaries() -> anyhow::Result<()> {
+    let t = tag("gwflyidle");
+    let sim = FlySim::start(FlySimOptions {
+        token: FLY_TOKEN.into(),
+        docker_label: ("msc-test".into(), t.clone()),
+        image_map: vec![(
+            "docker.io/library/debian:bookworm-slim".into(),
+            "debian:bookworm-slim".into(),
+        )],
+        ..Default::default()
+    })
+    .await?;
+    let mut vars = auth_vars();
+    vars.extend([
+        ("PLACEMENT", "fly".to_owned()),
+        ("FLY_API_TOKEN", FLY_TOKEN.to_owned()),
+        ("FLY_APP_NAME", format!("msc-gw-{}", &t[t.len() - 6..])),
+        ("FLY_API_URL", sim.url.clone()),
+        ("SESSION_TIMEOUT_SECS", "2".to_owned()),
+    ]);
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &vars).await?;
+    let a = gw.modern_client(&token("team-a", "u1")).await?;
+    exec(&a, json!({"computer_id": "idle-one", "command": "true"})).await?;
+    exec(
+        &a,
+        json!({"computer_id": "kept", "command": "true", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(containers(&t).await?.len(), 2);
+    wait_for_count(&t, 1, Duration::from_secs(30)).await?;
+    assert_eq!(ids(&list(&a).await?), ["kept"]);
+    call(&a, "computer_delete", json!({"computer_id": "kept"})).await?;
+    let v = sim.violations();
+    assert!(v.is_empty(), "requests off the Fly API description: {v:#?}");
+    gw.stop().await?;
+    sim.stop().await;
+    wait_for_count(&t, 0, Duration::from_secs(30)).await
+}
