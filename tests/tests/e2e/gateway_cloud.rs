@@ -111,6 +111,17 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
         (Some(124), Some(true), Some("before\n")),
         "{r}"
     );
+    // Output is byte-exact (Fly's exec API speaks strings: the job runner sends base64).
+    let r = exec(
+        &a,
+        json!({"computer_id": "box", "command": "printf '\\377\\376'; printf '\\377' >&2"}),
+    )
+    .await?;
+    assert_eq!(
+        (r["stdout_base64"].as_str(), r["stderr_base64"].as_str()),
+        (Some("//4="), Some("/w==")),
+        "{r}"
+    );
     // No secret of the gateway is visible inside a computer.
     let r = exec(
         &a,

@@ -351,8 +351,8 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
             }
         };
         let mut collector = OutputCollector::new(ex.output_limit);
-        collector.push(Stream::Stdout, out.stdout.as_bytes());
-        collector.push(Stream::Stderr, strip_marker(&out.stderr, &job).as_bytes());
+        collector.push(Stream::Stdout, &decode_stream(&out.stdout));
+        collector.push(Stream::Stderr, &decode_stream(&strip_marker(&out.stderr, &job)));
         let (stdout, stderr, truncated) = collector.finish();
         Ok(ExecOutcome {
             stdout,
@@ -368,11 +368,16 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
 /// The job runner on the machine: `JOB MODE JOB_ID WAIT LIMIT [PROGRAM...]`.
 /// `start` saves stdin and starts the program in its own session with its output in
 /// files; `start` and `poll` wait up to WAIT seconds for it; when it has ended, its output
-/// (at most LIMIT bytes of each stream) is printed and the status is the program's; when
+/// (at most LIMIT bytes of each stream) is printed and the status is the program's; the
+/// output is base64 behind [`B64`] when the image has `base64` and `tr` (Fly's exec API
+/// returns strings, so raw bytes would not survive), raw otherwise; when
 /// not, the last stderr line is `msc-running JOB_ID`. `kill` kills the job's process group
 /// and prints what it wrote so far.
 const JOB: &str = r#"m=$1 j=$2 w=$3 l=$4; shift 4; d=/tmp/.msc-jobs; f=$d/$j
-show() { head -c "$l" "$f.out" 2>/dev/null; head -c "$l" "$f.err" >&2 2>/dev/null; }
+show() { if command -v base64 >/dev/null 2>&1 && command -v tr >/dev/null 2>&1; then
+    printf msc-b64:; head -c "$l" "$f.out" 2>/dev/null | base64 | tr -d '\n'
+    { printf msc-b64:; head -c "$l" "$f.err" 2>/dev/null | base64 | tr -d '\n'; echo; } >&2
+  else head -c "$l" "$f.out" 2>/dev/null; head -c "$l" "$f.err" >&2 2>/dev/null; fi; }
 case $m in
 start) mkdir -p "$d" && cat > "$f.in" || exit 125
   setsid sh -c 'f=$1; shift; "$@" < "$f.in" > "$f.out" 2> "$f.err"; echo $? > "$f.tmp"; mv "$f.tmp" "$f.rc"' msc "$f" "$@" < /dev/null > /dev/null 2>&1 &
@@ -384,6 +389,20 @@ i=0; n=$((w * 20))
 while [ ! -e "$f.rc" ] && [ "$i" -lt "$n" ]; do sleep 0.05; i=$((i + 1)); done
 if [ -e "$f.rc" ]; then show; r=$(cat "$f.rc"); rm -f "$f".*; exit "$r"; fi
 echo "msc-running $j" >&2; exit 0"#;
+
+/// Marks a stream the job runner printed as base64.
+const B64: &str = "msc-b64:";
+
+/// The bytes of one stream as the job runner printed it.
+fn decode_stream(printed: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    match printed.strip_prefix(B64) {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64.trim_end())
+            .unwrap_or_else(|_| printed.as_bytes().to_vec()),
+        None => printed.as_bytes().to_vec(),
+    }
+}
 
 /// Did the job runner say the job is still running?
 fn still_running(out: &ExecOutput, job: &str) -> bool {
@@ -413,5 +432,14 @@ mod tests {
         assert!(still_running(&out, "00000000000000ff"));
         assert!(!still_running(&out, "00000000000000fe"));
         assert_eq!(strip_marker(&out.stderr, "00000000000000ff"), "warning\n");
+    }
+
+    #[test]
+    fn streams_come_back_byte_exact() {
+        assert_eq!(decode_stream("msc-b64://4="), vec![0xff, 0xfe]);
+        assert_eq!(decode_stream("msc-b64:aGkK\n"), b"hi\n");
+        assert_eq!(decode_stream("msc-b64:"), b"");
+        assert_eq!(decode_stream("plain\n"), b"plain\n");
+        assert_eq!(decode_stream("msc-b64:not base64!"), b"msc-b64:not base64!");
     }
 }
