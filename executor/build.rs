@@ -7,8 +7,13 @@
 //! MSC_EMBED_TOOLBOX=executor/toolbox/target/wasm32-wasip1/release/msc-toolbox.wasm cargo build --release`.
 //! Without them the embedded copies are empty and the server looks for `msc-supervisor`
 //! and `msc-toolbox.wasm` beside itself (or `--supervisor PATH`).
+//!
+//! Also generates Modal's gRPC client from `specs/modal` ([`modal_codegen`]).
 
 use std::path::PathBuf;
+
+#[path = "modal_codegen.rs"]
+mod modal_codegen;
 
 /// FNV-1a, 64 bits: the embedded toolbox's cache key, so the server never reads the
 /// embedded bytes again once the compiled module is cached.
@@ -64,5 +69,10 @@ fn main() {
     let key = out.join("msc-toolbox.key");
     if let Err(e) = std::fs::write(&key, format!("{:016x}", fnv64(&toolbox))) {
         panic!("writing {}: {e}", key.display());
+    }
+    // Modal's gRPC client, from the saved protos (specs/modal).
+    let protos = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../specs/modal");
+    if let Err(e) = modal_codegen::generate(&protos, &out, true, false) {
+        panic!("generating the Modal client from {}: {e}", protos.display());
     }
 }

@@ -128,15 +128,15 @@ fn code_of(e: &ComputerError) -> ErrorCode {
         ComputerError::Unknown(_)
         | ComputerError::Docker(DockerError::NotFound(_))
         | ComputerError::Wasm(WasmError::NotFound(_))
-        | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_)) => {
-            ErrorCode::NotFound
-        }
+        | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_))
+        | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_)) => ErrorCode::NotFound,
         ComputerError::Policy(_) | ComputerError::Docker(DockerError::NotOurs { .. }) => {
             ErrorCode::Conflict
         }
-        ComputerError::Docker(_) | ComputerError::Wasm(_) | ComputerError::Cloud(_) => {
-            ErrorCode::Engine
-        }
+        ComputerError::Docker(_)
+        | ComputerError::Wasm(_)
+        | ComputerError::Cloud(_)
+        | ComputerError::Modal(_) => ErrorCode::Engine,
     }
 }
 

@@ -20,6 +20,7 @@ pub enum Backend {
     Wasm(Wasm),
     Fly(Fly),
     E2b(E2b),
+    Modal(crate::modal::Modal),
 }
 
 impl Backend {
@@ -30,6 +31,7 @@ impl Backend {
             Backend::Wasm(w) => w.name(),
             Backend::Fly(_) => "fly",
             Backend::E2b(_) => "e2b",
+            Backend::Modal(_) => "modal",
         }
     }
 
@@ -40,6 +42,7 @@ impl Backend {
             Backend::Wasm(w) => w.instance(),
             Backend::Fly(f) => f.instance(),
             Backend::E2b(e) => e.instance(),
+            Backend::Modal(m) => m.instance(),
         }
     }
 
@@ -49,6 +52,7 @@ impl Backend {
             Backend::Wasm(w) => w.find(id).await?,
             Backend::Fly(f) => f.find(id).await?,
             Backend::E2b(e) => e.find(id).await?,
+            Backend::Modal(m) => m.find(id).await?,
         })
     }
 
@@ -58,6 +62,7 @@ impl Backend {
             Backend::Wasm(w) => w.list().await?,
             Backend::Fly(f) => f.list().await?,
             Backend::E2b(e) => e.list().await?,
+            Backend::Modal(m) => m.list().await?,
         })
     }
 
@@ -72,6 +77,7 @@ impl Backend {
             Backend::Wasm(w) => w.create(id, temporary).await?,
             Backend::Fly(f) => f.create(id, temporary).await?,
             Backend::E2b(e) => e.create(id, temporary).await?,
+            Backend::Modal(m) => m.create(id, temporary).await?,
         })
     }
 
@@ -82,6 +88,7 @@ impl Backend {
             Backend::Wasm(_) => {}
             Backend::Fly(f) => f.start(id).await?,
             Backend::E2b(e) => e.start(id).await?,
+            Backend::Modal(m) => m.start(id).await?,
         }
         Ok(())
     }
@@ -92,6 +99,7 @@ impl Backend {
             Backend::Wasm(w) => w.restart(id).await?,
             Backend::Fly(f) => f.restart(id).await?,
             Backend::E2b(e) => e.restart(id).await?,
+            Backend::Modal(m) => m.restart(id).await?,
         }
         Ok(())
     }
@@ -104,6 +112,7 @@ impl Backend {
             Backend::Wasm(w) => w.remove(id).await?,
             Backend::Fly(f) => f.remove(id).await?,
             Backend::E2b(e) => e.remove(id).await?,
+            Backend::Modal(m) => m.remove(id).await?,
         }
         Ok(())
     }
@@ -119,6 +128,7 @@ impl Backend {
             Backend::Wasm(w) => w.factory_reset(id).await?,
             Backend::Fly(f) => f.factory_reset(id, temporary).await?,
             Backend::E2b(e) => e.factory_reset(id, temporary).await?,
+            Backend::Modal(m) => m.factory_reset(id, temporary).await?,
         })
     }
 
@@ -128,6 +138,7 @@ impl Backend {
             Backend::Wasm(w) => w.exec(id, spec).await?,
             Backend::Fly(f) => f.exec(id, spec).await?,
             Backend::E2b(e) => e.exec(id, spec).await?,
+            Backend::Modal(m) => m.exec(id, spec).await?,
         })
     }
 }

@@ -237,10 +237,13 @@ pub struct Cli {
     pub e2b_sandbox_url: Option<String>,
 
     // ---- modal backend options ----
+    /// Modal token id (default: MODAL_TOKEN_ID, else the active profile of ~/.modal.toml).
     #[arg(long, hide_env_values = true, help_heading = "modal backend options")]
     pub modal_token_id: Option<String>,
+    /// Modal token secret (default: MODAL_TOKEN_SECRET, else ~/.modal.toml).
     #[arg(long, hide_env_values = true, help_heading = "modal backend options")]
     pub modal_token_secret: Option<String>,
+    /// Modal app that holds the sandboxes (created when missing) [default: kilntainers].
     #[arg(long, help_heading = "modal backend options")]
     pub modal_app_name: Option<String>,
     /// CPU cores (fractional).

@@ -39,6 +39,8 @@ pub enum ComputerError {
     #[error(transparent)]
     Cloud(#[from] shared::providers::computers::ComputersError),
     #[error(transparent)]
+    Modal(#[from] crate::modal::ModalBackendError),
+    #[error(transparent)]
     Policy(#[from] shared::lifecycle::LifecycleError),
     #[error(
         "computer {0:?} does not exist (or is another session's temporary computer); see computer_list"
@@ -293,6 +295,7 @@ impl Computers {
                         | ComputerError::Cloud(
                             shared::providers::computers::ComputersError::NotFound(_)
                         )
+                        | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_))
                 ) {
                     self.tracked().remove(id);
                 }

@@ -20,10 +20,6 @@ pub const DEFAULT_SHELL: &str = "/bin/bash";
 /// A start-up error. Printed, then the process exits with status 2.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error(
-        "--backend {0} is not built yet in this release; use --backend docker (the default) with Docker or Podman"
-    )]
-    BackendNotBuilt(&'static str),
     #[error(transparent)]
     Description(#[from] DescriptionError),
     #[error(
@@ -38,6 +34,14 @@ pub enum ConfigError {
         "--backend e2b needs an E2B API key: pass --e2b-api-key or set E2B_API_KEY (create one at https://e2b.dev/dashboard)"
     )]
     E2bKey,
+    #[error(
+        "--backend modal needs a Modal token: run `{0}` (the token is then read from ~/.modal.toml), or pass --modal-token-id and --modal-token-secret / set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"
+    )]
+    ModalToken(&'static str),
+    #[error("--modal-cpu {0} must be between 0.125 and 64")]
+    BadModalCpu(f64),
+    #[error("--modal-memory {0} must be at least 128 (MiB)")]
+    BadModalMemory(u32),
     #[error("{0}")]
     BadE2bPair(String),
     #[error("--fly-memory {0} must be at least 256 (MB)")]
@@ -104,7 +108,7 @@ pub struct DockerConfig {
 }
 
 /// Which backend to start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum BackendChoice {
     /// Docker/Podman if reachable, else the WASM toolbox (no `--backend` given).
     Auto,
@@ -117,6 +121,8 @@ pub enum BackendChoice {
     Fly(Box<crate::fly::FlyConfig>),
     /// E2B sandboxes.
     E2b(Box<crate::e2b::E2bConfig>),
+    /// Modal sandboxes.
+    Modal(Box<crate::modal::client::ModalSettings>),
 }
 
 /// WASM backend settings.
@@ -387,6 +393,47 @@ fn e2b_config(cli: &Cli) -> Result<crate::e2b::E2bConfig, ConfigError> {
     })
 }
 
+/// The Modal settings, with the token found in the flags, the environment or the Modal
+/// CLI's `~/.modal.toml` (none: a start-up error naming the login command).
+fn modal_config(cli: &Cli) -> Result<crate::modal::client::ModalSettings, ConfigError> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let (token_id, token_secret, source) = crate::modal::find_token(
+        cli.modal_token_id.as_deref(),
+        cli.modal_token_secret.as_deref(),
+        home.as_deref(),
+    )
+    .ok_or(ConfigError::ModalToken(crate::modal::LOGIN_HINT))?;
+    tracing::info!(source, "using the Modal token from {source}");
+    if !(0.125..=64.0).contains(&cli.modal_cpu) {
+        return Err(ConfigError::BadModalCpu(cli.modal_cpu));
+    }
+    if cli.modal_memory < 128 {
+        return Err(ConfigError::BadModalMemory(cli.modal_memory));
+    }
+    let defaults = crate::modal::client::ModalSettings::default();
+    Ok(crate::modal::client::ModalSettings {
+        server_url: std::env::var("MODAL_SERVER_URL")
+            .ok()
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .unwrap_or(defaults.server_url),
+        token_id,
+        token_secret,
+        app_name: cli
+            .modal_app_name
+            .clone()
+            .filter(|a| !a.trim().is_empty())
+            .unwrap_or(defaults.app_name),
+        image: cli.image.trim().to_owned(),
+        image_builder_version: defaults.image_builder_version,
+        cpu: Some(cli.modal_cpu),
+        memory_mb: Some(cli.modal_memory),
+        gpu: cli.gpu.clone().filter(|g| !g.trim().is_empty()),
+        region: cli.region.clone().filter(|r| !r.trim().is_empty()),
+        sandbox_timeout_secs: cli.sandbox_timeout,
+    })
+}
+
 /// What the exec tool says on Fly computers.
 fn fly_description(f: &crate::fly::FlyConfig, timeout: u64, limit: u64) -> String {
     format!(
@@ -424,7 +471,7 @@ impl Config {
             Some(BackendArg::E2b) => BackendChoice::E2b(Box::new(e2b_config(cli)?)),
             Some(BackendArg::Fly) => BackendChoice::Fly(Box::new(fly_config(cli)?)),
             Some(BackendArg::GoBusybox) => BackendChoice::Toolbox,
-            Some(BackendArg::Modal) => return Err(ConfigError::BackendNotBuilt("modal")),
+            Some(BackendArg::Modal) => BackendChoice::Modal(Box::new(modal_config(cli)?)),
             Some(BackendArg::Wasm) => {
                 BackendChoice::Custom(cli.wasm_path.clone().ok_or(ConfigError::WasmPathMissing)?)
             }
@@ -479,7 +526,10 @@ impl Config {
         }
         let network = !cli.no_network;
         let image = cli.image.trim().to_owned();
-        let custom = (image != DEFAULT_IMAGE).then_some(image.as_str());
+        // Only Docker computers are described by the built-in text about the default image;
+        // Modal's description names the image it runs.
+        let on_docker = matches!(backend, BackendChoice::Auto | BackendChoice::Docker);
+        let custom = (on_docker && image != DEFAULT_IMAGE).then_some(image.as_str());
         let exec_description = assemble_description(
             &backend_description(
                 &image,
@@ -498,6 +548,19 @@ impl Config {
                 "Run a command on an isolated Linux computer (an E2B sandbox, template {}; network access on). \
 Files persist between calls on the same computer (permanent computers are paused, not killed, when idle, and resumed on use); shell state does not, so use `working_directory` or `cd dir && ...`. {}",
                 e.template,
+                usage_text(cli.timeout, cli.output_limit)
+            ),
+            BackendChoice::Modal(m) => format!(
+                "Run a command on an isolated Linux computer (a Modal sandbox, image {}, {} CPU, {} MiB{}; network access on). \
+Files persist between calls on the same computer and across computer_restart (a filesystem snapshot); a sandbox lives at most {} s, after which the computer starts afresh; shell state does not persist, so use `working_directory` or `cd dir && ...`. {}",
+                m.image,
+                cli.modal_cpu,
+                cli.modal_memory,
+                m.gpu
+                    .as_deref()
+                    .map(|g| format!(", GPU {g}"))
+                    .unwrap_or_default(),
+                m.sandbox_timeout_secs,
                 usage_text(cli.timeout, cli.output_limit)
             ),
             other => wasm_backend_description(other, cli.timeout, cli.output_limit),
@@ -636,10 +699,6 @@ mod tests {
 
     #[test]
     fn start_up_refusals() {
-        assert!(matches!(
-            cfg(&["--backend", "modal"]),
-            Err(ConfigError::BackendNotBuilt("modal"))
-        ));
         assert!(matches!(
             cfg(&[
                 "--tool-instruction-override",

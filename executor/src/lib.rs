@@ -2,7 +2,8 @@
 //!
 //! Code map: [`cli`] parses flags, [`config`] checks them, [`docker`] is the Docker/Podman
 //! backend, [`wasm`] the WebAssembly one (its [`wasm::shell`] is the host-side shell of the
-//! toolbox), [`fly`] and [`e2b`] open cloud accounts whose computers [`cloud`] drives, [`backend`] puts them behind one interface, [`computers`] tracks computers and owners and implements the shared
+//! toolbox), [`fly`] and [`e2b`] open cloud accounts whose computers [`cloud`] drives, [`modal`] is
+//! Modal over gRPC, [`backend`] puts them behind one interface, [`computers`] tracks computers and owners and implements the shared
 //! dispatcher's `ToolHost`, [`stdio`] and [`http`] are the MCP transports, [`instance`]
 //! lets a server tell live peers from dead ones, [`progress`] sends progress notifications, and [`run`] wires it all together.
 
@@ -17,6 +18,7 @@ pub mod e2b;
 pub mod fly;
 pub mod http;
 pub mod instance;
+pub mod modal;
 pub mod progress;
 pub mod run;
 pub mod stdio;

@@ -33,6 +33,8 @@ pub enum RunError {
     Fly(#[from] crate::fly::FlyBackendError),
     #[error(transparent)]
     E2b(#[from] crate::e2b::E2bBackendError),
+    #[error(transparent)]
+    Modal(#[from] crate::modal::ModalBackendError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -101,6 +103,9 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
         BackendChoice::E2b(e2b) => {
             Backend::E2b(crate::e2b::open(*e2b, instance::current(), host_name()).await?)
         }
+        BackendChoice::Modal(m) => {
+            Backend::Modal(crate::modal::Modal::open(*m, instance::current(), host_name()).await?)
+        }
         BackendChoice::Fly(fly) => Backend::Fly(
             crate::fly::open(*fly, &config.state_dir, instance::current(), host_name()).await?,
         ),
@@ -125,7 +130,7 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
     };
     if matches!(
         backend,
-        Backend::Wasm(_) | Backend::Fly(_) | Backend::E2b(_)
+        Backend::Wasm(_) | Backend::Fly(_) | Backend::E2b(_) | Backend::Modal(_)
     ) {
         config.exec_description = config.other_description.clone();
     }

@@ -19,7 +19,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolV
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub type Client = RunningService<RoleClient, ClientConfig>;
@@ -664,4 +664,109 @@ pub fn wasm_opts() -> ServerOpts {
         }
     });
     ServerOpts::default().arg("--backend").arg("go_busybox")
+}
+
+/// What every cloud provider's computers do the same through the local binary (issue 7):
+/// exec shapes and exit codes, stdin, `working_directory` (126), a missing program (127),
+/// binary output, a timeout that keeps the output so far, a permanent computer `keep` that
+/// keeps its files across a restart, the list, and a factory reset that empties the
+/// temporary; and `secret` (the server's credential) is nowhere in the computer's
+/// environment. Returns the temporary's id.
+pub async fn cloud_basics(c: &Client, backend: &str, keep: &str, secret: &str) -> Result<String> {
+    let r = exec(c, json!({"command": "echo hi; echo err >&2; exit 3"})).await?;
+    assert_eq!(
+        (
+            r["stdout"].as_str(),
+            r["stderr"].as_str(),
+            r["exit_code"].as_i64()
+        ),
+        (Some("hi\n"), Some("err\n"), Some(3)),
+        "{r}"
+    );
+    let tmp = r["computer_id"].as_str().context("computer_id")?.to_owned();
+    let r = exec(c, json!({"command": "true"})).await?;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = exec(c, json!({"args": ["cat"], "stdin": "piped 'q' $(x)\n"})).await?;
+    assert_eq!(r["stdout"], "piped 'q' $(x)\n", "{r}");
+    let r = exec(c, json!({"command": "pwd", "working_directory": "/usr"})).await?;
+    assert_eq!(r["stdout"], "/usr\n", "{r}");
+    let r = exec(c, json!({"command": "pwd", "working_directory": "/nope"})).await?;
+    assert_eq!(r["exit_code"], 126, "{r}");
+    let r = exec(c, json!({"args": ["no-such-program"]})).await?;
+    assert_eq!(r["exit_code"], 127, "{r}");
+    let r = exec(c, json!({"command": "printf '\\377\\376'"})).await?;
+    assert_eq!(r["stdout_base64"], "//4=", "{r}");
+    let r = exec(
+        c,
+        json!({"command": "env; tr '\\0' '\\n' < /proc/1/environ; ls -a / /root"}),
+    )
+    .await?;
+    assert!(
+        !r.to_string().contains(secret),
+        "the server's secret is visible: {r}"
+    );
+    let r = exec(c, json!({"command": "echo before; sleep 30", "timeout": 2})).await?;
+    assert_eq!(
+        (
+            r["exit_code"].as_i64(),
+            r["timed_out"].as_bool(),
+            r["stdout"].as_str()
+        ),
+        (Some(124), Some(true), Some("before\n")),
+        "{r}"
+    );
+    let r = call(
+        c,
+        "computer_create",
+        json!({"computer_id": keep, "temporary": false}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    exec(
+        c,
+        json!({"computer_id": keep, "command": "echo kept > /root/note"}),
+    )
+    .await?;
+    let r = call(c, "computer_restart", json!({"computer_id": keep})).await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let r = exec(
+        c,
+        json!({"computer_id": keep, "args": ["cat", "/root/note"]}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "kept\n", "{r}");
+    let list = call(c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .context("list")?;
+    assert_eq!(list["count"], 2, "{list}");
+    let items = list["computers"].as_array().context("computers")?;
+    assert!(items.iter().all(|i| i["backend"] == backend), "{list}");
+    exec(c, json!({"computer_id": tmp, "command": "touch /root/x"})).await?;
+    let r = call(c, "computer_factory_reset", json!({"computer_id": tmp})).await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let r = exec(c, json!({"computer_id": tmp, "command": "ls /root"})).await?;
+    assert_eq!(r["stdout"], "", "{r}");
+    Ok(tmp)
+}
+
+/// A new server sees only the permanent computer `keep` (the temporary went with the
+/// first server's session), with its file, and deletes it.
+pub async fn cloud_reattach(c: &Client, keep: &str) -> Result<()> {
+    let list = call(c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .context("list")?;
+    let ids: Vec<&str> = list["computers"]
+        .as_array()
+        .context("computers")?
+        .iter()
+        .filter_map(|i| i["computer_id"].as_str())
+        .collect();
+    assert_eq!(ids, [keep], "{list}");
+    let r = exec(c, json!({"computer_id": keep, "command": "cat /root/note"})).await?;
+    assert_eq!(r["stdout"], "kept\n", "{r}");
+    let r = call(c, "computer_delete", json!({"computer_id": keep})).await?;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    Ok(())
 }

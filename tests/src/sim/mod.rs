@@ -1,10 +1,11 @@
-//! Local simulators of the providers' REST APIs, for tests that cannot reach the real
-//! services. Each simulator validates every request against the provider's published API
-//! description (in `specs/`) before serving it, so it cannot drift into agreeing with a
-//! client bug.
+//! Local simulators of the providers' APIs (Fly and E2B REST, Modal gRPC), for tests that
+//! cannot reach the real services. Each simulator validates every request against the
+//! provider's published API description (in `specs/`) before serving it, so it cannot
+//! drift into agreeing with a client bug.
 
 pub mod e2b;
 pub mod fly;
+pub mod modal;
 pub mod openapi;
 
 use std::collections::HashMap;

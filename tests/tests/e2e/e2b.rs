@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tests::sim::e2b::{E2bSim, E2bSimOptions};
 use tests::*;
 
@@ -53,33 +53,7 @@ async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     let mut opts = e2b_opts(&sim);
     opts.lifecycle = true;
     let c = stdio_client(&t, &state, &opts).await?;
-    let r = exec(&c, json!({"command": "echo hi; echo err >&2; exit 3"})).await?;
-    assert_eq!(
-        (r["stdout"].as_str(), r["stderr"].as_str()),
-        (Some("hi\n"), Some("err\n")),
-        "{r}"
-    );
-    assert_eq!(r["exit_code"], 3);
-    let tmp = r["computer_id"].as_str().unwrap().to_owned();
-    let r = exec(&c, json!({"command": "true"})).await?;
-    assert_eq!(r["exit_code"], 0, "a missing exitCode means 0: {r}");
-    let r = exec(
-        &c,
-        json!({"args": ["cat"], "stdin": "piped 'quotes' $(x)\n"}),
-    )
-    .await?;
-    assert_eq!(r["stdout"], "piped 'quotes' $(x)\n", "{r}");
-    let r = exec(&c, json!({"command": "pwd", "working_directory": "/usr"})).await?;
-    assert_eq!(r["stdout"], "/usr\n");
-    let r = exec(&c, json!({"command": "pwd", "working_directory": "/nope"})).await?;
-    assert_eq!(r["exit_code"], 126, "{r}");
-    let r = exec(
-        &c,
-        json!({"command": "echo before; sleep 30", "timeout": 2}),
-    )
-    .await?;
-    assert_eq!(r["exit_code"], 124, "{r}");
-    assert_eq!(r["timed_out"], true, "{r}");
+    cloud_basics(&c, "e2b", "e2b-keep", KEY).await?;
     // ...and the timed-out process is killed explicitly (envd may keep it after the deadline).
     let signals = sim.request_counts();
     assert!(
@@ -90,60 +64,9 @@ async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
             >= 1,
         "{signals:?}"
     );
-    // A permanent computer: restart (pause + resume) keeps its files, so does a new server.
-    let r = call(
-        &c,
-        "computer_create",
-        json!({"computer_id": "e2b-keep", "temporary": false}),
-    )
-    .await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    exec(
-        &c,
-        json!({"computer_id": "e2b-keep", "command": "echo kept > /root/note"}),
-    )
-    .await?;
-    let r = call(&c, "computer_restart", json!({"computer_id": "e2b-keep"})).await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    let r = exec(
-        &c,
-        json!({"computer_id": "e2b-keep", "command": "cat /root/note"}),
-    )
-    .await?;
-    assert_eq!(r["stdout"], "kept\n", "{r}");
-    let list: Value = serde_json::from_str(&text(&call(&c, "computer_list", json!({})).await?))?;
-    assert_eq!(list["count"], 2, "{list}");
-    assert!(
-        list["computers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|i| i["backend"] == "e2b")
-    );
-    let r = call(&c, "computer_factory_reset", json!({"computer_id": tmp})).await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
     c.cancel().await?;
     let c = stdio_client(&t, &state, &opts).await?;
-    let list: Value = serde_json::from_str(&text(&call(&c, "computer_list", json!({})).await?))?;
-    let ids: Vec<&str> = list["computers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["computer_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        ids,
-        ["e2b-keep"],
-        "the temporary went with its session: {list}"
-    );
-    let r = exec(
-        &c,
-        json!({"computer_id": "e2b-keep", "command": "cat /root/note"}),
-    )
-    .await?;
-    assert_eq!(r["stdout"], "kept\n", "{r}");
-    let r = call(&c, "computer_delete", json!({"computer_id": "e2b-keep"})).await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    cloud_reattach(&c, "e2b-keep").await?;
     c.cancel().await?;
     assert_no_violations(&sim);
     sim.stop().await;

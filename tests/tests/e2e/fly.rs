@@ -59,33 +59,9 @@ async fn issue_7_fly_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
             .unwrap()
             .starts_with("msc-computers-")
     );
-    // Exec: results, exit codes, stdin, working_directory, 126/127.
-    let r = exec(&c, json!({"command": "echo hi; echo err >&2; exit 3"})).await?;
-    assert_eq!(
-        (r["stdout"].as_str(), r["stderr"].as_str()),
-        (Some("hi\n"), Some("err\n"))
-    );
-    assert_eq!(r["exit_code"], 3);
-    let tmp = r["computer_id"].as_str().unwrap().to_owned();
-    let r = exec(&c, json!({"args": ["cat"], "stdin": "piped\n"})).await?;
-    assert_eq!(r["stdout"], "piped\n");
-    let r = exec(&c, json!({"command": "pwd", "working_directory": "/usr"})).await?;
-    assert_eq!(r["stdout"], "/usr\n");
-    let r = exec(&c, json!({"command": "pwd", "working_directory": "/nope"})).await?;
-    assert_eq!(r["exit_code"], 126, "{r}");
-    let r = exec(&c, json!({"args": ["no-such-program"]})).await?;
-    assert_eq!(r["exit_code"], 127, "{r}");
-    // A timeout inside the synchronous window, and one past it (background + poll).
-    let r = exec(
-        &c,
-        json!({"command": "echo before; sleep 30", "timeout": 2}),
-    )
-    .await?;
-    assert_eq!(
-        (r["exit_code"].as_i64(), r["timed_out"].as_bool()),
-        (Some(124), Some(true)),
-        "{r}"
-    );
+    cloud_basics(&c, "fly", "fly-keep", TOKEN).await?;
+    // A command past one exec request's window runs in the background and is polled, also
+    // to its timeout.
     let r = exec(
         &c,
         json!({"command": "sleep 4; echo done-late", "timeout": 30}),
@@ -99,61 +75,10 @@ async fn issue_7_fly_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     .await?;
     assert_eq!(r["exit_code"], 124, "{r}");
     assert_eq!(r["stdout"], "before\n", "{r}");
-    // A permanent computer keeps its files across restart and across servers.
-    let r = call(
-        &c,
-        "computer_create",
-        json!({"computer_id": "fly-keep", "temporary": false}),
-    )
-    .await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    exec(
-        &c,
-        json!({"computer_id": "fly-keep", "command": "echo kept > /root/note"}),
-    )
-    .await?;
-    let r = call(&c, "computer_restart", json!({"computer_id": "fly-keep"})).await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    let r = exec(
-        &c,
-        json!({"computer_id": "fly-keep", "command": "cat /root/note"}),
-    )
-    .await?;
-    assert_eq!(r["stdout"], "kept\n", "{r}");
-    let list: Value = serde_json::from_str(&text(&call(&c, "computer_list", json!({})).await?))?;
-    assert_eq!(list["count"], 2, "{list}");
-    assert!(
-        list["computers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|i| i["backend"] == "fly")
-    );
-    // Factory reset empties it.
-    exec(&c, json!({"computer_id": tmp, "command": "touch /root/x"})).await?;
-    let r = call(&c, "computer_factory_reset", json!({"computer_id": tmp})).await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
-    let r = exec(&c, json!({"computer_id": tmp, "command": "ls /root"})).await?;
-    assert_eq!(r["stdout"], "", "{r}");
     c.cancel().await?;
     // The temporary went away with the session; the permanent one is found again.
     let c = stdio_client(&t, &state, &opts).await?;
-    let list: Value = serde_json::from_str(&text(&call(&c, "computer_list", json!({})).await?))?;
-    let ids: Vec<&str> = list["computers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["computer_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["fly-keep"], "{list}");
-    let r = exec(
-        &c,
-        json!({"computer_id": "fly-keep", "command": "cat /root/note"}),
-    )
-    .await?;
-    assert_eq!(r["stdout"], "kept\n", "{r}");
-    let r = call(&c, "computer_delete", json!({"computer_id": "fly-keep"})).await?;
-    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    cloud_reattach(&c, "fly-keep").await?;
     c.cancel().await?;
     assert_no_violations(&sim);
     sim.stop().await;

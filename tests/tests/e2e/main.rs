@@ -29,6 +29,7 @@ mod http;
 mod image;
 mod images;
 mod lifecycle;
+mod modal;
 mod podman;
 mod security;
 mod startup;

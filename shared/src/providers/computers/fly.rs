@@ -352,7 +352,10 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
         };
         let mut collector = OutputCollector::new(ex.output_limit);
         collector.push(Stream::Stdout, &decode_stream(&out.stdout));
-        collector.push(Stream::Stderr, &decode_stream(&strip_marker(&out.stderr, &job)));
+        collector.push(
+            Stream::Stderr,
+            &decode_stream(&strip_marker(&out.stderr, &job)),
+        );
         let (stdout, stderr, truncated) = collector.finish();
         Ok(ExecOutcome {
             stdout,
