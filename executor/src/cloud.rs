@@ -82,8 +82,40 @@ impl<C: CloudComputers> Cloud<C> {
         self.inner.factory_reset(id, temporary).await
     }
 
-    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ComputersError> {
-        self.inner.exec(id, &provider_exec(spec)).await
+    /// Runs one command; a cancelled call (this future dropped) kills it on the provider.
+    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ComputersError>
+    where
+        C: Send + Sync + 'static,
+    {
+        let ex = provider_exec(spec);
+        let mut guard = KillOnDrop {
+            inner: self.inner.clone(),
+            id: id.to_owned(),
+            ex: Some(ex.clone()),
+        };
+        let out = self.inner.exec(id, &ex).await;
+        guard.ex = None;
+        out
+    }
+}
+
+/// Kills a command whose call was dropped before it ended (its own task).
+struct KillOnDrop<C: CloudComputers + Send + Sync + 'static> {
+    inner: Arc<C>,
+    id: String,
+    ex: Option<ProviderExec>,
+}
+
+impl<C: CloudComputers + Send + Sync + 'static> Drop for KillOnDrop<C> {
+    fn drop(&mut self) {
+        let Some(ex) = self.ex.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, id) = (self.inner.clone(), std::mem::take(&mut self.id));
+        rt.spawn(async move { inner.kill(&id, &ex).await });
     }
 }
 

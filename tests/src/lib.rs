@@ -669,7 +669,8 @@ pub fn wasm_opts() -> ServerOpts {
 /// What every cloud provider's computers do the same through the local binary (issue 7):
 /// exec shapes and exit codes, stdin, `working_directory` (126), a missing program (127),
 /// binary output, a timeout that keeps the output so far, a permanent computer `keep` that
-/// keeps its files across a restart, the list, and a factory reset that empties the
+/// keeps its files across a restart, the list, a cancelled call whose command is killed,
+/// and a factory reset that empties the
 /// temporary; and `secret` (the server's credential) is nowhere in the computer's
 /// environment. Returns the temporary's id.
 pub async fn cloud_basics(c: &Client, backend: &str, keep: &str, secret: &str) -> Result<String> {
@@ -705,7 +706,11 @@ pub async fn cloud_basics(c: &Client, backend: &str, keep: &str, secret: &str) -
         !r.to_string().contains(secret),
         "the server's secret is visible: {r}"
     );
-    let r = exec(c, json!({"command": "echo before; sleep 30", "timeout": 2})).await?;
+    let r = exec(
+        c,
+        json!({"command": "echo before; sleep 1000 & sleep 1000", "timeout": 2}),
+    )
+    .await?;
     assert_eq!(
         (
             r["exit_code"].as_i64(),
@@ -715,6 +720,19 @@ pub async fn cloud_basics(c: &Client, backend: &str, keep: &str, secret: &str) -
         (Some(124), Some(true), Some("before\n")),
         "{r}"
     );
+    no_sleep_1000_left(c, &tmp, "the timed-out command").await?;
+    // Cancelling a call kills the command and what it started on the provider.
+    let slow = call(
+        c,
+        "terminal_execute",
+        json!({"command": "sleep 1000 & sleep 1000", "computer_id": tmp}),
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(2500), slow)
+            .await
+            .is_err()
+    );
+    no_sleep_1000_left(c, &tmp, "the cancelled command").await?;
     let r = call(
         c,
         "computer_create",
@@ -748,6 +766,19 @@ pub async fn cloud_basics(c: &Client, backend: &str, keep: &str, secret: &str) -
     let r = exec(c, json!({"computer_id": tmp, "command": "ls /root"})).await?;
     assert_eq!(r["stdout"], "", "{r}");
     Ok(tmp)
+}
+
+/// Waits (up to 15 s) until no `sleep 1000` runs on computer `id`.
+async fn no_sleep_1000_left(c: &Client, id: &str, what: &str) -> Result<()> {
+    let mut left = Value::Null;
+    for _ in 0..60 {
+        left = exec(c, json!({"command": COUNT_SLEEP_1000, "computer_id": id})).await?;
+        if left["stdout"] == "0\n" {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("{what} still runs on {id}: {left}")
 }
 
 /// A new server sees only the permanent computer `keep` (the temporary went with the

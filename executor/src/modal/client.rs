@@ -106,6 +106,33 @@ const WRAPPER: &str = "d=/tmp/.msc-exec; { mkdir -p $d; for f in $d/*; do read p
 /// Freezes and kills the recorded process and its descendants. `$1` is the exec id.
 const KILLER: &str = "kt() { kill -STOP $1 2>/dev/null; for c in $(cat /proc/$1/task/*/children 2>/dev/null); do kt $c; done; kill -9 $1 2>/dev/null; }; f=/tmp/.msc-exec/$1; [ -f \"$f\" ] && read p < \"$f\" && kt \"$p\"; rm -f \"$f\"";
 
+/// Kills a started command when its call is dropped before the command ended (the MCP
+/// call was cancelled): the kill runs as its own task.
+struct KillOnDrop {
+    client: ModalClient,
+    sandbox_id: String,
+    task_id: String,
+    exec_id: String,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, sandbox_id) = (self.client.clone(), std::mem::take(&mut self.sandbox_id));
+        let (task_id, exec_id) = (
+            std::mem::take(&mut self.task_id),
+            std::mem::take(&mut self.exec_id),
+        );
+        rt.spawn(async move { client.kill(&sandbox_id, &task_id, &exec_id).await });
+    }
+}
+
 /// How to reach Modal and what sandboxes to make.
 #[derive(Clone, PartialEq)]
 pub struct ModalSettings {
@@ -630,6 +657,14 @@ impl ModalClient {
             }
             return Err(e);
         }
+        // From here a cancelled call (this future dropped) kills the command.
+        let mut guard = KillOnDrop {
+            client: self.clone(),
+            sandbox_id: sandbox_id.to_owned(),
+            task_id: router.task_id.clone(),
+            exec_id: exec_id.clone(),
+            armed: true,
+        };
 
         // Stdin, concurrently with the output (a command may print before it reads).
         let stdin_task = {
@@ -740,6 +775,7 @@ impl ModalClient {
                 .unwrap_or(KILLED_EXIT_CODE)
             }
         };
+        guard.armed = false;
         Ok(ExecResult {
             stdout: out.data,
             stderr: err.data,

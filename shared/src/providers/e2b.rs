@@ -184,6 +184,18 @@ fn redacted(token: &Option<String>) -> Option<&'static str> {
     token.as_ref().map(|_| "[redacted]")
 }
 
+/// The input, limits and tag of one command ([`E2bClient::run_tagged`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunIo<'a> {
+    pub stdin: Option<&'a [u8]>,
+    /// `Connect-Timeout-Ms` (0 = none).
+    pub timeout_ms: u64,
+    /// Bytes kept per stream.
+    pub output_limit: usize,
+    /// `StartRequest.tag`.
+    pub tag: Option<&'a str>,
+}
+
 /// Result of one command.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RunOutput {
@@ -298,6 +310,8 @@ struct TimeoutBody {
 struct StartRequestBody<'a> {
     process: ProcessConfigBody<'a>,
     stdin: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tag: Option<&'a str>,
 }
 
 /// `process.ProcessConfig` in proto3 JSON (empty `args`/`envs` omitted, as proto3 does).
@@ -892,6 +906,32 @@ impl<T: HttpTransport> E2bClient<T> {
         timeout_ms: u64,
         output_limit: usize,
     ) -> Result<RunOutput, E2bError> {
+        let io = RunIo {
+            stdin,
+            timeout_ms,
+            output_limit,
+            tag: None,
+        };
+        self.run_tagged(sandbox, cmd, args, envs, cwd, io).await
+    }
+
+    /// [`E2bClient::run`] with the process tagged (`StartRequest.tag`), so that it can be
+    /// killed by its tag ([`E2bClient::kill_tagged`]) before its pid is known.
+    pub async fn run_tagged(
+        &self,
+        sandbox: &Sandbox,
+        cmd: &str,
+        args: &[String],
+        envs: &[(String, String)],
+        cwd: Option<&str>,
+        io: RunIo<'_>,
+    ) -> Result<RunOutput, E2bError> {
+        let RunIo {
+            stdin,
+            timeout_ms,
+            output_limit,
+            tag,
+        } = io;
         let wrapped = match stdin {
             Some(input) if input.len() > MAX_STDIN_BYTES => {
                 return Err(E2bError::Rpc {
@@ -918,6 +958,7 @@ impl<T: HttpTransport> E2bClient<T> {
                 cwd,
             },
             stdin: false,
+            tag,
         })?;
         let req = self.start_request(sandbox, connect_envelope(0, &body)?, timeout_ms)?;
         let token = sandbox.envd_access_token.as_deref();
@@ -943,8 +984,24 @@ impl<T: HttpTransport> E2bClient<T> {
     /// Kills process `pid` in the sandbox (`process.Process/SendSignal`, SIGKILL; a unary
     /// Connect call with a plain JSON body). A process that is already gone is not an error.
     pub async fn kill_process(&self, sandbox: &Sandbox, pid: u32) -> Result<(), E2bError> {
+        self.kill_selected(sandbox, serde_json::json!({"pid": pid}))
+            .await
+    }
+
+    /// Kills the process started with `tag` ([`E2bClient::run_tagged`]); one that is gone
+    /// (or never started) is not an error.
+    pub async fn kill_tagged(&self, sandbox: &Sandbox, tag: &str) -> Result<(), E2bError> {
+        self.kill_selected(sandbox, serde_json::json!({"tag": tag}))
+            .await
+    }
+
+    async fn kill_selected(
+        &self,
+        sandbox: &Sandbox,
+        selector: serde_json::Value,
+    ) -> Result<(), E2bError> {
         let body = serde_json::to_vec(&serde_json::json!({
-            "process": {"pid": pid},
+            "process": selector,
             "signal": "SIGNAL_SIGKILL",
         }))
         .map_err(|e| E2bError::Decode(e.to_string()))?;

@@ -43,7 +43,28 @@ async fn issue_2_start_up_refusals() -> anyhow::Result<()> {
         "--allow-unauthenticated-http",
     )
     .await?;
-    refused(&["--backend", "modal"], &[], "not built yet").await?;
+    // No Modal token anywhere (flags, env, ~/.modal.toml): the login command is named.
+    refused(
+        &["--backend", "modal"],
+        &[("HOME", "/nonexistent"), ("MODAL_TOKEN_ID", "")],
+        "modal token new",
+    )
+    .await?;
+    refused(
+        &[
+            "--backend",
+            "modal",
+            "--modal-token-id",
+            "ak-x",
+            "--modal-token-secret",
+            "as-x",
+            "--modal-cpu",
+            "0",
+        ],
+        &[],
+        "--modal-cpu",
+    )
+    .await?;
     refused(&["--backend", "wasm"], &[], "--wasm-path").await?;
     refused(
         &["--wasm-path", "/x.wasm"],

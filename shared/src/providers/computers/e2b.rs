@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
 use crate::providers::HttpTransport;
-use crate::providers::e2b::{E2bClient, E2bError, ListedSandbox, NewSandbox, Sandbox};
+use crate::providers::e2b::{E2bClient, E2bError, ListedSandbox, NewSandbox, RunIo, Sandbox};
 use crate::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
 
 /// What a new sandbox looks like.
@@ -117,6 +117,34 @@ impl<T: HttpTransport> E2bComputers<T> {
     }
 }
 
+/// The tag of a command's process (its nonce), also in its environment as [`JOB_ENV`].
+fn tag_of(ex: &ProviderExec) -> String {
+    format!("msc-{:016x}", ex.nonce)
+}
+
+/// Marks every process of one command (inherited by its children), so that killing the
+/// command also kills what it left in the background.
+const JOB_ENV: &str = "MSC_JOB";
+
+/// Kills every process whose environment has `MSC_JOB=$1` (envd signals one pid only).
+const TREE_KILLER: &str = r#"for p in /proc/[0-9]*; do tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "MSC_JOB=$1" && kill -9 "${p#/proc/}" 2>/dev/null; done; true"#;
+
+impl<T: HttpTransport> E2bComputers<T> {
+    /// Runs [`TREE_KILLER`] for the command tagged `tag`.
+    async fn kill_tree(&self, s: &Sandbox, tag: &str) {
+        let args = [
+            "-c".to_owned(),
+            TREE_KILLER.to_owned(),
+            "msc-kill".to_owned(),
+            tag.to_owned(),
+        ];
+        let _ = self
+            .client
+            .run(s, "/bin/sh", &args, &[], None, None, 10_000, 4096)
+            .await;
+    }
+}
+
 impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
     fn kind(&self) -> &'static str {
         "e2b"
@@ -194,6 +222,16 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
         Ok(())
     }
 
+    /// Kills the command of `ex` and what it started (a cancelled call); best effort.
+    async fn kill(&self, id: &str, ex: &ProviderExec) {
+        let cached = self.cache().get(id).cloned();
+        if let Some(s) = cached {
+            let tag = tag_of(ex);
+            let _ = self.client.kill_tagged(&s, &tag).await;
+            self.kill_tree(&s, &tag).await;
+        }
+    }
+
     /// Runs one command; at its timeout the stream ends and the process is killed by pid
     /// (envd may keep it otherwise).
     async fn exec(&self, id: &str, ex: &ProviderExec) -> Result<ExecOutcome, ComputersError> {
@@ -211,20 +249,17 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
         };
         let clock = self.client.transport();
         let started = clock.now_ms();
-        let run = |s: Sandbox| async move {
-            self.client
-                .run(
-                    &s,
-                    cmd,
-                    args,
-                    &[],
-                    None,
-                    ex.stdin.as_deref().map(str::as_bytes),
-                    ex.timeout_ms,
-                    ex.output_limit + 1,
-                )
-                .await
+        let tag = tag_of(ex);
+        let envs = [(JOB_ENV.to_owned(), tag.clone())];
+        let envs = &envs;
+        let io = RunIo {
+            stdin: ex.stdin.as_deref().map(str::as_bytes),
+            timeout_ms: ex.timeout_ms,
+            output_limit: ex.output_limit + 1,
+            tag: Some(&tag),
         };
+        let run =
+            |s: Sandbox| async move { self.client.run_tagged(&s, cmd, args, envs, None, io).await };
         let out = match run(sandbox).await {
             // A stale token or a paused sandbox: connect again once.
             Err(E2bError::Conflict(_) | E2bError::Rpc { .. } | E2bError::NotFound(_)) => {
@@ -238,12 +273,15 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
                 .error
                 .as_deref()
                 .is_some_and(|e| e.contains("deadline") || e.contains("canceled"));
-        if timed_out && let Some(pid) = out.pid {
-            // The deadline ended the stream; make sure the process does not live on.
+        if timed_out {
+            // The deadline ended the stream; make sure the command does not live on (best
+            // effort: the result says it timed out either way).
             let s = self.cache().get(id).cloned();
             if let Some(s) = s {
-                // Best effort: the result says the command timed out either way.
-                let _ = self.client.kill_process(&s, pid).await;
+                if let Some(pid) = out.pid {
+                    let _ = self.client.kill_process(&s, pid).await;
+                }
+                self.kill_tree(&s, &tag).await;
             }
         }
         let exit_code = if timed_out {

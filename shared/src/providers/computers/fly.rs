@@ -279,33 +279,27 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
         Ok(())
     }
 
+    /// Kills the job of `ex` (a cancelled call); best effort.
+    async fn kill(&self, id: &str, ex: &ProviderExec) {
+        if let Ok(mid) = self.machine_id(id).await {
+            let _ = self
+                .client
+                .exec_idempotent(&self.app, &mid, &job_argv("kill", ex, 1), 30)
+                .await;
+        }
+    }
+
     /// Runs one command as a job on the machine (see the module docs).
     async fn exec(&self, id: &str, ex: &ProviderExec) -> Result<ExecOutcome, ComputersError> {
         let mut mid = self.machine_id(id).await?;
         let clock = self.client.transport();
         let started = clock.now_ms();
         let deadline = started.saturating_add(ex.timeout_ms);
-        let job = format!("{:016x}", ex.nonce);
-        let limit = (ex.output_limit + 1).to_string();
+        let job = job_id(ex);
         let window = |now: u64| {
             (deadline.saturating_sub(now) / 1000).clamp(1, self.settings.sync_exec_secs.max(1))
         };
-        let job_argv = |mode: &str, wait: u64| -> Vec<String> {
-            let mut v = vec![
-                "/bin/sh".to_owned(),
-                "-c".to_owned(),
-                JOB.to_owned(),
-                "msc-job".to_owned(),
-                mode.to_owned(),
-                job.clone(),
-                wait.to_string(),
-                limit.clone(),
-            ];
-            if mode == "start" {
-                v.extend(ex.argv.iter().cloned());
-            }
-            v
-        };
+        let job_argv = |mode: &str, wait: u64| job_argv(mode, ex, wait);
         let wait = window(started);
         let stdin = Some(ex.stdin.as_deref().unwrap_or(""));
         let start = job_argv("start", wait);
@@ -368,15 +362,43 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
     }
 }
 
-/// The job runner on the machine: `JOB MODE JOB_ID WAIT LIMIT [PROGRAM...]`.
+/// The job of a command: its nonce.
+fn job_id(ex: &ProviderExec) -> String {
+    format!("{:016x}", ex.nonce)
+}
+
+/// The argv that runs [`JOB`] in `mode` for command `ex`.
+fn job_argv(mode: &str, ex: &ProviderExec, wait: u64) -> Vec<String> {
+    // The machine kills the job by itself a little after its timeout, should this server
+    // be gone by then.
+    let hard_limit = ex.timeout_ms / 1000 + 10;
+    let mut v = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        JOB.to_owned(),
+        "msc-job".to_owned(),
+        mode.to_owned(),
+        job_id(ex),
+        wait.to_string(),
+        (ex.output_limit + 1).to_string(),
+        hard_limit.to_string(),
+    ];
+    if mode == "start" {
+        v.extend(ex.argv.iter().cloned());
+    }
+    v
+}
+
+/// The job runner on the machine: `JOB MODE JOB_ID WAIT LIMIT HARD_LIMIT [PROGRAM...]`.
 /// `start` saves stdin and starts the program in its own session with its output in
 /// files; `start` and `poll` wait up to WAIT seconds for it; when it has ended, its output
 /// (at most LIMIT bytes of each stream) is printed and the status is the program's; the
 /// output is base64 behind [`B64`] when the image has `base64` and `tr` (Fly's exec API
 /// returns strings, so raw bytes would not survive), raw otherwise; when
 /// not, the last stderr line is `msc-running JOB_ID`. `kill` kills the job's process group
-/// and prints what it wrote so far.
-const JOB: &str = r#"m=$1 j=$2 w=$3 l=$4; shift 4; d=/tmp/.msc-jobs; f=$d/$j
+/// and prints what it wrote so far. `start` also leaves a watchdog that kills the job after
+/// HARD_LIMIT seconds unless it ended (its pid file is gone).
+const JOB: &str = r#"m=$1 j=$2 w=$3 l=$4 t=$5; shift 5; d=/tmp/.msc-jobs; f=$d/$j
 show() { if command -v base64 >/dev/null 2>&1 && command -v tr >/dev/null 2>&1; then
     printf msc-b64:; head -c "$l" "$f.out" 2>/dev/null | base64 | tr -d '\n'
     { printf msc-b64:; head -c "$l" "$f.err" 2>/dev/null | base64 | tr -d '\n'; echo; } >&2
@@ -384,8 +406,9 @@ show() { if command -v base64 >/dev/null 2>&1 && command -v tr >/dev/null 2>&1; 
 case $m in
 start) mkdir -p "$d" && cat > "$f.in" || exit 125
   setsid sh -c 'f=$1; shift; "$@" < "$f.in" > "$f.out" 2> "$f.err"; echo $? > "$f.tmp"; mv "$f.tmp" "$f.rc"' msc "$f" "$@" < /dev/null > /dev/null 2>&1 &
-  echo $! > "$f.pid" ;;
-kill) p=$(cat "$f.pid" 2>/dev/null); [ -n "$p" ] && { kill -9 -- "-$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; }
+  echo $! > "$f.pid"
+  ( sleep "$t"; [ -e "$f.pid" ] && kill -9 "-$(cat "$f.pid")" ) < /dev/null > /dev/null 2>&1 & ;;
+kill) p=$(cat "$f.pid" 2>/dev/null); [ -n "$p" ] && { kill -9 "-$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; }
   show; rm -f "$f".*; exit 124 ;;
 esac
 i=0; n=$((w * 20))

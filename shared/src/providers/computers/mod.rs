@@ -183,6 +183,10 @@ pub trait CloudComputers: MaybeSync {
         id: &str,
         ex: &ProviderExec,
     ) -> impl Future<Output = Result<ExecOutcome, ComputersError>> + MaybeSend;
+
+    /// Kills the command `ex` started by [`CloudComputers::exec`] (when its call was
+    /// cancelled); best effort, errors are dropped.
+    fn kill(&self, id: &str, ex: &ProviderExec) -> impl Future<Output = ()> + MaybeSend;
 }
 
 /// Why an operation on a cloud computer failed. Messages are meant for an AI agent and
