@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|gateway|wasm` runs one part.
+//! `MSC_BENCH_ONLY=warm|gateway|wasm|cloud` runs one part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -17,6 +17,8 @@ use serde_json::json;
 use tests::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+#[path = "bench/cloud.rs"]
+mod cloud;
 #[path = "bench/wasm.rs"]
 mod wasm;
 
@@ -576,6 +578,11 @@ async fn main() -> Result<()> {
     let mut rows = Vec::new();
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("wasm") {
         wasm::rows(&t, &mut rows).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("cloud") {
+        cloud::rows(&t, &mut rows).await?;
         print_rows(&rows);
         return Ok(());
     }

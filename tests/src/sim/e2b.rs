@@ -191,6 +191,22 @@ impl Default for E2bSimOptions {
     }
 }
 
+impl E2bSimOptions {
+    /// What the tests use: `api_key`, containers labelled `msc-test=tag`, the `base`
+    /// template served by the local `debian:bookworm-slim`, no faults.
+    pub fn debian(api_key: &str, tag: &str) -> Self {
+        Self {
+            api_key: api_key.to_owned(),
+            docker_label: ("msc-test".to_owned(), tag.to_owned()),
+            template_images: vec![("base".to_owned(), "debian:bookworm-slim".to_owned())],
+            latency_ms: 0,
+            rate_limit_every: None,
+            error_5xx_every: None,
+            capacity_errors: 0,
+        }
+    }
+}
+
 /// A running simulator. Call [`E2bSim::stop`] to remove its containers.
 pub struct E2bSim {
     /// Control plane base URL, e.g. `http://127.0.0.1:PORT` (paths start with `/sandboxes`).

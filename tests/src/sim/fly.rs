@@ -125,6 +125,22 @@ impl Default for FlySimOptions {
     }
 }
 
+impl FlySimOptions {
+    /// What the tests use: `token`, containers labelled `msc-test=tag`, Fly's default
+    /// image served by the local `debian:bookworm-slim`.
+    pub fn debian(token: &str, tag: &str) -> Self {
+        Self {
+            token: token.to_owned(),
+            docker_label: ("msc-test".to_owned(), tag.to_owned()),
+            image_map: vec![(
+                "docker.io/library/debian:bookworm-slim".to_owned(),
+                "debian:bookworm-slim".to_owned(),
+            )],
+            ..Self::default()
+        }
+    }
+}
+
 /// A running simulator. Call [`FlySim::stop`] to remove its containers.
 pub struct FlySim {
     /// Base URL, e.g. `http://127.0.0.1:PORT` (paths start with `/v1`).

@@ -11,15 +11,7 @@ use tests::*;
 const KEY: &str = "e2b_test-key-for-the-simulator";
 
 async fn start_sim(tag: &str, tweak: impl FnOnce(&mut E2bSimOptions)) -> anyhow::Result<E2bSim> {
-    let mut o = E2bSimOptions {
-        api_key: KEY.into(),
-        docker_label: ("msc-test".into(), tag.into()),
-        template_images: vec![("base".into(), "debian:bookworm-slim".into())],
-        latency_ms: 0,
-        rate_limit_every: None,
-        error_5xx_every: None,
-        capacity_errors: 0,
-    };
+    let mut o = E2bSimOptions::debian(KEY, tag);
     tweak(&mut o);
     E2bSim::start(o).await
 }

@@ -11,15 +11,7 @@ use tests::*;
 const TOKEN: &str = "fm2_test-token-for-the-simulator";
 
 async fn start_sim(tag: &str, tweak: impl FnOnce(&mut FlySimOptions)) -> anyhow::Result<FlySim> {
-    let mut o = FlySimOptions {
-        token: TOKEN.into(),
-        docker_label: ("msc-test".into(), tag.into()),
-        image_map: vec![(
-            "docker.io/library/debian:bookworm-slim".into(),
-            "debian:bookworm-slim".into(),
-        )],
-        ..Default::default()
-    };
+    let mut o = FlySimOptions::debian(TOKEN, tag);
     tweak(&mut o);
     FlySim::start(o).await
 }

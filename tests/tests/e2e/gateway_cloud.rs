@@ -196,16 +196,7 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
 #[tokio::test]
 async fn issue_7_gateway_places_computers_on_fly() -> anyhow::Result<()> {
     let t = tag("gwfly");
-    let sim = FlySim::start(FlySimOptions {
-        token: FLY_TOKEN.into(),
-        docker_label: ("msc-test".into(), t.clone()),
-        image_map: vec![(
-            "docker.io/library/debian:bookworm-slim".into(),
-            "debian:bookworm-slim".into(),
-        )],
-        ..Default::default()
-    })
-    .await?;
+    let sim = FlySim::start(FlySimOptions::debian(FLY_TOKEN, &t)).await?;
     let mut vars = auth_vars();
     // No executors and no PLACEMENT: Fly, the one configured place, takes new computers.
     vars.extend([
@@ -235,16 +226,7 @@ async fn issue_7_gateway_places_computers_on_fly() -> anyhow::Result<()> {
 #[tokio::test]
 async fn issue_7_gateway_places_computers_on_e2b() -> anyhow::Result<()> {
     let t = tag("gwe2b");
-    let sim = E2bSim::start(E2bSimOptions {
-        api_key: E2B_KEY.into(),
-        docker_label: ("msc-test".into(), t.clone()),
-        template_images: vec![("base".into(), "debian:bookworm-slim".into())],
-        latency_ms: 0,
-        rate_limit_every: None,
-        error_5xx_every: None,
-        capacity_errors: 0,
-    })
-    .await?;
+    let sim = E2bSim::start(E2bSimOptions::debian(E2B_KEY, &t)).await?;
     let mut vars = auth_vars();
     vars.extend([
         ("PLACEMENT", "e2b".to_owned()),
@@ -287,16 +269,7 @@ async fn issue_7_gateway_without_provider_credentials_says_what_to_set() -> anyh
 #[tokio::test]
 async fn issue_7_gateway_alarm_reaps_idle_fly_temporaries() -> anyhow::Result<()> {
     let t = tag("gwflyidle");
-    let sim = FlySim::start(FlySimOptions {
-        token: FLY_TOKEN.into(),
-        docker_label: ("msc-test".into(), t.clone()),
-        image_map: vec![(
-            "docker.io/library/debian:bookworm-slim".into(),
-            "debian:bookworm-slim".into(),
-        )],
-        ..Default::default()
-    })
-    .await?;
+    let sim = FlySim::start(FlySimOptions::debian(FLY_TOKEN, &t)).await?;
     let mut vars = auth_vars();
     vars.extend([
         ("PLACEMENT", "fly".to_owned()),

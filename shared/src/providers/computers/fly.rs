@@ -391,7 +391,8 @@ fn job_argv(mode: &str, ex: &ProviderExec, wait: u64) -> Vec<String> {
 
 /// The job runner on the machine: `JOB MODE JOB_ID WAIT LIMIT HARD_LIMIT [PROGRAM...]`.
 /// `start` saves stdin and starts the program in its own session with its output in
-/// files; `start` and `poll` wait up to WAIT seconds for it; when it has ended, its output
+/// files; `start` and `poll` wait up to WAIT seconds for it (looking every 5 ms for the
+/// first 100 ms, then every 50 ms); when it has ended, its output
 /// (at most LIMIT bytes of each stream) is printed and the status is the program's; the
 /// output is base64 behind [`B64`] when the image has `base64` and `tr` (Fly's exec API
 /// returns strings, so raw bytes would not survive), raw otherwise; when
@@ -411,7 +412,8 @@ start) mkdir -p "$d" && cat > "$f.in" || exit 125
 kill) p=$(cat "$f.pid" 2>/dev/null); [ -n "$p" ] && { kill -9 "-$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; }
   show; rm -f "$f".*; exit 124 ;;
 esac
-i=0; n=$((w * 20))
+i=0; while [ ! -e "$f.rc" ] && [ "$i" -lt 20 ]; do sleep 0.005; i=$((i + 1)); done
+i=2; n=$((w * 20))
 while [ ! -e "$f.rc" ] && [ "$i" -lt "$n" ]; do sleep 0.05; i=$((i + 1)); done
 if [ -e "$f.rc" ]; then show; r=$(cat "$f.rc"); rm -f "$f".*; exit "$r"; fi
 echo "msc-running $j" >&2; exit 0"#;
