@@ -617,7 +617,26 @@ impl<T: HttpTransport> FlyClient<T> {
         let sent = self
             .execute(self.request("POST", url, Some(body)), false)
             .await?;
-        self.ok(sent, &Subject::App(app)).map(drop)
+        // The Machines API cannot list organizations, so `personal` (every user has it) is
+        // the default; when the org is wrong, say how to pick another.
+        match self.ok(sent, &Subject::App(app)) {
+            Ok(_) => Ok(()),
+            Err(FlyError::NotFound(what)) => Err(FlyError::Api {
+                status: 404,
+                message: format!(
+                    "{what}: creating the app {app:?} in the Fly organization {org_slug:?} failed; set FLY_ORG (or --fly-org) to an organization of yours (`fly orgs list`)"
+                ),
+            }),
+            Err(FlyError::Api { status, message }) if (400..500).contains(&status) => {
+                Err(FlyError::Api {
+                    status,
+                    message: format!(
+                        "{message}; check that the Fly organization {org_slug:?} exists and is yours (FLY_ORG or --fly-org; `fly orgs list`)"
+                    ),
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `POST /v1/apps/{app}/machines`; the machine is launched (not `skip_launch`). Capacity

@@ -80,6 +80,21 @@ async fn issue_7_modal_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
 
+/// Starts a server that must give up at start-up with status 1; its stderr.
+async fn fails_to_start(
+    t: &str,
+    state: &std::path::Path,
+    opts: &ServerOpts,
+) -> anyhow::Result<String> {
+    let out = command(t, state, opts)
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    Ok(stderr)
+}
+
 #[tokio::test]
 async fn issue_7_modal_retries_and_refusals() -> anyhow::Result<()> {
     let t = tag("modal-faults");
@@ -119,14 +134,20 @@ async fn issue_7_modal_retries_and_refusals() -> anyhow::Result<()> {
     opts.env.retain(|(k, _)| k != "MODAL_TOKEN_SECRET");
     opts.env
         .push(("MODAL_TOKEN_SECRET".into(), "as-wrong-secret".into()));
-    let out = command(&t, &state, &opts)
-        .stdin(std::process::Stdio::null())
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out).await??;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = fails_to_start(&t, &state, &opts).await?;
     assert!(stderr.contains("modal token new"), "{stderr}");
     assert!(!stderr.contains("as-wrong-secret"), "{stderr}");
+    // An image Modal cannot build: exit 1 naming it.
+    let mut opts = modal_opts(&sim);
+    opts.args
+        .retain(|a| !a.starts_with("registry.example.com/"));
+    opts.args.retain(|a| a != "--image");
+    opts.args.extend([
+        "--image".into(),
+        "registry.example.com/no-such-image:1".into(),
+    ]);
+    let stderr = fails_to_start(&t, &state, &opts).await?;
+    assert!(stderr.contains("no-such-image"), "{stderr}");
     sim.stop().await;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }

@@ -437,6 +437,18 @@ fn create_app_body_and_name_taken() {
 }
 
 #[test]
+fn create_app_in_an_unknown_org_says_how_to_pick_one() {
+    let c = client([
+        json(404, json!({"error": "organization not found"})),
+        json(400, json!({"error": "invalid org_slug"})),
+    ]);
+    for _ in 0..2 {
+        let err = run(c.create_app("x", "acme")).unwrap_err().to_string();
+        assert!(err.contains("\"acme\"") && err.contains("FLY_ORG"), "{err}");
+    }
+}
+
+#[test]
 fn create_app_with_a_deploy_token_is_unauthorized() {
     let c = client([json(403, json!({"error": "unauthorized"}))]);
     let err = run(c.create_app("x", "personal")).unwrap_err();

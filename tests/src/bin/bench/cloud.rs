@@ -1,9 +1,11 @@
-//! Cloud computers (issue 7): a warm command through our server (MCP over stdio) on Fly
-//! and E2B, next to the floor of the same command sent straight to the provider's API
-//! (the local simulators) with the shared clients: one `exec` request for Fly, one
-//! `process.Process/Start` stream for E2B. The difference is what we add: the MCP round
-//! trip, the cd wrapper, and on Fly the job runner that lets commands outlive the exec
-//! endpoint's request limit.
+//! Cloud computers (issue 7): a warm command through our server (MCP over stdio) on Fly,
+//! E2B and Modal, next to the floor of the same command sent straight to the provider's
+//! API (the local simulators): one `exec` request for Fly and one `process.Process/Start`
+//! stream for E2B (the shared clients), and for Modal the router calls of one command
+//! (TaskExecStart, the stdin EOF, both output streams, TaskExecWait) with the generated
+//! gRPC client. The difference is what we add: the MCP round trip, the cd wrapper, on Fly
+//! the job runner that lets commands outlive the exec endpoint's request limit, on Modal
+//! the kill wrapper.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,11 @@ use shared::providers::fly::FlyClient;
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use tests::sim::e2b::{E2bSim, E2bSimOptions};
 use tests::sim::fly::{FlySim, FlySimOptions};
+use tests::sim::modal::proto::modal::client as pb;
+use tests::sim::modal::proto::modal::client::modal_client_client::ModalClientClient;
+use tests::sim::modal::proto::modal::task_command_router as tcr;
+use tests::sim::modal::proto::modal::task_command_router::task_command_router_client::TaskCommandRouterClient;
+use tests::sim::modal::{ModalSim, ModalSimOptions};
 use tests::*;
 
 use super::{Row, ms, pct};
@@ -162,5 +169,165 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     rows.push(row("e2b: warm exec `true`, p50", value, floor, 1.3, 10.0));
     c.cancel().await?;
     sim.stop().await;
+
+    // ---- Modal ----
+    let (id, secret) = ("ak-bench", "as-bench-secret");
+    let sim = ModalSim::start(ModalSimOptions {
+        token_id: id.into(),
+        token_secret: secret.into(),
+        docker_label: ("msc-test".into(), t.into()),
+        ..Default::default()
+    })
+    .await?;
+    let mut opts = ServerOpts::default().arg("--backend").arg("modal");
+    opts.env.push(("MODAL_SERVER_URL".into(), sim.url.clone()));
+    opts.env.push(("MODAL_TOKEN_ID".into(), id.into()));
+    opts.env.push(("MODAL_TOKEN_SECRET".into(), secret.into()));
+    let c = stdio_client(t, &state_dir(&format!("{t}-modal")), &opts).await?;
+    exec(&c, json!({"computer_id": "bench-modal", "command": "true"})).await?;
+    let floor = modal_floor(&sim.url, id, secret, "bench-modal").await?;
+    let value = ours(&c, "bench-modal").await?;
+    rows.push(row("modal: warm exec `true`, p50", value, floor, 1.3, 10.0));
+    c.cancel().await?;
+    sim.stop().await;
     remove_all(t).await
+}
+
+/// A router request with the router's bearer token.
+fn authed<M>(bearer: &tonic::metadata::AsciiMetadataValue, m: M) -> tonic::Request<M> {
+    let mut r = tonic::Request::new(m);
+    r.metadata_mut().insert("authorization", bearer.clone());
+    r
+}
+
+/// The p50 of one command straight through Modal's command router (access fetched once).
+async fn modal_floor(url: &str, id: &str, secret: &str, computer: &str) -> Result<f64> {
+    use tonic::Request;
+    let auth = |r: &mut tonic::metadata::MetadataMap| -> Result<()> {
+        r.insert("x-modal-token-id", id.parse()?);
+        r.insert("x-modal-token-secret", secret.parse()?);
+        r.insert("x-modal-client-type", "9".parse()?);
+        r.insert("x-modal-client-version", "1.0.0".parse()?);
+        Ok(())
+    };
+    let channel = |u: String| async move {
+        anyhow::Ok(
+            tonic::transport::Endpoint::from_shared(u)?
+                .connect()
+                .await?,
+        )
+    };
+    let mut cp = ModalClientClient::new(channel(url.to_owned()).await?);
+    let mut req = Request::new(pb::AppGetOrCreateRequest {
+        app_name: "kilntainers".into(),
+        ..Default::default()
+    });
+    auth(req.metadata_mut())?;
+    let app_id = cp.app_get_or_create(req).await?.into_inner().app_id;
+    let mut req = Request::new(pb::SandboxListRequest {
+        app_id,
+        tags: vec![pb::SandboxTag {
+            tag_name: "mcp_computer".into(),
+            tag_value: computer.into(),
+        }],
+        ..Default::default()
+    });
+    auth(req.metadata_mut())?;
+    let sandbox_id = cp
+        .sandbox_list(req)
+        .await?
+        .into_inner()
+        .sandboxes
+        .into_iter()
+        .next()
+        .context("no sandbox")?
+        .id;
+    let mut req = Request::new(pb::SandboxGetTaskIdRequest {
+        sandbox_id,
+        timeout: Some(10.0),
+        wait_until_ready: false,
+    });
+    auth(req.metadata_mut())?;
+    let task_id = cp
+        .sandbox_get_task_id(req)
+        .await?
+        .into_inner()
+        .task_id
+        .context("no task")?;
+    let mut req = Request::new(pb::TaskGetCommandRouterAccessRequest {
+        task_id: task_id.clone(),
+    });
+    auth(req.metadata_mut())?;
+    let access = cp.task_get_command_router_access(req).await?.into_inner();
+    let bearer: tonic::metadata::AsciiMetadataValue = format!("Bearer {}", access.jwt).parse()?;
+    let router = TaskCommandRouterClient::new(channel(access.url).await?);
+    let n = std::sync::atomic::AtomicU64::new(0);
+    p50(|| {
+        let (mut router, bearer, task_id) = (router.clone(), bearer.clone(), task_id.clone());
+        let exec_id = format!(
+            "00000000-0000-4000-8000-{:012x}",
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        async move {
+            router
+                .task_exec_start(authed(
+                    &bearer,
+                    tcr::TaskExecStartRequest {
+                        task_id: task_id.clone(),
+                        exec_id: exec_id.clone(),
+                        command_args: vec!["true".into()],
+                        stdout_config: tcr::TaskExecStdoutConfig::Pipe as i32,
+                        stderr_config: tcr::TaskExecStderrConfig::Pipe as i32,
+                        timeout_secs: Some(30),
+                        ..Default::default()
+                    },
+                ))
+                .await?;
+            router
+                .task_exec_stdin_write(authed(
+                    &bearer,
+                    tcr::TaskExecStdinWriteRequest {
+                        task_id: task_id.clone(),
+                        exec_id: exec_id.clone(),
+                        eof: true,
+                        ..Default::default()
+                    },
+                ))
+                .await?;
+            for fd in [
+                tcr::TaskExecStdioFileDescriptor::Stdout,
+                tcr::TaskExecStdioFileDescriptor::Stderr,
+            ] {
+                let mut stream = router
+                    .task_exec_stdio_read(authed(
+                        &bearer,
+                        tcr::TaskExecStdioReadRequest {
+                            task_id: task_id.clone(),
+                            exec_id: exec_id.clone(),
+                            offset: 0,
+                            file_descriptor: fd as i32,
+                        },
+                    ))
+                    .await?
+                    .into_inner();
+                while stream.message().await?.is_some() {}
+            }
+            let exit = router
+                .task_exec_wait(authed(
+                    &bearer,
+                    tcr::TaskExecWaitRequest {
+                        task_id: task_id.clone(),
+                        exec_id: exec_id.clone(),
+                    },
+                ))
+                .await?
+                .into_inner();
+            anyhow::ensure!(
+                exit.exit_status == Some(tcr::task_exec_wait_response::ExitStatus::Code(0)),
+                "{exit:?}"
+            );
+            Ok(())
+        }
+    })
+    .await
 }
