@@ -99,9 +99,13 @@ impl Gateway {
         let read = |name: &str| var(env, name);
         let fly = cloud::fly_cfg(read).map(|c| c.map(|c| cloud::fly(&c, FetchTransport)));
         let e2b = cloud::e2b_cfg(read).map(|c| c.map(|c| cloud::e2b(&c, FetchTransport)));
-        let placement = placement(
+        let offers: Vec<(&str, &[String])> = executors
+            .iter()
+            .map(|e| (e.name.as_str(), e.backends.as_slice()))
+            .collect();
+        let placement = cloud::placement(
             var(env, "PLACEMENT").as_deref(),
-            &executors,
+            &offers,
             matches!(fly, Ok(Some(_))),
             matches!(e2b, Ok(Some(_))),
         );
@@ -231,47 +235,6 @@ impl Gateway {
             Ok(e) => e.error.message,
             Err(_) => format!("executor {executor:?} answered {status}"),
         })
-    }
-}
-
-/// Where new computers go. `PLACEMENT` names a provider (`fly`, `e2b`), an executor, or a
-/// backend (the first executor offering it); unset, the first executor offering Docker,
-/// else Fly, else E2B, whichever is configured.
-fn placement(
-    wanted: Option<&str>,
-    executors: &[ExecutorCfg],
-    fly: bool,
-    e2b: bool,
-) -> std::result::Result<String, String> {
-    if let Some(e) = executors
-        .iter()
-        .find(|e| e.name == cloud::FLY || e.name == cloud::E2B)
-    {
-        return Err(format!(
-            "the executor name {:?} is reserved for the provider the gateway reaches directly: rename it in EXECUTORS",
-            e.name
-        ));
-    }
-    let offering = |backend: &str| {
-        executors
-            .iter()
-            .find(|e| e.backends.iter().any(|b| b == backend))
-            .map(|e| e.name.clone())
-    };
-    match wanted.map(str::trim) {
-        Some(p @ (cloud::FLY | cloud::E2B)) => Ok(p.to_owned()),
-        Some(p) if executors.iter().any(|e| e.name == p) => Ok(p.to_owned()),
-        Some(p) => offering(p).ok_or_else(|| {
-            format!(
-                "PLACEMENT {p:?} is neither `fly`, `e2b`, an executor name nor a backend of a configured executor (EXECUTORS)"
-            )
-        }),
-        None => offering("docker")
-            .or_else(|| fly.then(|| cloud::FLY.to_owned()))
-            .or_else(|| e2b.then(|| cloud::E2B.to_owned()))
-            .ok_or_else(|| {
-                "nowhere to put computers: configure EXECUTORS (with the docker backend), or Fly (FLY_API_TOKEN and FLY_APP_NAME), or E2B (E2B_API_KEY)".to_owned()
-            }),
     }
 }
 

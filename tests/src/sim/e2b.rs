@@ -3025,7 +3025,15 @@ mod tests {
         assert_eq!(r.stdout, "woke\n");
         let (_, v) = c.call("GET", &format!("/sandboxes/{pid}"), None).await;
         assert_eq!(v["state"], "running", "{v}");
-        assert_eq!(labelled(&tag).await, 1);
+        // The killed sandbox answers 404 at once; its container may take a moment to go.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while labelled(&tag).await != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the killed sandbox's container stays"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         assert_eq!(sim.violations(), Vec::<String>::new());
         drop(sim);
         assert_eq!(labelled(&tag).await, 0);
