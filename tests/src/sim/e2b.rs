@@ -140,7 +140,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
-use super::{injected_fault, lock, path, query, remove_labelled};
+use super::{close, injected_fault, lock, path, query, remove_labelled, wait_for_ops};
 
 /// The E2B control plane description saved in `specs/` (YAML).
 const E2B_SPEC: &str = include_str!("../../../specs/e2b/openapi.yml");
@@ -295,18 +295,13 @@ impl E2bSim {
     /// Stops serving and removes every backing container.
     pub async fn stop(mut self) {
         let inner = self.inner.clone();
-        inner.closing.store(true, Ordering::SeqCst);
-        for h in lock(&inner.background).drain(..) {
-            h.abort();
-        }
+        close(&inner.closing, &inner.background);
         let op_locks: Vec<_> = lock(&inner.world)
             .sandboxes
             .values()
             .map(|s| s.op.clone())
             .collect();
-        for l in op_locks {
-            let _ = tokio::time::timeout(Duration::from_secs(30), l.lock()).await;
-        }
+        wait_for_ops(op_locks).await;
         remove_labelled(
             &inner.docker,
             &format!("e2bsim.instance={}", inner.instance),
@@ -334,10 +329,7 @@ impl Drop for E2bSim {
         if self.stopped {
             return;
         }
-        self.inner.closing.store(true, Ordering::SeqCst);
-        for h in lock(&self.inner.background).drain(..) {
-            h.abort();
-        }
+        close(&self.inner.closing, &self.inner.background);
         for s in &self.servers {
             s.abort();
         }

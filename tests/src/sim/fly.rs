@@ -84,7 +84,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
-use super::{injected_fault, lock, path, query, remove_labelled};
+use super::{close, injected_fault, lock, path, query, remove_labelled, wait_for_ops};
 
 /// Keeps a machine up when neither the request nor the image says what to run.
 const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done";
@@ -208,19 +208,14 @@ impl FlySim {
     /// Stops serving and removes every backing container.
     pub async fn stop(mut self) {
         let inner = self.inner.clone();
-        inner.closing.store(true, Ordering::SeqCst);
-        for h in lock(&inner.background).drain(..) {
-            h.abort();
-        }
+        close(&inner.closing, &inner.background);
         // Let in-flight Docker operations finish; queued ones see `closing` and return.
         let op_locks: Vec<_> = lock(&inner.world)
             .machines
             .values()
             .map(|m| m.op.clone())
             .collect();
-        for l in op_locks {
-            let _ = tokio::time::timeout(Duration::from_secs(30), l.lock()).await;
-        }
+        wait_for_ops(op_locks).await;
         inner.remove_all_containers().await;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -242,10 +237,7 @@ impl Drop for FlySim {
         if self.stopped {
             return;
         }
-        self.inner.closing.store(true, Ordering::SeqCst);
-        for h in lock(&self.inner.background).drain(..) {
-            h.abort();
-        }
+        close(&self.inner.closing, &self.inner.background);
         self.server.abort();
         let instance = self.inner.instance.clone();
         let cleanup = std::thread::spawn(move || {

@@ -9,7 +9,9 @@ pub mod modal;
 pub mod openapi;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
@@ -58,6 +60,23 @@ pub(crate) fn query<'a>(m: &'a Matched<'_>, name: &str) -> Option<&'a str> {
 /// Locks `m`, also after a panic elsewhere (the simulators' state stays usable).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Marks a simulator as closing (queued operations see it and return) and aborts its
+/// background tasks (timers, expiry loops).
+pub(crate) fn close(closing: &AtomicBool, background: &Mutex<Vec<tokio::task::AbortHandle>>) {
+    closing.store(true, Ordering::SeqCst);
+    for h in lock(background).drain(..) {
+        h.abort();
+    }
+}
+
+/// Lets in-flight Docker operations finish (each holds its machine's or sandbox's lock),
+/// at most 30 s each.
+pub(crate) async fn wait_for_ops(locks: Vec<Arc<tokio::sync::Mutex<()>>>) {
+    for l in locks {
+        let _ = tokio::time::timeout(Duration::from_secs(30), l.lock()).await;
+    }
 }
 
 /// The fault to inject into the `n`-th served request (1-based): 429 on every
