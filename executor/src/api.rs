@@ -2,33 +2,32 @@
 //!
 //! Every request but `/v1/health` carries the gateway's JWT: HS256 only (no `none`, no
 //! RS/HS confusion), our audience, the gateway's issuer, `exp`/`iat` required, `nbf` checked
-//! when present, lifetime at most [`MAX_TOKEN_LIFETIME_SECS`]. `sub` is the team: it is the
-//! owner of the temporaries made for it, so one team's temporaries cannot be reached with
-//! another team's token even here. Bodies are validated by the same code as the MCP tools,
-//! and the work is done by the same `Computers` registry, so results are identical.
+//! when present, lifetime at most [`MAX_TOKEN_LIFETIME_SECS`]. `sub` is the team: the team
+//! has its own id space here (`shared::teams`: backend names carry its key prefix, Docker
+//! containers its label), so a token of one team never reaches another team's computers,
+//! permanent ones included, nor a local server's. Requests decode into typed operations
+//! (`shared::op::Op`, validated by the same rules as the MCP tools) and run through the same
+//! `Computers` registry, so results are identical. Temporaries made here live until the
+//! gateway deletes them (its Team Durable Object owns their lifetime) or this executor stops.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::get;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde_json::{Value, json};
-use shared::catalogue::ToolNames;
+use serde_json::json;
 use shared::executor_api::{
-    ApiError, Claims, CreateBody, ErrorCode, ExecBody, GATEWAY_ISSUER, Health,
-    MAX_TOKEN_LIFETIME_SECS,
+    ApiError, Capacity, Claims, ErrorCode, GATEWAY_ISSUER, Health, Load, MAX_TOKEN_LIFETIME_SECS,
+    PREFIX,
 };
-use shared::validate::{ToolCall, ValidationError, parse_tool_call};
+use shared::op::Op;
 
 use crate::computers::{ComputerError, Computers, SessionHost};
-use crate::docker::DockerError;
 use crate::progress::Progress;
-use crate::wasm::WasmError;
 
 /// Largest request body (stdin is at most 2 MiB of UTF-8, as JSON).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -38,7 +37,6 @@ pub const MIN_SECRET_LEN: usize = 32;
 /// What the handlers share.
 pub struct ApiState {
     computers: Arc<Computers>,
-    names: ToolNames,
     key: DecodingKey,
     validation: Validation,
 }
@@ -53,7 +51,6 @@ impl ApiState {
     /// `secret`: the HS256 key shared with the gateway; `audience`: this executor's `aud`.
     pub fn new(
         computers: Arc<Computers>,
-        exec_tool: &str,
         secret: &[u8],
         audience: &str,
     ) -> Result<Self, jsonwebtoken::errors::Error> {
@@ -65,7 +62,6 @@ impl ApiState {
         validation.leeway = 5;
         Ok(Self {
             computers,
-            names: ToolNames::new(exec_tool, true),
             key: DecodingKey::from_secret(secret)?,
             validation,
         })
@@ -77,7 +73,7 @@ impl ApiState {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(shared::transport::bearer_token)
             .ok_or_else(|| refused("missing bearer token"))?;
         let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
             .map_err(|e| refused(&format!("token refused: {e}")))?;
@@ -101,7 +97,7 @@ impl ApiState {
     }
 
     fn host(&self, team: &str) -> SessionHost {
-        SessionHost::new(self.computers.clone(), format!("team:{team}"), true)
+        SessionHost::for_team(self.computers.clone(), team)
     }
 }
 
@@ -123,158 +119,65 @@ impl IntoResponse for Failure {
     }
 }
 
+/// The one mapping of registry errors to API codes.
 fn code_of(e: &ComputerError) -> ErrorCode {
-    match e {
-        ComputerError::Unknown(_)
-        | ComputerError::Docker(DockerError::NotFound(_))
-        | ComputerError::Wasm(WasmError::NotFound(_))
-        | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_))
-        | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_)) => ErrorCode::NotFound,
-        ComputerError::Policy(_) | ComputerError::Docker(DockerError::NotOurs { .. }) => {
-            ErrorCode::Conflict
-        }
-        ComputerError::Docker(_)
-        | ComputerError::Wasm(_)
-        | ComputerError::Cloud(_)
-        | ComputerError::Modal(_) => ErrorCode::Engine,
+    if e.is_not_found() {
+        ErrorCode::NotFound
+    } else if e.is_conflict() {
+        ErrorCode::Conflict
+    } else {
+        ErrorCode::Engine
     }
 }
 
-/// Validates `args` as tool `tool` and runs it for `team`.
-async fn run(state: &ApiState, team: &str, tool: &str, args: Value) -> Result<Value, Failure> {
-    let call = match parse_tool_call(&state.names, tool, Some(&args)) {
-        Ok(c) => c,
-        Err(ValidationError::Invalid(m)) => {
-            return Err(Failure(ApiError::new(ErrorCode::BadRequest, m)));
-        }
-        Err(e) => return Err(Failure(ApiError::new(ErrorCode::Internal, e.to_string()))),
-    };
-    if let ToolCall::Exec(req) = &call
-        && req.computer_id.is_none()
-    {
-        return Err(Failure(ApiError::new(
-            ErrorCode::BadRequest,
-            "computer_id is required",
-        )));
+/// `GET /v1/health` (no auth): the backend served here, the host's CPUs, and the load.
+async fn health(State(s): State<Arc<ApiState>>) -> Response {
+    let name = s.computers.backend().name();
+    let mut backends = vec![name.to_owned()];
+    if name == "go_busybox" {
+        backends.push("wasm".to_owned());
     }
-    state
-        .host(team)
-        .run(call, &Progress::new(None, None))
-        .await
-        .map_err(|e| Failure(ApiError::new(code_of(&e), e.to_string())))
-}
-
-fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        Failure(ApiError::new(
-            ErrorCode::BadRequest,
-            format!("request body: {e}"),
-        ))
-    })
-}
-
-fn ok(v: Value) -> Response {
-    (StatusCode::OK, axum::Json(v)).into_response()
-}
-
-async fn health() -> Response {
-    ok(json!(Health {
+    let (computers, execs) = s.computers.load();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get() as u64);
+    let h = Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        backends: vec!["docker".into()],
-    }))
-}
-
-async fn list(State(s): State<Arc<ApiState>>, headers: HeaderMap) -> Result<Response, Failure> {
-    let team = s.authorize(&headers)?;
-    Ok(ok(run(&s, &team, "computer_list", json!({})).await?))
-}
-
-async fn create(
-    State(s): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    bytes: Bytes,
-) -> Result<Response, Failure> {
-    let team = s.authorize(&headers)?;
-    let b: CreateBody = body(&bytes)?;
-    let args = json!({"computer_id": b.computer_id, "temporary": b.temporary});
-    Ok(ok(run(&s, &team, "computer_create", args).await?))
-}
-
-async fn exec(
-    State(s): State<Arc<ApiState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    bytes: Bytes,
-) -> Result<Response, Failure> {
-    let team = s.authorize(&headers)?;
-    let b: ExecBody = body(&bytes)?;
-    let mut args = serde_json::to_value(b)
-        .map_err(|e| Failure(ApiError::new(ErrorCode::Internal, e.to_string())))?;
-    args["computer_id"] = json!(id);
-    let tool = s.names.exec.clone();
-    Ok(ok(run(&s, &team, &tool, args).await?))
-}
-
-async fn on_computer(
-    s: &ApiState,
-    headers: &HeaderMap,
-    tool: &str,
-    id: String,
-) -> Result<Response, Failure> {
-    let team = s.authorize(headers)?;
-    Ok(ok(run(s, &team, tool, json!({"computer_id": id})).await?))
-}
-
-/// `POST /v1/computers/{id}/restart` and `…/factory-reset`.
-async fn lifecycle_op(
-    State(s): State<Arc<ApiState>>,
-    Path((id, op)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, Failure> {
-    let tool = match op.as_str() {
-        "restart" => "computer_restart",
-        "factory-reset" => "computer_factory_reset",
-        _ => return Err(not_found().await),
+        backends,
+        capacity: Capacity { cpus },
+        load: Load { computers, execs },
     };
-    on_computer(&s, &headers, tool, id).await
+    (StatusCode::OK, axum::Json(json!(h))).into_response()
 }
 
-async fn remove(
+/// Every other `/v1` route: the token's team, the typed operation, the registry.
+async fn operation(
     State(s): State<Arc<ApiState>>,
-    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
+    bytes: Bytes,
 ) -> Result<Response, Failure> {
-    on_computer(&s, &headers, "computer_delete", id).await
-}
-
-async fn not_found() -> Failure {
-    Failure(ApiError::new(
-        ErrorCode::NotFound,
-        "no such route; see shared::executor_api for the /v1 routes",
-    ))
+    let Some(path) = uri.path().strip_prefix(PREFIX) else {
+        return Err(Failure(ApiError::new(
+            ErrorCode::NotFound,
+            "no such route; the executor API is under /v1",
+        )));
+    };
+    let team = s.authorize(&headers)?;
+    let op = Op::decode(method.as_str(), path, &bytes).map_err(Failure)?;
+    let v = s
+        .host(&team)
+        .run_op(op, &Progress::new(None, None))
+        .await
+        .map_err(|e| Failure(ApiError::new(code_of(&e), e.to_string())))?;
+    Ok((StatusCode::OK, axum::Json(v)).into_response())
 }
 
 /// The router.
 pub fn app(state: Arc<ApiState>) -> Router {
     Router::new()
         .route("/v1/health", get(health))
-        .route("/v1/computers", get(list).post(create))
-        .route("/v1/computers/{id}", delete(remove))
-        .route("/v1/computers/{id}/exec", post(exec))
-        .route("/v1/computers/{id}/{op}", post(lifecycle_op))
-        .fallback(not_found)
+        .fallback(operation)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
-}
-
-/// Reaps idle temporaries (the gateway's teams are stateless callers) every `every`.
-pub fn spawn_reaper(computers: Arc<Computers>, every: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            computers.reap_idle().await;
-        }
-    })
 }

@@ -66,15 +66,18 @@ impl Backend {
         })
     }
 
+    /// Creates computer `id` (its key, when `team` is set: `shared::teams`). Docker and
+    /// WASM record the team; the cloud backends keep teams apart by the key alone.
     pub async fn create(
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
         progress: &Progress,
     ) -> Result<ContainerRecord, ComputerError> {
         Ok(match self {
-            Backend::Docker(d) => d.create(id, temporary, progress).await?,
-            Backend::Wasm(w) => w.create(id, temporary).await?,
+            Backend::Docker(d) => d.create(id, temporary, team, progress).await?,
+            Backend::Wasm(w) => w.create(id, temporary, team).await?,
             Backend::Fly(f) => f.create(id, temporary).await?,
             Backend::E2b(e) => e.create(id, temporary).await?,
             Backend::Modal(m) => m.create(id, temporary).await?,
@@ -121,10 +124,11 @@ impl Backend {
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
         progress: &Progress,
     ) -> Result<ContainerRecord, ComputerError> {
         Ok(match self {
-            Backend::Docker(d) => d.factory_reset(id, temporary, progress).await?,
+            Backend::Docker(d) => d.factory_reset(id, temporary, team, progress).await?,
             Backend::Wasm(w) => w.factory_reset(id).await?,
             Backend::Fly(f) => f.factory_reset(id, temporary).await?,
             Backend::E2b(e) => e.factory_reset(id, temporary).await?,

@@ -16,6 +16,7 @@ use shared::history::{History, HistoryEntry, describe, rfc3339_utc};
 use shared::ids::slug_from_random;
 use shared::lifecycle::{Existing, becomes_default, check_attach, idle_expired, visible_to};
 use shared::mcp::{CallContext, ToolHost};
+use shared::op::Op;
 use shared::result::{
     ComputerInfo, exec_structured, inventory, operation_error, structured_result,
 };
@@ -46,6 +47,50 @@ pub enum ComputerError {
         "computer {0:?} does not exist (or is another session's temporary computer); see computer_list"
     )]
     Unknown(String),
+    /// The name is held by a computer of another team (or, on a local server, one an
+    /// executor made for the gateway).
+    #[error(
+        "computer_id {0:?} is taken by a computer that is not yours; choose another computer_id"
+    )]
+    Taken(String),
+}
+
+impl ComputerError {
+    /// Is it "no such computer", whatever the backend?
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            ComputerError::Unknown(_)
+                | ComputerError::Docker(DockerError::NotFound(_))
+                | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
+                | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_))
+                | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_))
+        )
+    }
+
+    /// Does it contradict the computer's state or ownership (the other `temporary`
+    /// value, a name that is not ours)?
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            ComputerError::Policy(_)
+                | ComputerError::Taken(_)
+                | ComputerError::Docker(DockerError::NotOurs { .. })
+        )
+    }
+}
+
+/// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
+/// A team's computers carry its key prefix, and its label where the backend keeps one
+/// (computers of older executors have none).
+fn of_team(r: &ContainerRecord, team: Option<&str>) -> bool {
+    match team {
+        None => r.team.is_none(),
+        Some(t) => {
+            shared::teams::id_of(Some(t), &r.computer_id).is_some()
+                && r.team.as_deref().is_none_or(|x| x == t)
+        }
+    }
 }
 
 /// Exec defaults from the command line.
@@ -150,12 +195,14 @@ impl Computers {
     }
 
     /// Attaches to `id` (creating it if missing) for `owner`. Returns its `temporary` flag.
+    /// `id` is the backend key (`shared::teams::key`).
     async fn attach(
         &self,
         id: &str,
         requested: Option<bool>,
         owner: &str,
         stateless: bool,
+        team: Option<&str>,
         progress: &Progress,
     ) -> Result<bool, ComputerError> {
         // Fast path: a computer this server already tracks needs no engine round trip.
@@ -172,7 +219,7 @@ impl Computers {
             None => {
                 let r = self
                     .backend
-                    .create(id, requested.unwrap_or(true), progress)
+                    .create(id, requested.unwrap_or(true), team, progress)
                     .await?;
                 if r.temporary && r.instance.as_deref() == Some(self.backend.instance()) {
                     self.track_new(&r, owner, stateless);
@@ -184,6 +231,11 @@ impl Computers {
         };
         // It exists and we did not track it: a permanent computer (shared by id), or a
         // temporary one of another server or a dead one (never ours to take).
+        if !of_team(&record, team) {
+            return Err(ComputerError::Taken(
+                shared::teams::id_of(team, id).unwrap_or(id).to_owned(),
+            ));
+        }
         let existing = Existing {
             computer_id: id,
             temporary: record.temporary,
@@ -234,8 +286,10 @@ impl Computers {
         slug_from_random(rand::random::<u64>())
     }
 
+    /// Runs `req` on the computer with backend key `key`; the result names it `id`.
     async fn exec_on(
         &self,
+        key: &str,
         id: &str,
         temporary: bool,
         req: &ExecRequest,
@@ -254,18 +308,18 @@ impl Computers {
             output_limit: self.defaults.output_limit,
         };
         // Held across the command, also when the call is cancelled and this future dropped.
-        let _in_use = InUse::new(self, id);
+        let _in_use = InUse::new(self, key);
         let started_ms = now_ms();
-        let span = tracing::info_span!("exec", computer_id = id, backend = self.backend.name());
-        let mut result = self.backend.exec(id, &spec).instrument(span.clone()).await;
+        let span = tracing::info_span!("exec", computer_id = key, backend = self.backend.name());
+        let mut result = self.backend.exec(key, &spec).instrument(span.clone()).await;
         if matches!(
             result,
             Err(ComputerError::Docker(DockerError::NotRunning(_)))
         ) {
             // Stopped behind our back (engine restart, `docker stop`): start it, try once more.
-            tracing::info!(computer_id = id, "computer was stopped; starting it again");
-            if self.backend.start(id).await.is_ok() {
-                result = self.backend.exec(id, &spec).instrument(span).await;
+            tracing::info!(computer_id = key, "computer was stopped; starting it again");
+            if self.backend.start(key).await.is_ok() {
+                result = self.backend.exec(key, &spec).instrument(span).await;
             }
         }
         match result {
@@ -275,7 +329,7 @@ impl Computers {
                     Program::Argv(a) => describe(None, Some(a)),
                 };
                 self.history()
-                    .entry(id.to_owned())
+                    .entry(key.to_owned())
                     .or_default()
                     .push(HistoryEntry {
                         command,
@@ -288,25 +342,20 @@ impl Computers {
                 Ok(exec_structured(id, temporary, outcome))
             }
             Err(e) => {
-                if matches!(
-                    e,
-                    ComputerError::Docker(DockerError::NotFound(_))
-                        | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
-                        | ComputerError::Cloud(
-                            shared::providers::computers::ComputersError::NotFound(_)
-                        )
-                        | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_))
-                ) {
-                    self.tracked().remove(id);
+                if e.is_not_found() {
+                    self.tracked().remove(key);
                 }
                 Err(e)
             }
         }
     }
 
-    fn info(&self, r: &ContainerRecord) -> ComputerInfo {
+    /// The list item of `r`, named as `team` sees it.
+    fn info(&self, r: &ContainerRecord, team: Option<&str>) -> ComputerInfo {
         ComputerInfo {
-            computer_id: r.computer_id.clone(),
+            computer_id: shared::teams::id_of(team, &r.computer_id)
+                .unwrap_or(&r.computer_id)
+                .to_owned(),
             sandbox_id: r.provider_id.chars().take(12).collect(),
             backend: self.backend.name().into(),
             state: r.state.clone(),
@@ -335,22 +384,37 @@ impl Computers {
         )
     }
 
+    /// The record of `team`'s computer `id`, if `owner` may see it.
     async fn visible_record(
         &self,
         id: &str,
         owner: &str,
+        team: Option<&str>,
     ) -> Result<ContainerRecord, ComputerError> {
-        match self.backend.find(id).await? {
-            Some(r) if self.visible(&r, owner) => Ok(r),
+        match self.backend.find(&shared::teams::key(team, id)).await? {
+            Some(r) if of_team(&r, team) && self.visible(&r, owner) => Ok(r),
             _ => Err(ComputerError::Unknown(id.to_owned())),
         }
     }
 
-    pub async fn list(&self, owner: &str) -> Result<Vec<ComputerInfo>, ComputerError> {
+    /// What `owner` of `team` sees: the team's permanent computers and its own temporaries.
+    pub async fn list(
+        &self,
+        owner: &str,
+        team: Option<&str>,
+    ) -> Result<Vec<ComputerInfo>, ComputerError> {
         let mut all = self.backend.list().await?;
-        all.retain(|r| self.visible(r, owner));
-        all.sort_by(|a, b| a.computer_id.cmp(&b.computer_id));
-        Ok(all.iter().map(|r| self.info(r)).collect())
+        all.retain(|r| of_team(r, team) && self.visible(r, owner));
+        let mut items: Vec<ComputerInfo> = all.iter().map(|r| self.info(r, team)).collect();
+        items.sort_by(|a, b| a.computer_id.cmp(&b.computer_id));
+        Ok(items)
+    }
+
+    /// Computers tracked and commands running now (`/v1/health`).
+    pub fn load(&self) -> (u64, u64) {
+        let tracked = self.tracked();
+        let running = tracked.values().map(|t| u64::from(t.running)).sum();
+        (tracked.len() as u64, running)
     }
 
     async fn remove_ids(&self, ids: Vec<String>) {
@@ -440,12 +504,15 @@ impl Computers {
     }
 }
 
-/// One caller's view: an owner key, a default computer, and whether it is stateless.
+/// One caller's view: an owner key, a default computer, whether it is stateless, and the
+/// gateway's team when an executor serves it (the team's own id space, `shared::teams`).
 #[derive(Debug, Clone)]
 pub struct SessionHost {
     computers: Arc<Computers>,
     owner: String,
     stateless: bool,
+    team: Option<String>,
+    /// The caller's id of its default computer.
     default: Arc<tokio::sync::Mutex<Option<String>>>,
     notifier: Option<UnboundedSender<serde_json::Value>>,
 }
@@ -456,9 +523,18 @@ impl SessionHost {
             computers,
             owner: owner.into(),
             stateless,
+            team: None,
             default: Arc::default(),
             notifier: None,
         }
+    }
+
+    /// The executor's view for the gateway's `team`: stateless, owner `team:<team>`, and
+    /// only the team's computers (their backend names carry the team's key prefix).
+    pub fn for_team(computers: Arc<Computers>, team: &str) -> Self {
+        let mut host = Self::new(computers, format!("team:{team}"), true);
+        host.team = Some(team.to_owned());
+        host
     }
 
     /// Lets tool calls send progress notifications on this channel (stdio).
@@ -471,8 +547,34 @@ impl SessionHost {
         &self.owner
     }
 
-    /// Runs a validated exec or lifecycle call: the structured result, or why not. The MCP
-    /// tools and the executor API both come through here.
+    fn team(&self) -> Option<&str> {
+        self.team.as_deref()
+    }
+
+    /// The backend key of this caller's computer `id`.
+    fn key(&self, id: &str) -> String {
+        shared::teams::key(self.team(), id)
+    }
+
+    async fn attach(
+        &self,
+        id: &str,
+        requested: Option<bool>,
+        progress: &Progress,
+    ) -> Result<bool, ComputerError> {
+        self.computers
+            .attach(
+                &self.key(id),
+                requested,
+                &self.owner,
+                self.stateless,
+                self.team(),
+                progress,
+            )
+            .await
+    }
+
+    /// Runs a validated tool call: the structured result, or why not.
     pub async fn run(
         &self,
         call: ToolCall,
@@ -482,9 +584,59 @@ impl SessionHost {
             ToolCall::Exec(req) => self.exec(req, progress).await,
             other => {
                 let span = tracing::info_span!("lifecycle", tool = ?other);
-                self.lifecycle(other, progress).instrument(span).await
+                async {
+                    match other {
+                        ToolCall::List | ToolCall::Dashboard => self.list().await,
+                        ToolCall::Create {
+                            computer_id,
+                            temporary,
+                        } => self.create(computer_id, temporary, progress).await,
+                        ToolCall::Restart { computer_id } => self.restart(&computer_id).await,
+                        ToolCall::FactoryReset { computer_id } => {
+                            self.factory_reset(&computer_id, progress).await
+                        }
+                        ToolCall::Delete { computer_id } => self.delete(&computer_id).await,
+                        ToolCall::Exec(_) => Ok(json!({})),
+                    }
+                }
+                .instrument(span)
+                .await
             }
         }
+    }
+
+    /// Runs an operation of the executor API (the same methods as the tools).
+    pub async fn run_op(
+        &self,
+        op: Op,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let span = tracing::info_span!(
+            "op",
+            op = op.name(),
+            computer_id = op.computer_id(),
+            team = self.team()
+        );
+        async {
+            match op {
+                Op::Exec(req) => self.exec(req, progress).await,
+                Op::List => self.list().await,
+                Op::Create {
+                    computer_id,
+                    temporary,
+                } => {
+                    self.create(Some(computer_id), Some(temporary), progress)
+                        .await
+                }
+                Op::Restart { computer_id } => self.restart(&computer_id).await,
+                Op::FactoryReset { computer_id } => {
+                    self.factory_reset(&computer_id, progress).await
+                }
+                Op::Delete { computer_id } => self.delete(&computer_id).await,
+            }
+        }
+        .instrument(span)
+        .await
     }
 
     async fn exec(
@@ -494,13 +646,13 @@ impl SessionHost {
     ) -> Result<serde_json::Value, ComputerError> {
         let c = &self.computers;
         let attached = match &req.computer_id {
-            Some(id) => c
-                .attach(id, req.temporary, &self.owner, self.stateless, progress)
+            Some(id) => self
+                .attach(id, req.temporary, progress)
                 .await
                 .map(|t| (id.clone(), t)),
             None if !becomes_default(req.temporary) => {
                 let id = c.new_slug();
-                c.attach(&id, Some(false), &self.owner, self.stateless, progress)
+                self.attach(&id, Some(false), progress)
                     .await
                     .map(|t| (id, t))
             }
@@ -508,15 +660,10 @@ impl SessionHost {
                 // Hold the default slot while creating, so concurrent first calls share one computer.
                 let mut default = self.default.lock().await;
                 match default.clone() {
-                    Some(id) => c
-                        .attach(&id, None, &self.owner, self.stateless, progress)
-                        .await
-                        .map(|t| (id, t)),
+                    Some(id) => self.attach(&id, None, progress).await.map(|t| (id, t)),
                     None => {
                         let id = c.new_slug();
-                        let r = c
-                            .attach(&id, Some(true), &self.owner, self.stateless, progress)
-                            .await;
+                        let r = self.attach(&id, Some(true), progress).await;
                         if r.is_ok() {
                             *default = Some(id.clone());
                         }
@@ -526,68 +673,75 @@ impl SessionHost {
             }
         };
         let (id, temporary) = attached?;
-        c.exec_on(&id, temporary, &req).await
+        c.exec_on(&self.key(&id), &id, temporary, &req).await
     }
 
-    async fn lifecycle(
+    async fn list(&self) -> Result<serde_json::Value, ComputerError> {
+        Ok(inventory(
+            &self.computers.list(&self.owner, self.team()).await?,
+        ))
+    }
+
+    fn created(&self, id: &str, r: &ContainerRecord) -> serde_json::Value {
+        let sandbox_id: String = r.provider_id.chars().take(12).collect();
+        json!({"ok": true, "computer_id": id, "sandbox_id": sandbox_id, "temporary": r.temporary})
+    }
+
+    async fn create(
         &self,
-        call: ToolCall,
+        computer_id: Option<String>,
+        temporary: Option<bool>,
         progress: &Progress,
     ) -> Result<serde_json::Value, ComputerError> {
         let c = &self.computers;
-        match call {
-            ToolCall::List | ToolCall::Dashboard => Ok(inventory(&c.list(&self.owner).await?)),
-            ToolCall::Create {
-                computer_id,
-                temporary,
-            } => {
-                let id = computer_id.unwrap_or_else(|| c.new_slug());
-                let temporary = c
-                    .attach(&id, temporary, &self.owner, self.stateless, progress)
-                    .await?;
-                let r = c
-                    .backend
-                    .find(&id)
-                    .await?
-                    .ok_or_else(|| ComputerError::Unknown(id.clone()))?;
-                Ok(
-                    json!({"ok": true, "computer_id": id, "sandbox_id": c.info(&r).sandbox_id, "temporary": temporary}),
-                )
-            }
-            ToolCall::Restart { computer_id } => {
-                let r = c.visible_record(&computer_id, &self.owner).await?;
-                c.backend.restart(&computer_id).await?;
-                Ok(
-                    json!({"ok": true, "computer_id": computer_id, "sandbox_id": c.info(&r).sandbox_id, "temporary": r.temporary}),
-                )
-            }
-            ToolCall::FactoryReset { computer_id } => {
-                let r = c.visible_record(&computer_id, &self.owner).await?;
-                let lock = c.id_lock(&computer_id);
-                let _held = lock.lock().await;
-                let fresh = c
-                    .backend
-                    .factory_reset(&computer_id, r.temporary, progress)
-                    .await?;
-                Ok(
-                    json!({"ok": true, "computer_id": computer_id, "sandbox_id": c.info(&fresh).sandbox_id, "temporary": fresh.temporary}),
-                )
-            }
-            ToolCall::Delete { computer_id } => {
-                c.visible_record(&computer_id, &self.owner).await?;
-                let lock = c.id_lock(&computer_id);
-                let _held = lock.lock().await;
-                c.backend.remove(&computer_id).await?;
-                c.tracked().remove(&computer_id);
-                c.history().remove(&computer_id);
-                let mut default = self.default.lock().await;
-                if default.as_deref() == Some(computer_id.as_str()) {
-                    *default = None;
-                }
-                Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
-            }
-            ToolCall::Exec(_) => Ok(json!({})),
+        let id = computer_id.unwrap_or_else(|| c.new_slug());
+        self.attach(&id, temporary, progress).await?;
+        let r = c
+            .backend
+            .find(&self.key(&id))
+            .await?
+            .ok_or_else(|| ComputerError::Unknown(id.clone()))?;
+        Ok(self.created(&id, &r))
+    }
+
+    async fn restart(&self, id: &str) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        let r = c.visible_record(id, &self.owner, self.team()).await?;
+        c.backend.restart(&self.key(id)).await?;
+        Ok(self.created(id, &r))
+    }
+
+    async fn factory_reset(
+        &self,
+        id: &str,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        let r = c.visible_record(id, &self.owner, self.team()).await?;
+        let key = self.key(id);
+        let lock = c.id_lock(&key);
+        let _held = lock.lock().await;
+        let fresh = c
+            .backend
+            .factory_reset(&key, r.temporary, self.team(), progress)
+            .await?;
+        Ok(self.created(id, &fresh))
+    }
+
+    async fn delete(&self, id: &str) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        c.visible_record(id, &self.owner, self.team()).await?;
+        let key = self.key(id);
+        let lock = c.id_lock(&key);
+        let _held = lock.lock().await;
+        c.backend.remove(&key).await?;
+        c.tracked().remove(&key);
+        c.history().remove(&key);
+        let mut default = self.default.lock().await;
+        if default.as_deref() == Some(id) {
+            *default = None;
         }
+        Ok(json!({"ok": true, "computer_id": id, "deleted": true}))
     }
 
     /// Ends this caller's session: its temporaries go away.

@@ -212,11 +212,7 @@ fn check_auth(state: &HttpState, headers: &HeaderMap) -> Result<(), Refusal> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .map(str::trim)
+        .and_then(shared::transport::bearer_token)
         .unwrap_or("");
     if constant_time_eq(given.as_bytes(), token.as_bytes()) {
         Ok(())

@@ -183,13 +183,8 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
     }
     if let Some(ex) = &config.executor {
         let state = Arc::new(
-            crate::api::ApiState::new(
-                computers.clone(),
-                &config.tool_name,
-                ex.secret.as_bytes(),
-                &ex.audience,
-            )
-            .map_err(|e| RunError::Executor(e.to_string()))?,
+            crate::api::ApiState::new(computers.clone(), ex.secret.as_bytes(), &ex.audience)
+                .map_err(|e| RunError::Executor(e.to_string()))?,
         );
         let listener = tokio::net::TcpListener::bind(ex.listen)
             .await
@@ -197,9 +192,8 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                 addr: ex.listen.to_string(),
                 source,
             })?;
-        let every =
-            Duration::from_millis((config.session_timeout_secs * 1000 / 4).clamp(250, 5000));
-        let reaper = crate::api::spawn_reaper(computers.clone(), every);
+        // No idle reaper here: the gateway's Team Durable Object owns the lifetime of the
+        // temporaries it places (its alarm deletes them); what is left goes at shutdown.
         tracing::info!(addr = %ex.listen, "executor API listening (/v1)");
         eprintln!(
             "mcp-sandbox-computer-vm-for-ai executor listening on http://{}/v1",
@@ -208,7 +202,6 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
         axum::serve(listener, crate::api::app(state))
             .with_graceful_shutdown(shutdown_signal())
             .await?;
-        reaper.abort();
         computers.shutdown().await;
         return Ok(());
     }

@@ -47,7 +47,12 @@ impl Wasm {
     pub async fn list(&self) -> Result<Vec<ContainerRecord>, WasmError> {
         match *self {}
     }
-    pub async fn create(&self, _id: &str, _temporary: bool) -> Result<ContainerRecord, WasmError> {
+    pub async fn create(
+        &self,
+        _id: &str,
+        _temporary: bool,
+        _team: Option<&str>,
+    ) -> Result<ContainerRecord, WasmError> {
         match *self {}
     }
     pub async fn remove(&self, _id: &str) -> Result<(), WasmError> {

@@ -187,9 +187,7 @@ impl Auth {
             return Err(AuthError::NotConfigured);
         }
         let token = authorization
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
+            .and_then(shared::transport::bearer_token)
             .ok_or(AuthError::Missing)?;
         if let Some((expected, team)) = &self.static_token
             && constant_time_eq(token.as_bytes(), expected.as_bytes())
@@ -317,6 +315,15 @@ mod tests {
         assert!(c.can_exec && c.can_manage);
         let c = a.check(Some("Bearer static-tok"), now).unwrap();
         assert_eq!(c.team, "solo");
+        // issue 13: the scheme is case-insensitive (RFC 7235), as on the local server.
+        for scheme in ["bearer", "BEARER", "bEaReR"] {
+            let c = a.check(Some(&format!("{scheme} static-tok")), now).unwrap();
+            assert_eq!(c.team, "solo", "{scheme}");
+            let c = a
+                .check(Some(&format!("{scheme} {}", hs(good(now)))), now)
+                .unwrap();
+            assert_eq!(c.subject, "u1", "{scheme}");
+        }
         let mut scoped = good(now);
         scoped["scope"] = json!("exec");
         let c = a.check(Some(&bearer(&hs(scoped))), now).unwrap();

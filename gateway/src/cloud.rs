@@ -1,9 +1,10 @@
 //! Computers the gateway places directly on Fly Machines or E2B, without an executor: the
 //! executor API's operations (create, exec, restart, factory reset, delete, list) done in
 //! the Worker over the shared provider computers (`shared::providers::computers`) and a
-//! fetch transport. Ids here are the team-prefixed executor ids ([`crate::names`]), so two
-//! teams' `build-box` are two machines of the one Fly app (or two E2B sandboxes), and the
-//! answers have exactly the shapes an executor gives, so the tool host treats both alike.
+//! fetch transport, as an [`OpHandler`] like an executor. Machines and sandboxes are named
+//! by the team's keys ([`shared::teams`]), so two teams' `build-box` are two machines of the
+//! one Fly app (or two E2B sandboxes); answers name computers by the caller's ids and have
+//! exactly the shapes an executor gives, so the tool host treats every place alike.
 //!
 //! Configuration (Worker vars; tokens as secrets): Fly with `FLY_API_TOKEN` and
 //! `FLY_APP_NAME` (created in `FLY_ORG`, default `personal`, when missing), optional
@@ -14,7 +15,8 @@ use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
-use shared::executor_api::ExecBody;
+use shared::executor_api::{ApiError, ErrorCode};
+use shared::op::{Op, OpHandler};
 use shared::providers::HttpTransport;
 use shared::providers::computers::e2b::{E2bComputers, E2bSettings};
 use shared::providers::computers::fly::{FlyComputers, FlySettings};
@@ -24,6 +26,8 @@ use shared::providers::computers::{
 use shared::providers::e2b::E2bClient;
 use shared::providers::fly::FlyClient;
 use shared::result::{ComputerInfo, exec_structured, inventory};
+use shared::teams;
+use shared::validate::{ExecRequest, Program as ValidProgram};
 
 /// Place names of the direct providers in the team inventory (an executor may not use them).
 pub const FLY: &str = "fly";
@@ -200,32 +204,6 @@ pub struct Cloud<C> {
     ready: Mutex<HashSet<String>>,
 }
 
-/// One operation of the executor API, on the computer with executor id `xid`.
-#[derive(Debug, Clone, Copy)]
-pub enum Op<'a> {
-    /// The team's computers: those whose id starts with this prefix.
-    List {
-        prefix: &'a str,
-    },
-    Create {
-        xid: &'a str,
-        temporary: bool,
-    },
-    Exec {
-        xid: &'a str,
-        body: &'a ExecBody,
-    },
-    Restart {
-        xid: &'a str,
-    },
-    FactoryReset {
-        xid: &'a str,
-    },
-    Delete {
-        xid: &'a str,
-    },
-}
-
 impl<C: CloudComputers> Cloud<C> {
     pub fn new(computers: C) -> Self {
         Self {
@@ -238,85 +216,96 @@ impl<C: CloudComputers> Cloud<C> {
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Does one operation; the answer has the executor API's shape, the error is a message
-    /// for the caller.
-    pub async fn op(&self, op: Op<'_>) -> Result<Value, String> {
-        self.op_inner(op).await.map_err(|e| e.to_string())
-    }
-
-    async fn op_inner(&self, op: Op<'_>) -> Result<Value, ComputersError> {
+    /// Does `op` for `team` on keys of the team's id space ([`shared::teams`]); answers
+    /// name computers by the caller's ids.
+    async fn run(&self, team: &str, op: Op) -> Result<Value, ComputersError> {
         let c = &self.computers;
         c.prepare().await?;
+        let key = |id: &str| teams::key(Some(team), id);
         match op {
-            Op::List { prefix } => {
-                let list = c.list(prefix).await?;
-                let items: Vec<ComputerInfo> = list.iter().map(|c| self.info(c)).collect();
+            Op::List => {
+                let list = c.list(&teams::prefix(team)).await?;
+                let items: Vec<ComputerInfo> = list
+                    .iter()
+                    .filter_map(|r| Some(self.info(teams::id_of(Some(team), &r.computer_id)?, r)))
+                    .collect();
                 Ok(inventory(&items))
             }
-            Op::Create { xid, temporary } => {
-                let made = match c.find(xid).await? {
+            Op::Create {
+                computer_id,
+                temporary,
+            } => {
+                let k = key(&computer_id);
+                let made = match c.find(&k).await? {
                     Some(found) => found,
-                    None => c.create(xid, temporary).await?,
+                    None => c.create(&k, temporary).await?,
                 };
-                self.ready().insert(xid.to_owned());
-                Ok(created(&made))
+                self.ready().insert(k);
+                Ok(created(&computer_id, &made))
             }
-            Op::Exec { xid, body } => {
-                let temporary = self.ensure(xid, body.temporary.unwrap_or(true)).await?;
-                let out = c.exec(xid, &provider_exec(body)).await;
+            Op::Exec(req) => {
+                let id = req.computer_id.clone().unwrap_or_default();
+                let k = key(&id);
+                let temporary = self.ensure(&k, req.temporary.unwrap_or(true)).await?;
+                let out = c.exec(&k, &provider_exec(&req)).await;
                 if out.is_err() {
                     // Gone, stopped, paused…: look again before the next command.
-                    self.ready().remove(xid);
+                    self.ready().remove(&k);
                 }
-                Ok(exec_structured(xid, temporary, out?))
+                Ok(exec_structured(&id, temporary, out?))
             }
-            Op::Restart { xid } => {
-                c.restart(xid).await?;
-                Ok(created(&self.get(xid).await?))
+            Op::Restart { computer_id } => {
+                let k = key(&computer_id);
+                self.get(&k, &computer_id).await?;
+                c.restart(&k).await?;
+                Ok(created(&computer_id, &self.get(&k, &computer_id).await?))
             }
-            Op::FactoryReset { xid } => {
-                let old = self.get(xid).await?;
-                self.ready().remove(xid);
-                let fresh = c.factory_reset(xid, old.temporary).await?;
-                self.ready().insert(xid.to_owned());
-                Ok(created(&fresh))
+            Op::FactoryReset { computer_id } => {
+                let k = key(&computer_id);
+                let old = self.get(&k, &computer_id).await?;
+                self.ready().remove(&k);
+                let fresh = c.factory_reset(&k, old.temporary).await?;
+                self.ready().insert(k);
+                Ok(created(&computer_id, &fresh))
             }
-            Op::Delete { xid } => {
-                self.get(xid).await?;
-                self.ready().remove(xid);
-                c.remove(xid).await?;
-                Ok(json!({"ok": true, "computer_id": xid, "deleted": true}))
+            Op::Delete { computer_id } => {
+                let k = key(&computer_id);
+                self.get(&k, &computer_id).await?;
+                self.ready().remove(&k);
+                c.remove(&k).await?;
+                Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
             }
         }
     }
 
-    /// Makes sure `xid` exists and runs (creating it on first use); its temporary flag.
-    async fn ensure(&self, xid: &str, temporary: bool) -> Result<bool, ComputersError> {
-        if self.ready().contains(xid) {
+    /// Makes sure `key` exists and runs (creating it on first use); its temporary flag.
+    async fn ensure(&self, key: &str, temporary: bool) -> Result<bool, ComputersError> {
+        if self.ready().contains(key) {
             return Ok(temporary);
         }
-        let c = match self.computers.find(xid).await? {
-            None => self.computers.create(xid, temporary).await?,
+        let c = match self.computers.find(key).await? {
+            None => self.computers.create(key, temporary).await?,
             Some(c) if c.state != "running" => {
-                self.computers.start(xid).await?;
+                self.computers.start(key).await?;
                 c
             }
             Some(c) => c,
         };
-        self.ready().insert(xid.to_owned());
+        self.ready().insert(key.to_owned());
         Ok(c.temporary)
     }
 
-    async fn get(&self, xid: &str) -> Result<Computer, ComputersError> {
+    /// The computer with backend key `key`, or not found (named `id`, the caller's).
+    async fn get(&self, key: &str, id: &str) -> Result<Computer, ComputersError> {
         self.computers
-            .find(xid)
+            .find(key)
             .await?
-            .ok_or_else(|| ComputersError::NotFound(xid.to_owned()))
+            .ok_or_else(|| ComputersError::NotFound(id.to_owned()))
     }
 
-    fn info(&self, c: &Computer) -> ComputerInfo {
+    fn info(&self, id: &str, c: &Computer) -> ComputerInfo {
         ComputerInfo {
-            computer_id: c.computer_id.clone(),
+            computer_id: id.to_owned(),
             sandbox_id: c.provider_id.chars().take(12).collect(),
             backend: self.computers.kind().to_owned(),
             state: c.state.clone(),
@@ -328,33 +317,44 @@ impl<C: CloudComputers> Cloud<C> {
     }
 }
 
-/// The answer to create, restart and factory reset.
-fn created(c: &Computer) -> Value {
-    let sandbox_id: String = c.provider_id.chars().take(12).collect();
-    json!({"ok": true, "computer_id": c.computer_id, "sandbox_id": sandbox_id, "temporary": c.temporary})
+impl<C: CloudComputers> OpHandler for Cloud<C> {
+    async fn handle(&self, team: &str, op: Op) -> Result<Value, ApiError> {
+        self.run(team, op).await.map_err(|e| {
+            let code = match e {
+                ComputersError::NotFound(_) => ErrorCode::NotFound,
+                ComputersError::Fly(_) | ComputersError::E2b(_) => ErrorCode::Engine,
+            };
+            ApiError::new(code, e.to_string())
+        })
+    }
 }
 
-/// The command of an exec body (validated by the tool host already).
-pub fn provider_exec(body: &ExecBody) -> ProviderExec {
-    let program = match (&body.command, &body.args) {
-        (Some(command), _) => Program::Shell {
+/// The answer to create, restart and factory reset.
+fn created(id: &str, c: &Computer) -> Value {
+    let sandbox_id: String = c.provider_id.chars().take(12).collect();
+    json!({"ok": true, "computer_id": id, "sandbox_id": sandbox_id, "temporary": c.temporary})
+}
+
+/// The provider command of a validated exec request.
+pub fn provider_exec(req: &ExecRequest) -> ProviderExec {
+    let program = match &req.program {
+        ValidProgram::Shell(command) => Program::Shell {
             shell: None,
             command,
         },
-        (None, Some(args)) => Program::Argv(args),
-        (None, None) => Program::Argv(&[]),
+        ValidProgram::Argv(args) => Program::Argv(args),
     };
     let mut nonce = [0u8; 8];
     // A collision only matters for two commands started in the same millisecond on one
-    // machine; the clock-free fallback is the body's hash.
+    // machine; the clock-free fallback is the request's hash.
     if getrandom_fill(&mut nonce).is_err() {
-        nonce = fnv(format!("{body:?}").as_bytes()).to_le_bytes();
+        nonce = fnv(format!("{req:?}").as_bytes()).to_le_bytes();
     }
     ProviderExec {
-        argv: program_argv(body.working_directory.as_deref(), program),
-        stdin: body.stdin.clone(),
-        timeout_ms: body
-            .timeout
+        argv: program_argv(req.working_directory.as_deref(), program),
+        stdin: req.stdin.clone(),
+        timeout_ms: req
+            .timeout_secs
             .unwrap_or(DEFAULT_TIMEOUT_SECS)
             .saturating_mul(1000),
         output_limit: OUTPUT_LIMIT,
@@ -467,24 +467,29 @@ mod tests {
         );
     }
 
+    fn request(program: ValidProgram) -> ExecRequest {
+        ExecRequest {
+            program,
+            stdin: None,
+            working_directory: None,
+            timeout_secs: None,
+            computer_id: Some("box".into()),
+            temporary: None,
+        }
+    }
+
     #[test]
-    fn exec_bodies_become_provider_commands() {
-        let body = ExecBody {
-            args: Some(vec!["ls".into(), "-l".into()]),
-            working_directory: Some("/tmp".into()),
-            timeout: Some(5),
-            stdin: Some("x".into()),
-            ..Default::default()
-        };
-        let ex = provider_exec(&body);
+    fn exec_requests_become_provider_commands() {
+        let mut req = request(ValidProgram::Argv(vec!["ls".into(), "-l".into()]));
+        req.working_directory = Some("/tmp".into());
+        req.timeout_secs = Some(5);
+        req.stdin = Some("x".into());
+        let ex = provider_exec(&req);
         assert_eq!(&ex.argv[ex.argv.len() - 2..], &["ls", "-l"]);
         assert!(ex.argv.contains(&"/tmp".to_owned()));
         assert_eq!(ex.timeout_ms, 5000);
         assert_eq!(ex.stdin.as_deref(), Some("x"));
-        let ex = provider_exec(&ExecBody {
-            command: Some("echo hi".into()),
-            ..Default::default()
-        });
+        let ex = provider_exec(&request(ValidProgram::Shell("echo hi".into())));
         assert_eq!(ex.timeout_ms, DEFAULT_TIMEOUT_SECS * 1000);
         assert_eq!(ex.argv.last().map(String::as_str), Some("echo hi"));
     }

@@ -10,24 +10,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared::CallToolResult;
 use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
-use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ExecBody};
+use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ErrorCode};
 use shared::ids::slug_from_random;
+use shared::lifecycle::{Existing, check_attach, visible_to};
 use shared::mcp::{
     CallContext, Dispatcher, Era, Incoming, ServerConfig, ToolHost, check_modern_meta, codes,
     error_response, negotiate, parse_message, success_response,
 };
+use shared::op::{Op, OpHandler};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::{operation_error, structured_result};
 use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
-use shared::validate::{Program, ToolCall};
+use shared::validate::ToolCall;
 use worker::{
     Context, Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response,
     Result, SqlStorageValue, State, durable_object, event,
 };
 
 use crate::auth::{Auth, Caller, Settings};
-use crate::cloud::{self, Cloud, Op};
-use crate::{exec_token, names};
+use crate::cloud::{self, Cloud};
+use crate::error::GatewayError;
+use crate::exec_token;
 use shared::providers::computers::e2b::E2bComputers;
 use shared::providers::computers::fly::FlyComputers;
 
@@ -150,7 +153,7 @@ impl Gateway {
     }
 
     /// Why `place` cannot take computers now (a provider without valid configuration).
-    fn unusable(&self, place: &str) -> Option<String> {
+    fn unusable(&self, place: &str) -> Option<GatewayError> {
         match place {
             cloud::FLY => slot(&self.fly, place).err(),
             cloud::E2B => slot(&self.e2b, place).err(),
@@ -159,98 +162,101 @@ impl Gateway {
     }
 
     /// Does one operation where `place` says: on a provider directly, or through the
-    /// executor API of the executor of that name.
-    async fn op(&self, place: &str, team: &str, op: Op<'_>) -> std::result::Result<Value, String> {
-        match place {
-            cloud::FLY => return slot(&self.fly, place)?.op(op).await,
-            cloud::E2B => return slot(&self.e2b, place)?.op(op).await,
-            _ => {}
-        }
-        let (method, path, body) = match op {
-            Op::List { .. } => (Method::Get, "/computers".to_owned(), None),
-            Op::Create { xid, temporary } => (
-                Method::Post,
-                "/computers".to_owned(),
-                Some(json!({"computer_id": xid, "temporary": temporary})),
-            ),
-            Op::Exec { xid, body } => (
-                Method::Post,
-                format!("/computers/{xid}/exec"),
-                Some(serde_json::to_value(body).map_err(|e| e.to_string())?),
-            ),
-            Op::Restart { xid } => (Method::Post, format!("/computers/{xid}/restart"), None),
-            Op::FactoryReset { xid } => (
-                Method::Post,
-                format!("/computers/{xid}/factory-reset"),
-                None,
-            ),
-            Op::Delete { xid } => (Method::Delete, format!("/computers/{xid}"), None),
+    /// executor API of the executor of that name. Failures keep their codes.
+    async fn op(
+        &self,
+        place: &str,
+        team: &str,
+        op: Op,
+    ) -> std::result::Result<Value, GatewayError> {
+        let answer = match place {
+            cloud::FLY => slot(&self.fly, place)?.handle(team, op).await,
+            cloud::E2B => slot(&self.e2b, place)?.handle(team, op).await,
+            _ => return self.call(place, team, &op).await,
         };
-        self.call(place, team, method, &path, body.as_ref()).await
+        answer.map_err(GatewayError::Api)
     }
 
-    /// Calls an executor for `team`: the success body, or the executor's message.
+    /// Sends `op` to an executor for `team`: the success body, or the executor's error.
     async fn call(
         &self,
         executor: &str,
         team: &str,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> std::result::Result<Value, String> {
-        let ex = self
-            .executor(executor)
-            .ok_or_else(|| format!("executor {executor:?} is not configured on this gateway"))?;
+        op: &Op,
+    ) -> std::result::Result<Value, GatewayError> {
+        let ex = self.executor(executor).ok_or_else(|| {
+            GatewayError::Config(format!(
+                "executor {executor:?} is not configured on this gateway"
+            ))
+        })?;
         let token = exec_token::token(
             &self.executor_secret,
             &self.executor_audience,
             team,
             now_ms() / 1000,
-        )?;
+        )
+        .map_err(GatewayError::Config)?;
+        let request = op.encode();
+        let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
         let headers = Headers::new();
-        let set = |k: &str, v: &str| headers.set(k, v).map_err(|e| e.to_string());
-        set("content-type", "application/json")?;
-        set("authorization", &format!("Bearer {token}"))?;
+        headers
+            .set("content-type", "application/json")
+            .map_err(transport)?;
+        headers
+            .set("authorization", &format!("Bearer {token}"))
+            .map_err(transport)?;
         let mut init = RequestInit::new();
-        init.with_method(method).with_headers(headers);
-        if let Some(b) = body {
+        init.with_method(Method::from(request.method.to_owned()))
+            .with_headers(headers);
+        if let Some(b) = &request.body {
             init.with_body(Some(b.to_string().into()));
         }
         let url = format!(
-            "{}{}{path}",
+            "{}{}{}",
             ex.url.trim_end_matches('/'),
-            shared::executor_api::PREFIX
+            shared::executor_api::PREFIX,
+            request.path
         );
-        let req = Request::new_with_init(&url, &init).map_err(|e| e.to_string())?;
-        let mut resp = Fetch::Request(req)
-            .send()
-            .await
-            .map_err(|e| format!("executor {executor:?} unreachable: {e}"))?;
+        let req = Request::new_with_init(&url, &init).map_err(transport)?;
+        let mut resp = Fetch::Request(req).send().await.map_err(|e| {
+            GatewayError::Api(ApiError::new(
+                ErrorCode::Engine,
+                format!("executor {executor:?} unreachable: {e}"),
+            ))
+        })?;
         let status = resp.status_code();
-        let text = resp.text().await.map_err(|e| e.to_string())?;
+        let text = resp.text().await.map_err(transport)?;
         if status == 200 {
-            return serde_json::from_str(&text).map_err(|e| format!("executor answer: {e}"));
+            return serde_json::from_str(&text)
+                .map_err(|e| GatewayError::Transport(format!("executor answer: {e}")));
         }
-        Err(match serde_json::from_str::<ApiError>(&text) {
-            Ok(e) => e.error.message,
-            Err(_) => format!("executor {executor:?} answered {status}"),
-        })
+        Err(GatewayError::Api(
+            serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| {
+                ApiError::new(
+                    ErrorCode::Engine,
+                    format!("executor {executor:?} answered {status}"),
+                )
+            }),
+        ))
     }
 }
 
 /// The provider of a slot, or what to set to configure it.
-fn slot<'a, C>(s: &'a CloudSlot<C>, place: &str) -> std::result::Result<&'a Cloud<C>, String> {
+fn slot<'a, C>(
+    s: &'a CloudSlot<C>,
+    place: &str,
+) -> std::result::Result<&'a Cloud<C>, GatewayError> {
     match s {
         Ok(Some(c)) => Ok(c),
-        Ok(None) => Err(format!(
+        Ok(None) => Err(GatewayError::Config(format!(
             "{place} is not configured on this gateway ({} as Worker secrets/vars)",
             if place == cloud::FLY {
                 "set FLY_API_TOKEN and FLY_APP_NAME"
             } else {
                 "set E2B_API_KEY"
             }
-        )),
-        Err(e) => Err(e.clone()),
+        ))),
+        Err(e) => Err(GatewayError::Config(e.clone())),
     }
 }
 
@@ -380,11 +386,12 @@ async fn team_call(
     team: &str,
     path: &str,
     body: &Value,
-) -> std::result::Result<Value, String> {
+) -> std::result::Result<Value, GatewayError> {
+    let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
     let stub = env
         .durable_object(TEAM_BINDING)
         .and_then(|ns| ns.id_from_name(team)?.get_stub())
-        .map_err(|e| e.to_string())?;
+        .map_err(transport)?;
     // The object learns its team's name from every call (its id is a one-way hash of it).
     let mut body = body.clone();
     body["team"] = json!(team);
@@ -392,17 +399,17 @@ async fn team_call(
     init.with_method(Method::Post)
         .with_body(Some(body.to_string().into()));
     let req = Request::new_with_init(&format!("https://team.internal{path}"), &init)
-        .map_err(|e| e.to_string())?;
-    let mut resp = stub
-        .fetch_with_request(req)
-        .await
-        .map_err(|e| e.to_string())?;
+        .map_err(transport)?;
+    let mut resp = stub.fetch_with_request(req).await.map_err(transport)?;
     let status = resp.status_code();
-    let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+    let v: Value = resp.json().await.map_err(transport)?;
     if status == 200 {
         Ok(v)
     } else {
-        Err(v["error"].as_str().unwrap_or("inventory error").to_owned())
+        Err(GatewayError::Inventory {
+            status,
+            message: v["error"].as_str().unwrap_or("inventory error").to_owned(),
+        })
     }
 }
 
@@ -426,34 +433,20 @@ struct Record {
     temporary: bool,
 }
 
-fn rewrite_id(mut v: Value, local: &str) -> Value {
-    if v.get("computer_id").is_some() {
-        v["computer_id"] = json!(local);
-    }
-    v
+fn record_of(v: Value) -> std::result::Result<Record, GatewayError> {
+    serde_json::from_value(v).map_err(|e| GatewayError::Transport(format!("inventory record: {e}")))
 }
 
 impl Host {
-    fn check_id(id: &str) -> std::result::Result<(), String> {
-        if id.len() > names::MAX_ID {
-            return Err(format!(
-                "computer_id {id:?} is too long for the gateway: at most {} characters",
-                names::MAX_ID
-            ));
-        }
-        Ok(())
-    }
-
     /// Claims `id` for this caller (creating the record if new): where it lives.
     async fn claim(
         &self,
         id: &str,
         temporary: Option<bool>,
-    ) -> std::result::Result<Record, String> {
-        Self::check_id(id)?;
+    ) -> std::result::Result<Record, GatewayError> {
         // New computers go where PLACEMENT says; a computer then stays where it was made
         // (its record names the executor or provider).
-        let executor = self.gw.placement.clone()?;
+        let executor = self.gw.placement.clone().map_err(GatewayError::Config)?;
         // A provider without (valid) credentials: say so before recording anything.
         if let Some(e) = self.gw.unusable(&executor) {
             return Err(e);
@@ -465,10 +458,10 @@ impl Host {
             &json!({"id": id, "temporary": temporary, "owner": self.owner, "executor": executor}),
         )
         .await?;
-        serde_json::from_value(v).map_err(|e| e.to_string())
+        record_of(v)
     }
 
-    async fn visible(&self, id: &str) -> std::result::Result<Record, String> {
+    async fn visible(&self, id: &str) -> std::result::Result<Record, GatewayError> {
         let v = team_call(
             &self.env,
             &self.caller.team,
@@ -476,41 +469,37 @@ impl Host {
             &json!({"id": id, "owner": self.owner}),
         )
         .await?;
-        serde_json::from_value(v).map_err(|e| e.to_string())
+        record_of(v)
     }
 
-    fn xid(&self, id: &str) -> String {
-        names::to_executor(&self.caller.team, id)
-    }
-
-    /// Restart or factory reset, where the computer lives.
-    async fn on_computer(&self, id: &str, reset: bool) -> std::result::Result<Value, String> {
-        let rec = self.visible(id).await?;
-        let xid = self.xid(id);
-        let op = if reset {
-            Op::FactoryReset { xid: &xid }
-        } else {
-            Op::Restart { xid: &xid }
-        };
+    /// Restart, factory reset or delete, where the computer lives.
+    async fn on_computer(&self, op: Op) -> std::result::Result<(Record, Value), GatewayError> {
+        let id = op.computer_id().unwrap_or_default().to_owned();
+        let rec = self.visible(&id).await?;
         let v = self.gw.op(&rec.executor, &self.caller.team, op).await?;
-        Ok(rewrite_id(v, id))
+        Ok((rec, v))
     }
 
-    async fn run(&self, call: ToolCall) -> std::result::Result<Value, String> {
+    fn manage(&self) -> std::result::Result<(), GatewayError> {
+        if self.caller.can_manage {
+            Ok(())
+        } else {
+            Err(GatewayError::Scope {
+                action: "manage computers",
+                scope: "manage",
+            })
+        }
+    }
+
+    async fn run(&self, call: ToolCall) -> std::result::Result<Value, GatewayError> {
         let team = self.caller.team.clone();
-        let manage = || {
-            if self.caller.can_manage {
-                Ok(())
-            } else {
-                Err("this token may not manage computers (it lacks the `manage` scope)".to_owned())
-            }
-        };
         match call {
             ToolCall::Exec(req) => {
                 if !self.caller.can_exec {
-                    return Err(
-                        "this token may not run commands (it lacks the `exec` scope)".into(),
-                    );
+                    return Err(GatewayError::Scope {
+                        action: "run commands",
+                        scope: "exec",
+                    });
                 }
                 let id = match (&req.computer_id, self.default.borrow().clone()) {
                     (Some(id), _) => id.clone(),
@@ -537,57 +526,31 @@ impl Host {
                         .await?;
                     }
                 }
-                let (command, args) = match &req.program {
-                    Program::Shell(c) => (Some(c.clone()), None),
-                    Program::Argv(a) => (None, Some(a.clone())),
-                };
-                let body = ExecBody {
-                    command,
-                    args,
-                    stdin: req.stdin.clone(),
-                    working_directory: req.working_directory.clone(),
-                    timeout: req.timeout_secs,
-                    temporary: Some(rec.temporary),
-                };
-                let xid = self.xid(&id);
-                let v = self
-                    .gw
-                    .op(
-                        &rec.executor,
-                        &team,
-                        Op::Exec {
-                            xid: &xid,
-                            body: &body,
-                        },
-                    )
-                    .await?;
+                let mut req = req;
+                req.temporary = Some(rec.temporary);
+                let v = self.gw.op(&rec.executor, &team, Op::exec(&id, req)).await?;
                 // Last use, at most every idle/4 per isolate: the warm path skips the DO.
                 if touch_due(&team, &id, self.gw.idle_ms / 4) {
                     let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
                 }
-                Ok(rewrite_id(v, &id))
+                Ok(v)
             }
             ToolCall::List | ToolCall::Dashboard => {
                 let v = team_call(&self.env, &team, "/list", &json!({"owner": self.owner})).await?;
-                let records: Vec<Record> =
-                    serde_json::from_value(v["computers"].clone()).map_err(|e| e.to_string())?;
+                let records: Vec<Record> = serde_json::from_value(v["computers"].clone())
+                    .map_err(|e| GatewayError::Transport(format!("inventory list: {e}")))?;
+                let mut places: Vec<String> = records.iter().map(|r| r.executor.clone()).collect();
+                places.sort();
+                places.dedup();
                 let mut items = Vec::new();
-                let mut executors: Vec<String> =
-                    records.iter().map(|r| r.executor.clone()).collect();
-                executors.sort();
-                executors.dedup();
-                let prefix = names::prefix(&team);
-                for ex in executors {
-                    let listed = self.gw.op(&ex, &team, Op::List { prefix: &prefix }).await?;
+                for place in places {
+                    let listed = self.gw.op(&place, &team, Op::List).await?;
                     for item in listed["computers"].as_array().cloned().unwrap_or_default() {
-                        let Some(local) = item["computer_id"]
-                            .as_str()
-                            .and_then(|x| names::from_executor(&team, x))
-                        else {
-                            continue;
-                        };
-                        if records.iter().any(|r| r.id == local && r.executor == ex) {
-                            items.push(rewrite_id(item, &local));
+                        let id = item["computer_id"].as_str().unwrap_or_default();
+                        // The place shows the team's computers; the DO says which of them
+                        // this caller may see (its own temporaries, every permanent one).
+                        if records.iter().any(|r| r.id == id && r.executor == place) {
+                            items.push(item);
                         }
                     }
                 }
@@ -599,43 +562,42 @@ impl Host {
                 computer_id,
                 temporary,
             } => {
-                manage()?;
+                self.manage()?;
                 let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
                 let rec = self.claim(&id, temporary).await?;
-                let xid = self.xid(&id);
                 let op = Op::Create {
-                    xid: &xid,
+                    computer_id: id,
                     temporary: rec.temporary,
                 };
-                let v = self.gw.op(&rec.executor, &team, op).await?;
-                Ok(rewrite_id(v, &id))
+                self.gw.op(&rec.executor, &team, op).await
             }
             ToolCall::Restart { computer_id } => {
-                manage()?;
-                self.on_computer(&computer_id, false).await
+                self.manage()?;
+                Ok(self.on_computer(Op::Restart { computer_id }).await?.1)
             }
             ToolCall::FactoryReset { computer_id } => {
-                manage()?;
-                self.on_computer(&computer_id, true).await
+                self.manage()?;
+                Ok(self.on_computer(Op::FactoryReset { computer_id }).await?.1)
             }
             ToolCall::Delete { computer_id } => {
-                manage()?;
-                let rec = self.visible(&computer_id).await?;
-                let xid = self.xid(&computer_id);
-                let v = self
-                    .gw
-                    .op(&rec.executor, &team, Op::Delete { xid: &xid })
-                    .await;
-                // Gone at the executor already: forget it all the same.
-                let gone = matches!(&v, Err(m) if m.contains("does not exist"));
-                let v = if gone {
-                    json!({"ok": true, "computer_id": computer_id, "deleted": true})
-                } else {
-                    v?
+                self.manage()?;
+                let id = computer_id.clone();
+                let v = match self.on_computer(Op::Delete { computer_id }).await {
+                    Ok((_, v)) => v,
+                    // Gone at its place already (the DO still had it): forget it all the same.
+                    Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => {
+                        json!({"ok": true, "computer_id": id, "deleted": true})
+                    }
+                    Err(e) => return Err(e),
                 };
-                team_call(&self.env, &team, "/forget", &json!({"id": computer_id})).await?;
-                forget_cached(&team, &computer_id);
-                Ok(rewrite_id(v, &computer_id))
+                // The DO forgets it and clears every session default naming it, so the next
+                // call without an id makes a new default (as on the local server).
+                team_call(&self.env, &team, "/forget", &json!({"id": id})).await?;
+                forget_cached(&team, &id);
+                if self.default.borrow().as_deref() == Some(id.as_str()) {
+                    *self.default.borrow_mut() = None;
+                }
+                Ok(v)
             }
         }
     }
@@ -645,7 +607,7 @@ impl ToolHost for Host {
     async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
         match self.run(call).await {
             Ok(v) => structured_result(v),
-            Err(message) => operation_error(&message),
+            Err(e) => operation_error(&e.to_string()),
         }
     }
 }
@@ -846,7 +808,7 @@ async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Respons
         Ok(_) => Ok(Response::empty()?.with_status(204)),
         Err(e) => json_response(
             404,
-            &error_response(Value::Null, codes::INVALID_REQUEST, &e, None),
+            &error_response(Value::Null, codes::INVALID_REQUEST, &e.to_string(), None),
         ),
     }
 }
@@ -888,7 +850,7 @@ async fn mcp_post(
         {
             return json_response(
                 500,
-                &error_response(id.clone(), codes::INTERNAL_ERROR, &e, None),
+                &error_response(id.clone(), codes::INTERNAL_ERROR, &e.to_string(), None),
             );
         }
         let r = json_response(
@@ -1059,14 +1021,20 @@ impl Team {
         json!({"id": r.id, "executor": r.executor, "temporary": r.temporary != 0})
     }
 
-    fn visible(r: &Row, owner: &str) -> bool {
-        r.temporary == 0 || r.owner.as_deref() == Some(owner)
+    fn existing(r: &Row) -> Existing<'_> {
+        Existing {
+            computer_id: &r.id,
+            temporary: r.temporary != 0,
+            owner: r.owner.as_deref(),
+        }
     }
 
     async fn remove_at_executor(&self, team: &str, r: &Row) {
         let gw = gateway(&self.env);
-        let xid = names::to_executor(team, &r.id);
-        let _ = gw.op(&r.executor, team, Op::Delete { xid: &xid }).await;
+        let op = Op::Delete {
+            computer_id: r.id.clone(),
+        };
+        let _ = gw.op(&r.executor, team, op).await;
     }
 }
 
@@ -1105,30 +1073,11 @@ impl DurableObject for Team {
                 let (id, owner, executor) = (s("id"), s("owner"), s("executor"));
                 let requested = b["temporary"].as_bool();
                 if let Some(r) = self.row(&id)? {
-                    if r.temporary != 0 && r.owner.as_deref() != Some(owner.as_str()) {
-                        return bad(
-                            409,
-                            &format!(
-                                "computer_id {id:?} is taken by a temporary computer of another session; choose another computer_id (temporary computers are private to the session that made them)"
-                            ),
-                        );
-                    }
-                    if let Some(t) = requested
-                        && t != (r.temporary != 0)
-                    {
-                        let actual = if r.temporary != 0 {
-                            "temporary"
-                        } else {
-                            "permanent (temporary=false)"
-                        };
-                        return bad(
-                            409,
-                            &format!(
-                                "computer {id:?} exists and is {actual}; you asked for temporary={t}. Omit `temporary` to attach to it, or choose another computer_id"
-                            ),
-                        );
-                    }
-                    return json_response(200, &Self::record(&r));
+                    // The same policy as the local server, in the same words.
+                    return match check_attach(&Self::existing(&r), requested, &owner) {
+                        Ok(()) => json_response(200, &Self::record(&r)),
+                        Err(e) => bad(409, &e.to_string()),
+                    };
                 }
                 let temporary = requested.unwrap_or(true);
                 self.sql(
@@ -1150,7 +1099,9 @@ impl DurableObject for Team {
                 )
             }
             "/get" => match self.row(&s("id"))? {
-                Some(r) if Self::visible(&r, &s("owner")) => json_response(200, &Self::record(&r)),
+                Some(r) if visible_to(&Self::existing(&r), &s("owner")) => {
+                    json_response(200, &Self::record(&r))
+                }
                 _ => bad(
                     404,
                     &format!(
@@ -1161,6 +1112,10 @@ impl DurableObject for Team {
             },
             "/forget" => {
                 self.sql("DELETE FROM computers WHERE id = ?", vec![s("id").into()])?;
+                self.sql(
+                    "UPDATE sessions SET default_id = NULL WHERE default_id = ?",
+                    vec![s("id").into()],
+                )?;
                 json_response(200, &json!({"ok": true}))
             }
             "/touch" => {
@@ -1180,7 +1135,7 @@ impl DurableObject for Team {
                 let owner = s("owner");
                 let items: Vec<Value> = rows
                     .iter()
-                    .filter(|r| Self::visible(r, &owner))
+                    .filter(|r| visible_to(&Self::existing(r), &owner))
                     .map(Self::record)
                     .collect();
                 json_response(200, &json!({"computers": items}))

@@ -5,17 +5,19 @@
 //! | --- | --- | --- | --- |
 //! | GET | `/v1/health` | – | [`Health`] (no auth) |
 //! | GET | `/v1/computers` | – | `{"computers": [item…], "count": n}` (the team's view) |
-//! | POST | `/v1/computers` | [`CreateBody`] | `{"ok", "computer_id", "sandbox_id", "temporary"}` |
-//! | POST | `/v1/computers/{id}/exec` | [`ExecBody`] | the exec result of SPEC §3.5 |
+//! | POST | `/v1/computers` | `{"computer_id", "temporary"}` | `{"ok", "computer_id", "sandbox_id", "temporary"}` |
+//! | POST | `/v1/computers/{id}/exec` | the exec tool's arguments without `computer_id` | the exec result of SPEC §3.5 |
 //! | POST | `/v1/computers/{id}/restart` | – | as create |
 //! | POST | `/v1/computers/{id}/factory-reset` | – | as create |
 //! | DELETE | `/v1/computers/{id}` | – | `{"ok", "computer_id", "deleted": true}` |
 //!
+//! Requests are [`crate::op::Op`]s ([`crate::op::Op::encode`], [`crate::op::Op::decode`]);
+//! ids in paths are the caller's, and the executor keeps each team in its own id space.
 //! Success bodies are exactly the `structuredContent` the local server returns for the same
 //! tool, so the gateway can hand them on unchanged. Every failure is an HTTP status with an
 //! [`ApiError`] body whose `code` is stable. Requests carry `Authorization: Bearer <JWT>`
-//! signed by the gateway ([`Claims`], HS256, short-lived); `sub` is the team, and a team's
-//! temporary computers are its own on the executor too.
+//! signed by the gateway ([`Claims`], HS256, short-lived); `sub` is the team: a team
+//! reaches only its own computers on the executor, permanent ones included.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,44 +30,33 @@ pub const GATEWAY_ISSUER: &str = "mcp-sandbox-gateway";
 /// Longest token lifetime (`exp - iat`) an executor accepts, in seconds.
 pub const MAX_TOKEN_LIFETIME_SECS: u64 = 600;
 
-/// `POST /v1/computers`: create the computer, or attach to it if it exists.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateBody {
-    pub computer_id: String,
-    #[serde(default = "yes")]
-    pub temporary: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// `POST /v1/computers/{id}/exec`: the exec tool's arguments without `computer_id` (it is
-/// in the path); validated by the same rules as the tool (`shared::validate`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecBody {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub working_directory: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temporary: Option<bool>,
-}
-
-/// `GET /v1/health`.
+/// `GET /v1/health`: what this executor serves and how busy it is (placement reads it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
     pub status: String,
     pub version: String,
+    /// The backends it runs computers on (`docker`, `wasm`, `modal`, …).
     pub backends: Vec<String>,
+    #[serde(default)]
+    pub capacity: Capacity,
+    #[serde(default)]
+    pub load: Load,
+}
+
+/// What an executor could take.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// CPUs of the executor's host (0: unknown).
+    pub cpus: u64,
+}
+
+/// What an executor is doing now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Load {
+    /// Computers this executor tracks (attached or created since it started).
+    pub computers: u64,
+    /// Commands running now.
+    pub execs: u64,
 }
 
 /// Stable error codes; each has one HTTP status.
@@ -122,6 +113,14 @@ impl ApiError {
     }
 }
 
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
 /// The claims of a gateway → executor token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claims {
@@ -140,12 +139,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bodies_round_trip_and_refuse_unknown_fields() {
-        let c: CreateBody = serde_json::from_str(r#"{"computer_id":"a"}"#).unwrap();
-        assert!(c.temporary);
-        assert!(serde_json::from_str::<CreateBody>(r#"{"computer_id":"a","x":1}"#).is_err());
-        let e: ExecBody = serde_json::from_str(r#"{"command":"ls"}"#).unwrap();
-        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"command":"ls"}"#);
+    fn error_bodies_have_stable_codes() {
         let err = ApiError::new(ErrorCode::NotFound, "no");
         assert_eq!(
             serde_json::to_value(&err).unwrap(),

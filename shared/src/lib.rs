@@ -14,8 +14,10 @@ pub mod ids;
 pub mod lifecycle;
 pub mod maybe_send;
 pub mod mcp;
+pub mod op;
 pub mod providers;
 pub mod result;
+pub mod teams;
 pub mod transport;
 pub mod validate;
 

@@ -22,6 +22,19 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// The token of an `Authorization` header value `Bearer <token>`. The scheme is matched
+/// case-insensitively (RFC 7235 §2.1: `bearer`, `BEARER`), spaces around the token are
+/// ignored; anything else (another scheme, no token) is `None`.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let header = header.trim_start();
+    let (scheme, rest) = header.split_once([' ', '\t'])?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = rest.trim();
+    (!token.is_empty() && !token.contains([' ', '\t'])).then_some(token)
+}
+
 /// Header values with non-ASCII content use the `=?base64?…?=` sentinel.
 pub fn decode_header_value(v: &str) -> String {
     use base64::Engine as _;
@@ -126,6 +139,25 @@ pub fn modern_status(response: &Value) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        for (header, want) in [
+            ("Bearer tok", Some("tok")),
+            ("bearer tok", Some("tok")),
+            ("BEARER tok", Some("tok")),
+            ("bEaReR   tok  ", Some("tok")),
+            ("Bearer\ttok", Some("tok")),
+            ("Bearer", None),
+            ("Bearer ", None),
+            ("Bearer a b", None),
+            ("Basic dXNlcjpwYXNz", None),
+            ("Bearertok", None),
+            ("", None),
+        ] {
+            assert_eq!(bearer_token(header), want, "{header:?}");
+        }
+    }
     use serde_json::json;
 
     #[test]

@@ -242,7 +242,8 @@ pub fn parse_tool_call(
     }
 }
 
-fn parse_exec(tool: &str, arguments: Option<&Value>) -> Result<ExecRequest, ValidationError> {
+/// Validates the arguments of the exec tool (named `tool` in messages).
+pub fn parse_exec(tool: &str, arguments: Option<&Value>) -> Result<ExecRequest, ValidationError> {
     let args = Args::new(arguments, EXEC_ARGS, tool)?;
     let command = args.string("command")?;
     let argv = match args.map.get("args") {

@@ -38,6 +38,8 @@ pub const LABEL_IMAGE: &str = "kilntainers.image";
 pub const LABEL_INSTANCE: &str = "mcp-sandbox.instance";
 /// The machine that server runs on (reaping only judges its own machine's instances).
 pub const LABEL_HOST: &str = "mcp-sandbox.host";
+/// The team of a computer an executor made for the gateway (absent on a local server's).
+pub const LABEL_TEAM: &str = "mcp-sandbox.team";
 
 /// PID 1's program: sleeps forever, exits at once on SIGTERM/SIGINT (so stop and restart
 /// never wait out a grace period, with or without `--init`).
@@ -184,6 +186,7 @@ fn record_from_labels(
             .unwrap_or_else(|| fallback_image.to_owned()),
         state,
         created_at,
+        team: labels.get(LABEL_TEAM).cloned(),
     })
 }
 
@@ -395,6 +398,7 @@ impl Docker {
         &self,
         computer_id: &str,
         temporary: bool,
+        team: Option<&str>,
         init: bool,
         supervisor_volume: Option<&str>,
     ) -> ContainerCreateBody {
@@ -407,6 +411,9 @@ impl Docker {
         labels.insert(LABEL_IMAGE.into(), self.cfg.image.clone());
         if supervised {
             labels.insert(supervised::LABEL_SUPERVISOR.into(), "1".into());
+        }
+        if let Some(team) = team {
+            labels.insert(LABEL_TEAM.into(), team.into());
         }
         if temporary {
             labels.insert(LABEL_INSTANCE.into(), self.instance.clone());
@@ -477,7 +484,12 @@ impl Docker {
         };
         ContainerCreateBody {
             image: Some(self.cfg.image.clone()),
-            hostname: Some(f.hostname.clone().unwrap_or_else(|| computer_id.to_owned())),
+            // The caller's id, never the team's key prefix.
+            hostname: Some(f.hostname.clone().unwrap_or_else(|| {
+                shared::teams::id_of(team, computer_id)
+                    .unwrap_or(computer_id)
+                    .to_owned()
+            })),
             labels: Some(labels),
             entrypoint: Some(if supervised {
                 vec![
@@ -500,10 +512,13 @@ impl Docker {
     }
 
     /// Creates and starts a computer. If another process created it first, returns theirs.
+    /// `team`: the gateway's team an executor makes it for (labelled; `computer_id` is then
+    /// its key, `shared::teams`).
     pub async fn create(
         &self,
         computer_id: &str,
         temporary: bool,
+        team: Option<&str>,
         progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
         self.ensure_image(progress).await?;
@@ -519,7 +534,7 @@ impl Docker {
         {
             match self.supervisor_volume(&binary).await {
                 Ok(volume) => match self
-                    .create_with(computer_id, temporary, progress, Some(&volume))
+                    .create_with(computer_id, temporary, team, progress, Some(&volume))
                     .await
                 {
                     Ok(r) => return Ok(r),
@@ -536,7 +551,7 @@ impl Docker {
                 }
             }
         }
-        self.create_with(computer_id, temporary, progress, None)
+        self.create_with(computer_id, temporary, team, progress, None)
             .await
     }
 
@@ -544,6 +559,7 @@ impl Docker {
         &self,
         computer_id: &str,
         temporary: bool,
+        team: Option<&str>,
         progress: &Progress,
         supervisor_volume: Option<&str>,
     ) -> Result<ContainerRecord, DockerError> {
@@ -559,7 +575,7 @@ impl Docker {
             .client
             .create_container(
                 Some(opts.clone()),
-                self.create_body(computer_id, temporary, init, supervisor_volume),
+                self.create_body(computer_id, temporary, team, init, supervisor_volume),
             )
             .await;
         if init
@@ -574,7 +590,7 @@ impl Docker {
                 .client
                 .create_container(
                     Some(opts),
-                    self.create_body(computer_id, temporary, false, supervisor_volume),
+                    self.create_body(computer_id, temporary, team, false, supervisor_volume),
                 )
                 .await;
         }
@@ -665,10 +681,11 @@ impl Docker {
         &self,
         computer_id: &str,
         temporary: bool,
+        team: Option<&str>,
         progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
         self.remove(computer_id).await?;
-        self.create(computer_id, temporary, progress).await
+        self.create(computer_id, temporary, team, progress).await
     }
 }
 

@@ -152,6 +152,7 @@ impl Modal {
             image: self.image.clone(),
             state: if s.running { "running" } else { "stopped" }.to_owned(),
             created_at: shared::history::rfc3339_utc((s.created_at.max(0.0) * 1000.0) as u64),
+            team: None,
         })
     }
 
@@ -219,6 +220,7 @@ impl Modal {
             image: self.image.clone(),
             state: "running".to_owned(),
             created_at: String::new(),
+            team: None,
         })
     }
 

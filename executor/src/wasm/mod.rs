@@ -175,6 +175,9 @@ struct Meta {
     host: Option<String>,
     image: String,
     created_at: String,
+    /// The gateway's team, on an executor (absent in older files and on local servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    team: Option<String>,
 }
 
 /// The program, loaded once (compiling it the first time on this machine).
@@ -298,6 +301,7 @@ impl Wasm {
             image: m.image,
             state: "running".into(),
             created_at: m.created_at,
+            team: m.team,
         }
     }
 
@@ -338,8 +342,14 @@ impl Wasm {
     }
 
     /// Creates computer `id`. If it appeared meanwhile, returns the existing one.
-    pub async fn create(&self, id: &str, temporary: bool) -> Result<ContainerRecord, WasmError> {
+    pub async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+    ) -> Result<ContainerRecord, WasmError> {
         let meta = Meta {
+            team: team.map(str::to_owned),
             computer_id: id.to_owned(),
             sandbox_id: format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
             temporary,
@@ -407,6 +417,7 @@ impl Wasm {
         let meta = Meta {
             computer_id: id.to_owned(),
             sandbox_id: format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
+            team: old.team,
             temporary: old.temporary,
             instance: old.instance,
             host: old.host,

@@ -361,9 +361,9 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         .pool_max_idle_per_host(512)
         .build()?;
     let id = "warm";
-    let xid = gateway::names::to_executor(team, id);
+    // The executor keeps the team's id space itself (the token's team): the same path.
     let through_pt = |http: reqwest::Client| {
-        let url = format!("{}/v1/computers/{xid}/exec", pt.base);
+        let url = format!("{}/v1/computers/{id}/exec", pt.base);
         let tok = exec_token.clone();
         async move {
             let r: serde_json::Value = http

@@ -72,6 +72,14 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
 
     let (s, h) = req(M::GET, format!("{v1}/health"), None, None).await?;
     assert_eq!((s, h["status"].as_str()), (200, Some("ok")));
+    // issue 13: the truth about what it serves and how busy it is.
+    assert_eq!(h["backends"], json!(["docker"]), "{h}");
+    assert!(h["capacity"]["cpus"].as_u64().unwrap() >= 1, "{h}");
+    assert_eq!(
+        (h["load"]["computers"].as_u64(), h["load"]["execs"].as_u64()),
+        (Some(0), Some(0)),
+        "{h}"
+    );
 
     // The auth attack set: every one refused with 401 and the stable code.
     let expired = Claims {
@@ -243,20 +251,6 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
             .iter()
             .any(|c| c["computer_id"] == id.as_str())
     );
-    let (s, r) = req(
-        M::POST,
-        format!("{v1}/computers/{id}/exec"),
-        Some(&b),
-        Some(json!({"command": "id"})),
-    )
-    .await?;
-    // Docker names are global on one executor, so the id is taken (the gateway namespaces
-    // ids per team); what matters is that nothing ran.
-    assert_eq!(
-        (s, r["error"]["code"].as_str()),
-        (409, Some("conflict")),
-        "{r}"
-    );
     let (s, _) = req(
         M::POST,
         format!("{v1}/computers/{id}/restart"),
@@ -267,6 +261,28 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
     assert_eq!(s, 404);
     let (s, _) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&b), None).await?;
     assert_eq!(s, 404);
+    // issue 13: each team has its own id space on the executor, so team b's `id` is a
+    // computer of its own (never team a's), whose hostname is the id it asked for.
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&a),
+        Some(json!({"command": "touch /tmp/team-a-was-here"})),
+    )
+    .await?;
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&b),
+        Some(json!({"command": "hostname; ls /tmp"})),
+    )
+    .await?;
+    assert_eq!(
+        (s, r["computer_id"].as_str(), r["stdout"].as_str()),
+        (200, Some(id.as_str()), Some(format!("{id}\n").as_str())),
+        "{r}"
+    );
     let (s, r) = req(
         M::POST,
         format!("{v1}/computers"),
@@ -274,7 +290,21 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
         Some(json!({"computer_id": id})),
     )
     .await?;
-    assert!(s == 404 || s == 409, "{s} {r}");
+    assert_eq!((s, &r["computer_id"]), (200, &json!(id)), "{r}");
+    let (s, r) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&b), None).await?;
+    assert_eq!((s, &r["deleted"]), (200, &json!(true)), "{r}");
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&a),
+        Some(json!({"args": ["ls", "/tmp/team-a-was-here"]})),
+    )
+    .await?;
+    assert_eq!(
+        (s, r["exit_code"].as_i64()),
+        (200, Some(0)),
+        "team a's computer was touched: {r}"
+    );
 
     // The other temporary value is a conflict, not a silent switch.
     let (s, r) = req(
@@ -336,5 +366,48 @@ async fn issue_6_executor_refuses_to_start_without_a_secret() -> anyhow::Result<
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("openssl rand -hex 32"));
     }
+    Ok(())
+}
+
+/// issue 13: a WASM executor says what it serves, and keeps each team's id space (the
+/// typed operations end to end on the daemon-less backend).
+#[tokio::test]
+async fn issue_13_wasm_executor_health_and_team_spaces() -> anyhow::Result<()> {
+    let t = tag("xwasm");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &wasm_opts(), SECRET).await?;
+    let v1 = format!("{}/v1", x.base);
+    use reqwest::Method as M;
+    let (s, h) = req(M::GET, format!("{v1}/health"), None, None).await?;
+    assert_eq!(s, 200, "{h}");
+    assert_eq!(h["backends"], json!(["go_busybox", "wasm"]), "{h}");
+    let (a, b) = (token("team-a"), token("team-b"));
+    let id = "x".repeat(63);
+    let exec_as = |tok: String, command: &'static str| {
+        let url = format!("{v1}/computers/{id}/exec");
+        async move {
+            req(
+                M::POST,
+                url,
+                Some(&tok),
+                Some(json!({"command": command, "temporary": false})),
+            )
+            .await
+        }
+    };
+    let (s, r) = exec_as(a.clone(), "echo a > /tmp/owner; cat /tmp/owner").await?;
+    assert_eq!((s, r["stdout"].as_str()), (200, Some("a\n")), "{r}");
+    assert_eq!(r["computer_id"], json!(id), "{r}");
+    let (s, r) = exec_as(b.clone(), "cat /tmp/owner 2>/dev/null || echo none").await?;
+    assert_eq!((s, r["stdout"].as_str()), (200, Some("none\n")), "{r}");
+    let (_, h) = req(M::GET, format!("{v1}/health"), None, None).await?;
+    assert_eq!(h["load"]["computers"], json!(2), "{h}");
+    for tok in [&a, &b] {
+        let (s, r) = req(M::GET, format!("{v1}/computers"), Some(tok), None).await?;
+        assert_eq!((s, r["count"].as_u64()), (200, Some(1)), "{r}");
+        assert_eq!(r["computers"][0]["computer_id"], json!(id), "{r}");
+        let (s, r) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(tok), None).await?;
+        assert_eq!((s, &r["deleted"]), (200, &json!(true)), "{r}");
+    }
+    assert!(x.terminate().await?.success());
     Ok(())
 }

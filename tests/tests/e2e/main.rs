@@ -6,6 +6,7 @@
 //! - `lifecycle`: temporary/permanent, defaults, ownership, lifecycle tools, restarts of the server
 //! - `cleanup`: temporaries go away on EOF, SIGTERM, SIGKILL of the server, HTTP session end and idleness
 //! - `http`: both protocol eras over Streamable HTTP, auth, Host/Origin checks, service routes
+//! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
@@ -30,6 +31,7 @@ mod image;
 mod images;
 mod lifecycle;
 mod modal;
+mod parity;
 mod podman;
 mod security;
 mod startup;

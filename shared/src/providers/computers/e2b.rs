@@ -90,6 +90,7 @@ impl<T: HttpTransport> E2bComputers<T> {
             image: s.template_id.clone(),
             state: s.state.clone(),
             created_at: s.started_at.clone().unwrap_or_default(),
+            team: None,
         })
     }
 
@@ -193,6 +194,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             image: sandbox.template_id,
             state: "running".into(),
             created_at: String::new(),
+            team: None,
         })
     }
 

@@ -137,6 +137,7 @@ impl<T: HttpTransport> FlyComputers<T> {
             image: m.image.clone().unwrap_or_default(),
             state: state.to_owned(),
             created_at: m.created_at.clone().unwrap_or_default(),
+            team: None,
         })
     }
 

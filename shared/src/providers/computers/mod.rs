@@ -63,6 +63,10 @@ pub struct Computer {
     pub state: String,
     /// RFC 3339, UTC (empty when unknown).
     pub created_at: String,
+    /// The team whose computer it is, when an executor made it for the gateway (Docker
+    /// labels, WASM metadata); `None` for a local server's computers, and on backends
+    /// that keep teams apart by the key alone ([`crate::teams`]).
+    pub team: Option<String>,
 }
 
 /// What to run, in a form every provider can take.

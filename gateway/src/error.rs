@@ -1,0 +1,82 @@
+//! The gateway's errors, and the one place they become tool results.
+//!
+//! An executor's or provider's failure keeps its stable [`ErrorCode`] end to end
+//! ([`GatewayError::Api`]), so the tool host decides on codes (a delete of a computer that
+//! is already gone), never on message text.
+
+use shared::executor_api::{ApiError, ErrorCode};
+
+/// Why a tool call at the edge failed. Messages are for the agent: they say what to do and
+/// never carry tokens or provider bodies.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayError {
+    /// An executor or a provider refused or failed the operation.
+    #[error("{0}")]
+    Api(ApiError),
+    /// The team's Durable Object refused the request (policy) or failed.
+    #[error("{message}")]
+    Inventory { status: u16, message: String },
+    /// The caller's token lacks a scope.
+    #[error("this token may not {action} (it lacks the `{scope}` scope)")]
+    Scope {
+        action: &'static str,
+        scope: &'static str,
+    },
+    /// The gateway's configuration cannot serve the request (said with what to set).
+    #[error("{0}")]
+    Config(String),
+    /// Talking to the Durable Object or an executor failed below HTTP.
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl GatewayError {
+    /// The stable code of this failure.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            GatewayError::Api(e) => e.error.code,
+            GatewayError::Inventory { status: 404, .. } => ErrorCode::NotFound,
+            GatewayError::Inventory { status: 409, .. } => ErrorCode::Conflict,
+            GatewayError::Inventory { status: 400, .. } => ErrorCode::BadRequest,
+            GatewayError::Inventory { .. } | GatewayError::Transport(_) => ErrorCode::Internal,
+            GatewayError::Scope { .. } => ErrorCode::Unauthorized,
+            GatewayError::Config(_) => ErrorCode::Internal,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == ErrorCode::NotFound
+    }
+}
+
+impl From<ApiError> for GatewayError {
+    fn from(e: ApiError) -> Self {
+        GatewayError::Api(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_survive_and_messages_are_the_callers() {
+        let e = GatewayError::from(ApiError::new(
+            ErrorCode::NotFound,
+            "computer \"x\" does not exist",
+        ));
+        assert!(e.is_not_found());
+        assert_eq!(e.to_string(), "computer \"x\" does not exist");
+        let e = GatewayError::Inventory {
+            status: 409,
+            message: "taken".into(),
+        };
+        assert_eq!(e.code(), ErrorCode::Conflict);
+        let e = GatewayError::Scope {
+            action: "manage computers",
+            scope: "manage",
+        };
+        assert!(e.to_string().contains("`manage` scope"), "{e}");
+        assert!(!GatewayError::Transport("x".into()).is_not_found());
+    }
+}

@@ -1,0 +1,371 @@
+//! Typed operations: the one currency between the edge and the places computers live.
+//!
+//! The gateway's tool host turns a validated tool call into an [`Op`] and hands it to an
+//! [`OpHandler`]: an executor (over its `/v1` REST API, [`Op::encode`] on one side and
+//! [`Op::decode`] on the other) or a provider reached from the Worker itself. Every handler
+//! answers with the `structuredContent` of the matching tool, or an [`ApiError`] whose
+//! code is stable end to end. Ids in an `Op` are the caller's (1–63 characters); the team
+//! travels beside the op (the executor's token), and each handler maps it to backend names
+//! itself ([`crate::teams`]).
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::executor_api::{ApiError, ErrorCode};
+use crate::maybe_send::{MaybeSend, MaybeSync};
+use crate::validate::{ExecRequest, Program, ValidationError, parse_exec};
+
+/// One operation on a team's computers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// The team's computers (the executor's or provider's view of them).
+    List,
+    /// Create the computer, or attach to it if it exists with the same `temporary`.
+    Create {
+        computer_id: String,
+        temporary: bool,
+    },
+    /// Run a command; `computer_id` is always set (see [`Op::exec`]). Creates the computer
+    /// on first use, with `temporary` (default true).
+    Exec(ExecRequest),
+    Restart {
+        computer_id: String,
+    },
+    FactoryReset {
+        computer_id: String,
+    },
+    Delete {
+        computer_id: String,
+    },
+}
+
+/// An operation as an HTTP request of the executor API (the path is below
+/// [`crate::executor_api::PREFIX`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiRequest {
+    pub method: &'static str,
+    pub path: String,
+    pub body: Option<Value>,
+}
+
+/// `POST /v1/computers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    computer_id: String,
+    #[serde(default = "yes")]
+    temporary: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::BadRequest, message)
+}
+
+impl Op {
+    /// An exec on `computer_id` (which replaces any id in `request`).
+    pub fn exec(computer_id: &str, mut request: ExecRequest) -> Op {
+        request.computer_id = Some(computer_id.to_owned());
+        Op::Exec(request)
+    }
+
+    /// The computer the operation is about (`None` for [`Op::List`]).
+    pub fn computer_id(&self) -> Option<&str> {
+        match self {
+            Op::List => None,
+            Op::Exec(r) => r.computer_id.as_deref(),
+            Op::Create { computer_id, .. }
+            | Op::Restart { computer_id }
+            | Op::FactoryReset { computer_id }
+            | Op::Delete { computer_id } => Some(computer_id),
+        }
+    }
+
+    /// A short name for logs and spans.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::List => "list",
+            Op::Create { .. } => "create",
+            Op::Exec(_) => "exec",
+            Op::Restart { .. } => "restart",
+            Op::FactoryReset { .. } => "factory_reset",
+            Op::Delete { .. } => "delete",
+        }
+    }
+
+    /// The executor API request for this operation.
+    pub fn encode(&self) -> ApiRequest {
+        let id = self.computer_id().unwrap_or_default();
+        let (method, path, body) = match self {
+            Op::List => ("GET", "/computers".to_owned(), None),
+            Op::Create {
+                computer_id,
+                temporary,
+            } => (
+                "POST",
+                "/computers".to_owned(),
+                Some(json!({"computer_id": computer_id, "temporary": temporary})),
+            ),
+            Op::Exec(r) => {
+                let mut b = Map::new();
+                match &r.program {
+                    Program::Shell(c) => b.insert("command".into(), json!(c)),
+                    Program::Argv(a) => b.insert("args".into(), json!(a)),
+                };
+                if let Some(s) = &r.stdin {
+                    b.insert("stdin".into(), json!(s));
+                }
+                if let Some(d) = &r.working_directory {
+                    b.insert("working_directory".into(), json!(d));
+                }
+                if let Some(t) = r.timeout_secs {
+                    b.insert("timeout".into(), json!(t));
+                }
+                if let Some(t) = r.temporary {
+                    b.insert("temporary".into(), json!(t));
+                }
+                (
+                    "POST",
+                    format!("/computers/{id}/exec"),
+                    Some(Value::Object(b)),
+                )
+            }
+            Op::Restart { .. } => ("POST", format!("/computers/{id}/restart"), None),
+            Op::FactoryReset { .. } => ("POST", format!("/computers/{id}/factory-reset"), None),
+            Op::Delete { .. } => ("DELETE", format!("/computers/{id}"), None),
+        };
+        ApiRequest { method, path, body }
+    }
+
+    /// The operation of an executor API request: `path` is below the version prefix, `body`
+    /// the raw request body. Validated by the same rules as the MCP tools, so a bad request
+    /// is refused here, before anything runs.
+    pub fn decode(method: &str, path: &str, body: &[u8]) -> Result<Op, ApiError> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let id = |raw: &str| -> Result<String, ApiError> {
+            crate::ids::validate_computer_id(raw).map_err(|e| bad(e.to_string()))?;
+            Ok(raw.to_owned())
+        };
+        let no_body = || -> Result<(), ApiError> {
+            if body.iter().all(u8::is_ascii_whitespace) || body == b"{}" || body == b"null" {
+                Ok(())
+            } else {
+                Err(bad("this request takes no body"))
+            }
+        };
+        match (method, segments.as_slice()) {
+            ("GET", ["computers"]) => Ok(Op::List),
+            ("POST", ["computers"]) => {
+                let b: CreateBody =
+                    serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?;
+                Ok(Op::Create {
+                    computer_id: id(&b.computer_id)?,
+                    temporary: b.temporary,
+                })
+            }
+            ("POST", ["computers", raw, "exec"]) => {
+                let computer_id = id(raw)?;
+                let args: Value =
+                    serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?;
+                let Value::Object(map) = &args else {
+                    return Err(bad(
+                        "request body: the exec arguments must be a JSON object",
+                    ));
+                };
+                if map.contains_key("computer_id") {
+                    return Err(bad(
+                        "request body: `computer_id` belongs in the path, not the body",
+                    ));
+                }
+                let request = parse_exec("terminal_execute", Some(&args)).map_err(|e| match e {
+                    ValidationError::Invalid(m) => bad(m),
+                    other => ApiError::new(ErrorCode::Internal, other.to_string()),
+                })?;
+                Ok(Op::exec(&computer_id, request))
+            }
+            ("POST", ["computers", raw, "restart"]) => {
+                no_body()?;
+                Ok(Op::Restart {
+                    computer_id: id(raw)?,
+                })
+            }
+            ("POST", ["computers", raw, "factory-reset"]) => {
+                no_body()?;
+                Ok(Op::FactoryReset {
+                    computer_id: id(raw)?,
+                })
+            }
+            ("DELETE", ["computers", raw]) => {
+                no_body()?;
+                Ok(Op::Delete {
+                    computer_id: id(raw)?,
+                })
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::NotFound,
+                "no such route; see shared::executor_api for the /v1 routes",
+            )),
+        }
+    }
+}
+
+/// Something that carries out operations for a team: an executor's registry, the Worker's
+/// client of an executor, or a provider the Worker reaches itself.
+pub trait OpHandler: MaybeSync {
+    /// Does `op` for `team`: the tool's `structuredContent`, or a coded error.
+    fn handle(
+        &self,
+        team: &str,
+        op: Op,
+    ) -> impl Future<Output = Result<Value, ApiError>> + MaybeSend;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(op: Op) {
+        let r = op.encode();
+        let body = r.body.as_ref().map(Value::to_string).unwrap_or_default();
+        assert_eq!(
+            Op::decode(r.method, &r.path, body.as_bytes()),
+            Ok(op.clone()),
+            "{r:?}"
+        );
+    }
+
+    fn exec(program: Program) -> ExecRequest {
+        ExecRequest {
+            program,
+            stdin: None,
+            working_directory: None,
+            timeout_secs: None,
+            computer_id: None,
+            temporary: None,
+        }
+    }
+
+    #[test]
+    fn every_op_round_trips() {
+        let long = "x".repeat(63);
+        round_trip(Op::List);
+        round_trip(Op::Create {
+            computer_id: long.clone(),
+            temporary: false,
+        });
+        round_trip(Op::exec(&long, exec(Program::Shell("echo hi".into()))));
+        let mut full = exec(Program::Argv(vec!["ls".into(), "-l".into()]));
+        full.stdin = Some("in\0put".replace('\0', ""));
+        full.working_directory = Some("/tmp".into());
+        full.timeout_secs = Some(7);
+        full.temporary = Some(false);
+        round_trip(Op::exec("box", full));
+        for computer_id in ["box".to_owned(), long] {
+            round_trip(Op::Restart {
+                computer_id: computer_id.clone(),
+            });
+            round_trip(Op::FactoryReset {
+                computer_id: computer_id.clone(),
+            });
+            round_trip(Op::Delete { computer_id });
+        }
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_a_code() {
+        let code =
+            |m: &str, p: &str, b: &str| Op::decode(m, p, b.as_bytes()).map_err(|e| e.error.code);
+        use ErrorCode::{BadRequest, NotFound};
+        for (m, p, b, want) in [
+            (
+                "POST",
+                "/computers/box/exec",
+                r#"{"command":"ls","args":["ls"]}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                "/computers/box/exec",
+                r#"{"command":"ls","bogus":1}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                "/computers/box/exec",
+                r#"{"command":"ls","timeout":0}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                "/computers/box/exec",
+                r#"{"command":"ls","computer_id":"x"}"#,
+                BadRequest,
+            ),
+            ("POST", "/computers/box/exec", "{}", BadRequest),
+            ("POST", "/computers/box/exec", "", BadRequest),
+            ("POST", "/computers/box/exec", "[1]", BadRequest),
+            (
+                "POST",
+                "/computers/Bad_ID!/exec",
+                r#"{"command":"ls"}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                "/computers",
+                r#"{"computer_id":"Bad_ID!"}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                "/computers",
+                r#"{"computer_id":"a","x":1}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                &format!("/computers/{}/restart", "x".repeat(64)),
+                "",
+                BadRequest,
+            ),
+            ("POST", "/computers/box/restart", r#"{"x":1}"#, BadRequest),
+            ("GET", "/nope", "", NotFound),
+            ("PUT", "/computers", "", NotFound),
+            ("POST", "/computers/box/reboot", "", NotFound),
+        ] {
+            assert_eq!(code(m, p, b), Err(want), "{m} {p} {b}");
+        }
+        assert_eq!(
+            Op::decode("POST", "/computers", br#"{"computer_id":"a"}"#),
+            Ok(Op::Create {
+                computer_id: "a".into(),
+                temporary: true
+            })
+        );
+    }
+
+    #[test]
+    fn decode_never_panics_on_junk() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let alphabet = b"/{}[]\":,abcxyz-_01 \\\0\xff\xc3computersexecrestart";
+        for _ in 0..5_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 40) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| alphabet[((seed >> (i % 50)) as usize + i) % alphabet.len()])
+                .collect();
+            let text = String::from_utf8_lossy(&bytes);
+            for m in ["GET", "POST", "DELETE"] {
+                let _ = Op::decode(m, &text, &bytes);
+                let _ = Op::decode(m, &format!("/computers/{text}/exec"), &bytes);
+            }
+        }
+    }
+}

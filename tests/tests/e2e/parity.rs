@@ -1,0 +1,242 @@
+//! Issue 13: the local HTTP server and the gateway behave alike. One table of Streamable
+//! HTTP cases runs against both: the local server (`--transport http`, a token, lifecycle
+//! tools) and the gateway under `wrangler dev` (static token) in front of a Docker executor.
+//! A case that passes on one and fails on the other is a bug of the one core.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::*;
+
+const TOKEN: &str = "parity-token-0123456789abcdef";
+const EXECUTOR_SECRET: &str = "parity-executor-secret-0123456789abcdef";
+
+/// One server under test.
+struct Target {
+    name: &'static str,
+    url: String,
+    local: Option<HttpServer>,
+    gateway: Option<Gateway>,
+}
+
+impl Target {
+    async fn legacy(&self) -> anyhow::Result<Client> {
+        match (&self.local, &self.gateway) {
+            (Some(s), _) => s.legacy_client(Some(TOKEN)).await,
+            (_, Some(g)) => g.legacy_client(TOKEN).await,
+            _ => anyhow::bail!("no server"),
+        }
+    }
+
+    async fn modern(&self) -> anyhow::Result<Client> {
+        match (&self.local, &self.gateway) {
+            (Some(s), _) => s.modern_client(Some(TOKEN)).await,
+            (_, Some(g)) => g.modern_client(TOKEN).await,
+            _ => anyhow::bail!("no server"),
+        }
+    }
+}
+
+type CaseFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Value>> + 'a>>;
+/// A case: what it returns must be the same on both servers.
+type Case = for<'a> fn(&'a Target, &'a str) -> CaseFuture<'a>;
+
+/// `tools/list` with a given `Authorization` header, stateless.
+async fn list_tools_with(url: &str, authorization: &str) -> anyhow::Result<u16> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .header("authorization", authorization)
+        .body(body.to_string())
+        .send()
+        .await?;
+    Ok(r.status().as_u16())
+}
+
+/// The auth scheme is case-insensitive (RFC 7235): `bearer`, `BEARER`, `Bearer`.
+fn bearer_scheme_any_case<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let mut seen = Vec::new();
+        for scheme in ["Bearer", "bearer", "BEARER", "Basic"] {
+            let status = list_tools_with(&t.url, &format!("{scheme} {TOKEN}")).await?;
+            seen.push(status);
+        }
+        anyhow::ensure!(seen == [200, 200, 200, 401], "statuses {seen:?}");
+        Ok(json!(seen))
+    })
+}
+
+/// Deleting the session's default computer, then running a command without an id, makes
+/// a new default (not the deleted id again), which then stays the default.
+fn deleted_default_is_replaced<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let c = t.legacy().await?;
+        let first = exec(&c, json!({"command": "echo one"})).await?;
+        let first_id = first["computer_id"].as_str().unwrap_or_default().to_owned();
+        let r = call(&c, "computer_delete", json!({"computer_id": first_id})).await?;
+        anyhow::ensure!(r.is_error == Some(false), "delete: {:?}", r.content);
+        let second = exec(&c, json!({"command": "echo two"})).await?;
+        let second_id = second["computer_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let third = exec(&c, json!({"command": "echo three"})).await?;
+        let r = call(&c, "computer_delete", json!({"computer_id": second_id})).await?;
+        anyhow::ensure!(r.is_error == Some(false), "delete: {:?}", r.content);
+        anyhow::ensure!(
+            second_id != first_id,
+            "the deleted default {first_id} came back"
+        );
+        anyhow::ensure!(
+            third["computer_id"] == json!(second_id),
+            "the new default moved"
+        );
+        Ok(json!({
+            "new_default": second_id != first_id,
+            "default_kept": third["computer_id"] == json!(second_id),
+            "outputs": [first["stdout"], second["stdout"], third["stdout"]],
+        }))
+    })
+}
+
+/// The longest valid id (63 characters) works, and the computer's hostname is that id.
+fn longest_id_is_its_hostname<'a>(t: &'a Target, tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let c = t.modern().await?;
+        let id: String = format!("{tag}-{}", "x".repeat(63))
+            .chars()
+            .take(63)
+            .collect();
+        let r = exec(&c, json!({"command": "hostname", "computer_id": id})).await?;
+        let same_id = r["computer_id"] == json!(id);
+        let hostname_is_id = r["stdout"].as_str() == Some(&format!("{id}\n"));
+        let r = call(&c, "computer_delete", json!({"computer_id": id})).await?;
+        anyhow::ensure!(same_id && hostname_is_id, "{id}: {r:?}");
+        Ok(json!({"same_id": same_id, "hostname_is_id": hostname_is_id,
+                  "deleted": r.structured_content.map(|v| v["deleted"].clone())}))
+    })
+}
+
+/// Attaching to a permanent computer as temporary is refused with the same words.
+fn temporary_mismatch_is_refused_alike<'a>(t: &'a Target, tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let c = t.modern().await?;
+        let id = format!("{tag}-keep");
+        let made = call(
+            &c,
+            "computer_create",
+            json!({"computer_id": id, "temporary": false}),
+        )
+        .await?;
+        let refused = call(
+            &c,
+            "terminal_execute",
+            json!({"command": "true", "computer_id": id, "temporary": true}),
+        )
+        .await?;
+        let missing = call(
+            &c,
+            "computer_restart",
+            json!({"computer_id": format!("{tag}-none")}),
+        )
+        .await?;
+        call(&c, "computer_delete", json!({"computer_id": id})).await?;
+        anyhow::ensure!(
+            made.is_error == Some(false)
+                && refused.is_error == Some(true)
+                && missing.is_error == Some(true),
+            "{made:?} {refused:?} {missing:?}"
+        );
+        Ok(json!({
+            "made": made.is_error,
+            "refused": [refused.is_error, text(&refused).replace(&id, "ID")],
+            "missing": [missing.is_error, missing.structured_content.map(|v| v["error"].is_string())],
+        }))
+    })
+}
+
+const CASES: &[(&str, Case)] = &[
+    ("bearer scheme in any case", bearer_scheme_any_case),
+    ("deleted default is replaced", deleted_default_is_replaced),
+    ("longest id is its hostname", longest_id_is_its_hostname),
+    (
+        "temporary mismatch is refused alike",
+        temporary_mismatch_is_refused_alike,
+    ),
+];
+
+#[tokio::test]
+async fn issue_13_local_server_and_gateway_answer_alike() -> anyhow::Result<()> {
+    let t = tag("parity");
+    let mut opts = ServerOpts::lifecycle();
+    opts.env
+        .push(("KILNTAINERS_AUTH_TOKEN".into(), TOKEN.into()));
+    let local = HttpServer::start(&t, &state_dir(&format!("{t}-l")), &opts).await?;
+    let x = HttpServer::start_executor(
+        &t,
+        &state_dir(&format!("{t}-x")),
+        &ServerOpts::default(),
+        EXECUTOR_SECRET,
+    )
+    .await?;
+    let vars = vec![
+        (
+            "EXECUTORS",
+            json!([{"name": "local", "url": x.base}]).to_string(),
+        ),
+        ("EXECUTOR_SECRET", EXECUTOR_SECRET.into()),
+        ("STATIC_TOKEN", TOKEN.into()),
+        ("STATIC_TEAM", "parity-team".into()),
+    ];
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &vars).await?;
+    let targets = [
+        Target {
+            name: "local",
+            url: local.url.clone(),
+            local: Some(local),
+            gateway: None,
+        },
+        Target {
+            name: "gateway",
+            url: gw.url.clone(),
+            local: None,
+            gateway: Some(gw),
+        },
+    ];
+    let mut failures = Vec::new();
+    for (case, run) in CASES {
+        let mut answers = Vec::new();
+        for target in &targets {
+            let answer = run(target, &t).await;
+            answers.push((target.name, answer.map_err(|e| format!("{e:#}"))));
+        }
+        eprintln!("{case}: {answers:?}");
+        let first = &answers[0].1;
+        if first.is_err() || answers.iter().any(|(_, a)| a != first) {
+            failures.push(format!("{case}: {answers:?}"));
+        }
+    }
+    let [local, gateway] = targets;
+    if let Some(g) = gateway.gateway {
+        g.stop().await?;
+    }
+    x.terminate().await?;
+    if let Some(l) = local.local {
+        l.terminate().await?;
+    }
+    wait_for_count(&t, 0, Duration::from_secs(20)).await?;
+    assert!(
+        failures.is_empty(),
+        "the servers differ:\n{}",
+        failures.join("\n")
+    );
+    Ok(())
+}
