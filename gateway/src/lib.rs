@@ -12,6 +12,8 @@ pub mod auth;
 pub mod cloud;
 pub mod error;
 pub mod exec_token;
+pub mod origins;
+pub mod schema;
 
 #[cfg(target_arch = "wasm32")]
 mod edge;

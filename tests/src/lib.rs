@@ -457,8 +457,9 @@ pub fn gateway_build() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let mut cmd = std::process::Command::new(workspace().join("scripts/build-gateway"));
+        // The benchmark's build: release, with its /__bench route (cargo feature `bench`).
         if std::env::var_os("MSC_RELEASE").is_some() {
-            cmd.arg("--release");
+            cmd.args(["--release", "--bench"]);
         }
         let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
         assert!(ok, "scripts/build-gateway failed");

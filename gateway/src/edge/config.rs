@@ -1,0 +1,239 @@
+//! The gateway's configuration, read once per isolate from Worker vars and secrets, and
+//! where operations go: a provider the Worker reaches itself, or an executor's `/v1` API
+//! (`Op::encode`, a cached HS256 token for the team).
+
+use super::*;
+
+pub(crate) const TEAM_BINDING: &str = "TEAM";
+pub(crate) const DEFAULT_IDLE_SECS: u64 = 300;
+
+/// One configured executor.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ExecutorCfg {
+    pub(crate) name: String,
+    pub(crate) url: String,
+    /// What it can run computers on (default: docker).
+    #[serde(default = "docker_only")]
+    pub(crate) backends: Vec<String>,
+}
+
+pub(crate) fn docker_only() -> Vec<String> {
+    vec!["docker".into()]
+}
+
+/// A provider the Worker talks to itself: configured, not configured, or misconfigured.
+pub(crate) type CloudSlot<C> = std::result::Result<Option<Cloud<C>>, String>;
+
+/// What every request needs, read from the environment.
+pub(crate) struct Gateway {
+    pub(crate) auth: std::result::Result<Auth, String>,
+    pub(crate) executors: Vec<ExecutorCfg>,
+    /// Fly Machines and E2B, reached directly (`cloud`).
+    pub(crate) fly: CloudSlot<FlyComputers<FetchTransport>>,
+    e2b: CloudSlot<E2bComputers<FetchTransport>>,
+    /// Where new computers go (`PLACEMENT`), or why that cannot be decided.
+    pub(crate) placement: std::result::Result<String, String>,
+    pub(crate) executor_secret: String,
+    pub(crate) executor_audience: String,
+    /// `SESSION_TIMEOUT_SECS`, in ms.
+    pub(crate) idle_ms: u64,
+    pub(crate) dispatcher: Dispatcher,
+}
+
+pub(crate) fn var(env: &Env, name: &str) -> Option<String> {
+    env.var(name)
+        .ok()
+        .map(|v| v.to_string())
+        .or_else(|| env.secret(name).ok().map(|v| v.to_string()))
+        .filter(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn now_ms() -> u64 {
+    Date::now().as_millis()
+}
+
+impl Gateway {
+    pub(crate) fn from_env(env: &Env) -> Self {
+        let settings = Settings {
+            static_token: var(env, "STATIC_TOKEN"),
+            static_team: var(env, "STATIC_TEAM"),
+            hs256_secret: var(env, "JWT_HS256_SECRET"),
+            jwks: var(env, "JWT_JWKS"),
+            issuer: var(env, "JWT_ISSUER"),
+            audience: var(env, "JWT_AUDIENCE"),
+            algorithms: var(env, "JWT_ALGORITHMS"),
+            team_claim: var(env, "TEAM_CLAIM"),
+            allow_unauthenticated_dev: var(env, "ALLOW_UNAUTHENTICATED_DEV").as_deref()
+                == Some("true"),
+        };
+        let executors: Vec<ExecutorCfg> = var(env, "EXECUTORS")
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        let read = |name: &str| var(env, name);
+        let fly = cloud::fly_cfg(read).map(|c| c.map(|c| cloud::fly(&c, FetchTransport)));
+        let e2b = cloud::e2b_cfg(read).map(|c| c.map(|c| cloud::e2b(&c, FetchTransport)));
+        let offers: Vec<(&str, &[String])> = executors
+            .iter()
+            .map(|e| (e.name.as_str(), e.backends.as_slice()))
+            .collect();
+        let placement = cloud::placement(
+            var(env, "PLACEMENT").as_deref(),
+            &offers,
+            matches!(fly, Ok(Some(_))),
+            matches!(e2b, Ok(Some(_))),
+        );
+        let what = match placement.as_deref() {
+            Ok(cloud::FLY) => "a Fly Machine",
+            Ok(cloud::E2B) => "an E2B sandbox",
+            _ => "a container on a self-hosted executor",
+        };
+        let exec_description = format!(
+            "Run a command on an isolated Linux computer ({what}) and get its output. {}",
+            usage_text(cloud::DEFAULT_TIMEOUT_SECS, cloud::OUTPUT_LIMIT as u64)
+        );
+        Self {
+            auth: Auth::new(&settings).map_err(|e| e.to_string()),
+            executors,
+            fly,
+            e2b,
+            placement,
+            executor_secret: var(env, "EXECUTOR_SECRET").unwrap_or_default(),
+            executor_audience: var(env, "EXECUTOR_AUDIENCE")
+                .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
+            idle_ms: var(env, "SESSION_TIMEOUT_SECS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_IDLE_SECS)
+                * 1000,
+            dispatcher: Dispatcher::new(ServerConfig {
+                name: "mcp-sandbox-computer-gateway".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                names: ToolNames::new(EXEC_TOOL, true),
+                exec_description,
+                instructions: Some(
+                    "Each computer is an isolated Linux machine with a stable id in your team. Run commands with the exec tool."
+                        .into(),
+                ),
+                dashboard_html: Some(shared::dashboard::HTML.into()),
+            }),
+        }
+    }
+
+    pub(crate) fn executor(&self, name: &str) -> Option<&ExecutorCfg> {
+        self.executors.iter().find(|e| e.name == name)
+    }
+
+    /// Why `place` cannot take computers now (a provider without valid configuration).
+    pub(crate) fn unusable(&self, place: &str) -> Option<GatewayError> {
+        match place {
+            cloud::FLY => slot(&self.fly, place).err(),
+            cloud::E2B => slot(&self.e2b, place).err(),
+            _ => None,
+        }
+    }
+
+    /// Does one operation where `place` says: on a provider directly, or through the
+    /// executor API of the executor of that name. Failures keep their codes.
+    pub(crate) async fn op(
+        &self,
+        place: &str,
+        team: &str,
+        op: Op,
+    ) -> std::result::Result<Value, GatewayError> {
+        let answer = match place {
+            cloud::FLY => slot(&self.fly, place)?.handle(team, op).await,
+            cloud::E2B => slot(&self.e2b, place)?.handle(team, op).await,
+            _ => return self.call(place, team, &op).await,
+        };
+        answer.map_err(GatewayError::Api)
+    }
+
+    /// Sends `op` to an executor for `team`: the success body, or the executor's error.
+    pub(crate) async fn call(
+        &self,
+        executor: &str,
+        team: &str,
+        op: &Op,
+    ) -> std::result::Result<Value, GatewayError> {
+        let ex = self.executor(executor).ok_or_else(|| {
+            GatewayError::Config(format!(
+                "executor {executor:?} is not configured on this gateway"
+            ))
+        })?;
+        let token = exec_token::token(
+            &self.executor_secret,
+            &self.executor_audience,
+            team,
+            now_ms() / 1000,
+        )
+        .map_err(GatewayError::Config)?;
+        let request = op.encode();
+        let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
+        let headers = Headers::new();
+        headers
+            .set("content-type", "application/json")
+            .map_err(transport)?;
+        headers
+            .set("authorization", &format!("Bearer {token}"))
+            .map_err(transport)?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::from(request.method.to_owned()))
+            .with_headers(headers);
+        if let Some(b) = &request.body {
+            init.with_body(Some(b.to_string().into()));
+        }
+        let url = format!(
+            "{}{}{}",
+            ex.url.trim_end_matches('/'),
+            shared::executor_api::PREFIX,
+            request.path
+        );
+        let req = Request::new_with_init(&url, &init).map_err(transport)?;
+        let mut resp = Fetch::Request(req).send().await.map_err(|e| {
+            GatewayError::Api(ApiError::new(
+                ErrorCode::Engine,
+                format!("executor {executor:?} unreachable: {e}"),
+            ))
+        })?;
+        let status = resp.status_code();
+        let text = resp.text().await.map_err(transport)?;
+        if status == 200 {
+            return serde_json::from_str(&text)
+                .map_err(|e| GatewayError::Transport(format!("executor answer: {e}")));
+        }
+        Err(GatewayError::Api(
+            serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| {
+                ApiError::new(
+                    ErrorCode::Engine,
+                    format!("executor {executor:?} answered {status}"),
+                )
+            }),
+        ))
+    }
+}
+
+/// The provider of a slot, or what to set to configure it.
+pub(crate) fn slot<'a, C>(
+    s: &'a CloudSlot<C>,
+    place: &str,
+) -> std::result::Result<&'a Cloud<C>, GatewayError> {
+    match s {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(GatewayError::Config(format!(
+            "{place} is not configured on this gateway ({} as Worker secrets/vars)",
+            if place == cloud::FLY {
+                "set FLY_API_TOKEN and FLY_APP_NAME"
+            } else {
+                "set E2B_API_KEY"
+            }
+        ))),
+        Err(e) => Err(GatewayError::Config(e.clone())),
+    }
+}
+
+pub(crate) fn gateway(env: &Env) -> Rc<Gateway> {
+    GATEWAY.with(|g| {
+        g.borrow_mut()
+            .get_or_insert_with(|| Rc::new(Gateway::from_env(env)))
+            .clone()
+    })
+}

@@ -1,0 +1,290 @@
+//! The tool host of the edge: turns validated tool calls into `Op`s for the place each
+//! computer lives, with the team's Durable Object deciding placement, ownership and
+//! visibility (through `shared::lifecycle`), and an isolate cache for warm execs.
+
+use super::*;
+use tracing::Instrument;
+
+pub(crate) type PlacementKey = (String, String, String);
+
+thread_local! {
+    pub(crate) static GATEWAY: RefCell<Option<Rc<Gateway>>> = const { RefCell::new(None) };
+    /// (team, id, owner) → where the computer lives, until a deadline (ms). Saves the
+    /// Durable Object round trip on warm execs. Kept short (idle/4, at most 60 s) because
+    /// another isolate may delete the computer meanwhile.
+    pub(crate) static PLACEMENT: RefCell<HashMap<PlacementKey, (Record, u64)>> = RefCell::new(HashMap::new());
+    /// (team, id) → when this isolate last told the DO about a use (ms).
+    pub(crate) static TOUCHED: RefCell<HashMap<(String, String), u64>> = RefCell::new(HashMap::new());
+}
+
+pub(crate) fn cached_placement(
+    team: &str,
+    id: &str,
+    owner: &str,
+    temporary: Option<bool>,
+) -> Option<Record> {
+    let key = (team.to_owned(), id.to_owned(), owner.to_owned());
+    PLACEMENT.with(|p| {
+        p.borrow()
+            .get(&key)
+            .filter(|(r, until)| *until > now_ms() && temporary.is_none_or(|t| t == r.temporary))
+            .map(|(r, _)| r.clone())
+    })
+}
+
+pub(crate) fn cache_placement(team: &str, id: &str, owner: &str, r: &Record, ttl_ms: u64) {
+    let key = (team.to_owned(), id.to_owned(), owner.to_owned());
+    let until = now_ms() + ttl_ms.min(60_000);
+    PLACEMENT.with(|p| p.borrow_mut().insert(key, (r.clone(), until)));
+}
+
+pub(crate) fn forget_cached(team: &str, id: &str) {
+    PLACEMENT.with(|p| {
+        p.borrow_mut()
+            .retain(|(t, i, _), _| !(t == team && i == id))
+    });
+    TOUCHED.with(|t| t.borrow_mut().remove(&(team.to_owned(), id.to_owned())));
+}
+
+/// Is it time to record a use of (team, id) in the DO? Marks it done if so.
+pub(crate) fn touch_due(team: &str, id: &str, every_ms: u64) -> bool {
+    let now = now_ms();
+    TOUCHED.with(|t| {
+        let mut t = t.borrow_mut();
+        let key = (team.to_owned(), id.to_owned());
+        match t.get(&key) {
+            Some(last) if now < last + every_ms.min(30_000) => false,
+            _ => {
+                t.insert(key, now);
+                true
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------- the tool host
+
+pub(crate) struct Host {
+    pub(crate) gw: Rc<Gateway>,
+    pub(crate) env: Env,
+    pub(crate) caller: Caller,
+    /// `session:<sid>` (legacy) or `user:<sub>` (stateless): owner of temporaries.
+    pub(crate) owner: String,
+    pub(crate) session: Option<String>,
+    pub(crate) default: RefCell<Option<String>>,
+}
+
+/// A record of the team's inventory.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(crate) struct Record {
+    pub(crate) id: String,
+    pub(crate) executor: String,
+    pub(crate) temporary: bool,
+}
+
+pub(crate) fn record_of(v: Value) -> std::result::Result<Record, GatewayError> {
+    serde_json::from_value(v).map_err(|e| GatewayError::Transport(format!("inventory record: {e}")))
+}
+
+impl Host {
+    /// Claims `id` for this caller (creating the record if new): where it lives.
+    pub(crate) async fn claim(
+        &self,
+        id: &str,
+        temporary: Option<bool>,
+    ) -> std::result::Result<Record, GatewayError> {
+        // New computers go where PLACEMENT says; a computer then stays where it was made
+        // (its record names the executor or provider).
+        let executor = self.gw.placement.clone().map_err(GatewayError::Config)?;
+        // A provider without (valid) credentials: say so before recording anything.
+        if let Some(e) = self.gw.unusable(&executor) {
+            return Err(e);
+        }
+        let v = team_call(
+            &self.env,
+            &self.caller.team,
+            "/claim",
+            &json!({"id": id, "temporary": temporary, "owner": self.owner, "executor": executor}),
+        )
+        .await?;
+        record_of(v)
+    }
+
+    pub(crate) async fn visible(&self, id: &str) -> std::result::Result<Record, GatewayError> {
+        let v = team_call(
+            &self.env,
+            &self.caller.team,
+            "/get",
+            &json!({"id": id, "owner": self.owner}),
+        )
+        .await?;
+        record_of(v)
+    }
+
+    /// Restart, factory reset or delete, where the computer lives.
+    pub(crate) async fn on_computer(
+        &self,
+        op: Op,
+    ) -> std::result::Result<(Record, Value), GatewayError> {
+        let id = op.computer_id().unwrap_or_default().to_owned();
+        let rec = self.visible(&id).await?;
+        let v = self.gw.op(&rec.executor, &self.caller.team, op).await?;
+        Ok((rec, v))
+    }
+
+    pub(crate) fn manage(&self) -> std::result::Result<(), GatewayError> {
+        if self.caller.can_manage {
+            Ok(())
+        } else {
+            Err(GatewayError::Scope {
+                action: "manage computers",
+                scope: "manage",
+            })
+        }
+    }
+
+    pub(crate) async fn run(&self, call: ToolCall) -> std::result::Result<Value, GatewayError> {
+        let team = self.caller.team.clone();
+        match call {
+            ToolCall::Exec(req) => {
+                if !self.caller.can_exec {
+                    return Err(GatewayError::Scope {
+                        action: "run commands",
+                        scope: "exec",
+                    });
+                }
+                let id = match (&req.computer_id, self.default.borrow().clone()) {
+                    (Some(id), _) => id.clone(),
+                    (None, Some(d)) if req.temporary != Some(false) => d,
+                    (None, _) => slug_from_random(random_u64()),
+                };
+                let rec = match cached_placement(&team, &id, &self.owner, req.temporary) {
+                    Some(r) => r,
+                    None => {
+                        let r = self.claim(&id, req.temporary).await?;
+                        cache_placement(&team, &id, &self.owner, &r, self.gw.idle_ms / 4);
+                        r
+                    }
+                };
+                if req.computer_id.is_none() && rec.temporary && self.default.borrow().is_none() {
+                    *self.default.borrow_mut() = Some(id.clone());
+                    if let Some(sid) = &self.session {
+                        team_call(
+                            &self.env,
+                            &team,
+                            "/session/default",
+                            &json!({"sid": sid, "id": id}),
+                        )
+                        .await?;
+                    }
+                }
+                let mut req = req;
+                req.temporary = Some(rec.temporary);
+                let v = self.gw.op(&rec.executor, &team, Op::exec(&id, req)).await?;
+                // Last use, at most every idle/4 per isolate: the warm path skips the DO.
+                if touch_due(&team, &id, self.gw.idle_ms / 4) {
+                    let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
+                }
+                Ok(v)
+            }
+            ToolCall::List | ToolCall::Dashboard => {
+                let v = team_call(&self.env, &team, "/list", &json!({"owner": self.owner})).await?;
+                let records: Vec<Record> = serde_json::from_value(v["computers"].clone())
+                    .map_err(|e| GatewayError::Transport(format!("inventory list: {e}")))?;
+                let mut places: Vec<String> = records.iter().map(|r| r.executor.clone()).collect();
+                places.sort();
+                places.dedup();
+                let mut items = Vec::new();
+                for place in places {
+                    let listed = self.gw.op(&place, &team, Op::List).await?;
+                    for item in listed["computers"].as_array().cloned().unwrap_or_default() {
+                        let id = item["computer_id"].as_str().unwrap_or_default();
+                        // The place shows the team's computers; the DO says which of them
+                        // this caller may see (its own temporaries, every permanent one).
+                        if records.iter().any(|r| r.id == id && r.executor == place) {
+                            items.push(item);
+                        }
+                    }
+                }
+                items.sort_by(|a, b| a["computer_id"].as_str().cmp(&b["computer_id"].as_str()));
+                let n = items.len();
+                Ok(json!({"computers": items, "count": n}))
+            }
+            ToolCall::Create {
+                computer_id,
+                temporary,
+            } => {
+                self.manage()?;
+                let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
+                let rec = self.claim(&id, temporary).await?;
+                let op = Op::Create {
+                    computer_id: id,
+                    temporary: rec.temporary,
+                };
+                self.gw.op(&rec.executor, &team, op).await
+            }
+            ToolCall::Restart { computer_id } => {
+                self.manage()?;
+                Ok(self.on_computer(Op::Restart { computer_id }).await?.1)
+            }
+            ToolCall::FactoryReset { computer_id } => {
+                self.manage()?;
+                Ok(self.on_computer(Op::FactoryReset { computer_id }).await?.1)
+            }
+            ToolCall::Delete { computer_id } => {
+                self.manage()?;
+                let id = computer_id.clone();
+                let v = match self.on_computer(Op::Delete { computer_id }).await {
+                    Ok((_, v)) => v,
+                    // Gone at its place already (the DO still had it): forget it all the same.
+                    Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => {
+                        json!({"ok": true, "computer_id": id, "deleted": true})
+                    }
+                    Err(e) => return Err(e),
+                };
+                // The DO forgets it and clears every session default naming it, so the next
+                // call without an id makes a new default (as on the local server).
+                team_call(&self.env, &team, "/forget", &json!({"id": id})).await?;
+                forget_cached(&team, &id);
+                if self.default.borrow().as_deref() == Some(id.as_str()) {
+                    *self.default.borrow_mut() = None;
+                }
+                Ok(v)
+            }
+        }
+    }
+}
+
+/// The tool's kind and the computer it names, for the log (never the arguments).
+fn describe(call: &ToolCall) -> (&'static str, Option<&str>) {
+    match call {
+        ToolCall::Exec(r) => ("exec", r.computer_id.as_deref()),
+        ToolCall::List => ("list", None),
+        ToolCall::Dashboard => ("dashboard", None),
+        ToolCall::Create { computer_id, .. } => ("create", computer_id.as_deref()),
+        ToolCall::Restart { computer_id } => ("restart", Some(computer_id)),
+        ToolCall::FactoryReset { computer_id } => ("factory_reset", Some(computer_id)),
+        ToolCall::Delete { computer_id } => ("delete", Some(computer_id)),
+    }
+}
+
+impl ToolHost for Host {
+    async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
+        let (tool, computer_id) = describe(&call);
+        let span = tracing::info_span!("tool", tool, computer_id = computer_id.unwrap_or("-"));
+        let started = now_ms();
+        let result = self.run(call).instrument(span.clone()).await;
+        let _entered = span.enter();
+        let ms = now_ms().saturating_sub(started);
+        match result {
+            Ok(v) => {
+                tracing::info!(ms, outcome = "ok");
+                structured_result(v)
+            }
+            Err(e) => {
+                tracing::info!(ms, outcome = ?e.code(), "tool call failed");
+                operation_error(&e.to_string())
+            }
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The Worker itself (wasm32 only): routes, MCP over Streamable HTTP for both eras with the
+//! shared dispatcher, the tool host that forwards typed operations to executors or
+//! providers, and the per-team Durable Object (`Team`) holding the inventory, placement,
+//! sessions and the reaping alarm. Pure rules live in the native modules of the crate.
+
+mod config;
+mod host;
+mod log;
+mod routes;
+mod team;
+mod transport;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use shared::CallToolResult;
+use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
+use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ErrorCode};
+use shared::ids::slug_from_random;
+use shared::lifecycle::{Existing, check_attach, visible_to};
+use shared::mcp::{
+    CallContext, Dispatcher, Era, Incoming, ServerConfig, ToolHost, check_modern_meta, codes,
+    error_response, negotiate, parse_message, success_response,
+};
+use shared::op::{Op, OpHandler};
+use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
+use shared::result::{operation_error, structured_result};
+use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
+use shared::validate::ToolCall;
+use worker::{
+    Context, Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response,
+    Result, SqlStorageValue, State, durable_object, event,
+};
+
+use crate::auth::{Auth, Caller, Settings};
+use crate::cloud::{self, Cloud};
+use crate::error::GatewayError;
+use crate::exec_token;
+use shared::providers::computers::e2b::E2bComputers;
+use shared::providers::computers::fly::FlyComputers;
+
+pub(crate) use config::*;
+pub(crate) use host::*;
+pub(crate) use transport::*;
+
+pub(crate) fn var(env: &Env, name: &str) -> Option<String> {
+    env.var(name)
+        .ok()
+        .map(|v| v.to_string())
+        .or_else(|| env.secret(name).ok().map(|v| v.to_string()))
+        .filter(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn now_ms() -> u64 {
+    Date::now().as_millis()
+}
+
+pub(crate) fn random_hex() -> String {
+    let mut buf = [0u8; 16];
+    let _ = getrandom::fill(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(crate) fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    let _ = getrandom::fill(&mut buf);
+    u64::from_le_bytes(buf)
+}
+
+pub(crate) fn json_response(status: u16, body: &Value) -> Result<Response> {
+    Ok(Response::from_json(body)?.with_status(status))
+}

@@ -1,0 +1,305 @@
+//! The Worker's routes: service info, health, the dashboard page, protected-resource
+//! metadata, and MCP over Streamable HTTP in both eras with the shared dispatcher.
+
+use super::*;
+use tracing::Instrument;
+
+// ---------------------------------------------------------------- HTTP routes
+
+pub(crate) fn unauthorized(origin: &str, why: &str) -> Result<Response> {
+    let r = json_response(401, &json!({"error": "unauthorized", "detail": why}))?;
+    r.headers().set(
+        "www-authenticate",
+        &format!("Bearer resource_metadata=\"{origin}/.well-known/oauth-protected-resource\""),
+    )?;
+    Ok(r)
+}
+
+#[event(fetch)]
+pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    super::log::init();
+    let url = req.url()?;
+    let origin = url.origin().ascii_serialization();
+    let gw = gateway(&env);
+    match (req.method(), url.path()) {
+        (Method::Get, "/healthz") => json_response(200, &json!({"status": "ok"})),
+        (Method::Get, "/") => json_response(
+            200,
+            &json!({
+                "name": "mcp-sandbox-computer-gateway",
+                "version": env!("CARGO_PKG_VERSION"),
+                "mcp_endpoint": "/mcp",
+                "health": "/healthz",
+                "dashboard_resource": DASHBOARD_URI,
+                "dashboard": "/dashboard",
+            }),
+        ),
+        (Method::Get, "/dashboard") => {
+            let r = Response::from_html(shared::dashboard::HTML)?;
+            r.headers()
+                .set("content-security-policy", &shared::dashboard::web_csp())?;
+            r.headers().set("x-content-type-options", "nosniff")?;
+            r.headers().set("referrer-policy", "no-referrer")?;
+            Ok(r)
+        }
+        (Method::Get, "/.well-known/oauth-protected-resource") => {
+            let issuer = var(&env, "JWT_ISSUER");
+            json_response(
+                200,
+                &json!({
+                    "resource": format!("{origin}/mcp"),
+                    "authorization_servers": issuer.into_iter().collect::<Vec<_>>(),
+                    "bearer_methods_supported": ["header"],
+                    "scopes_supported": ["exec", "manage"],
+                }),
+            )
+        }
+        #[cfg(feature = "bench")]
+        (Method::Get, "/__bench/jwt") if var(&env, "BENCH_ROUTES").as_deref() == Some("true") => {
+            json_response(200, &jwt_bench(&url))
+        }
+        (Method::Post, "/mcp") | (Method::Delete, "/mcp") => {
+            if let Err(why) = crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref())
+                .check(&url, req.headers().get("origin")?.as_deref())
+            {
+                return json_response(403, &json!({"error": why}));
+            }
+            let auth = match &gw.auth {
+                Ok(a) => a,
+                Err(e) => {
+                    return json_response(
+                        500,
+                        &json!({"error": format!("gateway configuration: {e}")}),
+                    );
+                }
+            };
+            let authorization = req.headers().get("authorization")?;
+            let caller = match auth.check(authorization.as_deref(), now_ms() / 1000) {
+                Ok(c) => c,
+                Err(e) => return unauthorized(&origin, &e.to_string()),
+            };
+            if req.method() == Method::Delete {
+                return mcp_delete(&req, &env, &caller).await;
+            }
+            let body = req.bytes().await?;
+            mcp_post(&req, body, &env, gw, caller).await
+        }
+        (_, "/mcp") => json_response(
+            405,
+            &json!({"error": "use POST (or DELETE to end a session) on /mcp"}),
+        ),
+        _ => json_response(404, &json!({"error": "not found"})),
+    }
+}
+
+#[cfg(feature = "bench")]
+/// Benchmark builds only (cargo feature `bench`, `scripts/build-gateway --bench`, and
+/// `BENCH_ROUTES=true`): runs `n` verifications of a caller's HS256 token
+/// (`op=verify`), `n` executor-token signatures (`op=sign`) or `n` cached executor tokens
+/// (`op=cached`) with synthetic keys. The Worker's clock does not move during synchronous
+/// work, so the benchmark times the request from outside and compares with `n=0`.
+pub(crate) fn jwt_bench(url: &worker::Url) -> Value {
+    let param = |k: &str| {
+        url.query_pairs()
+            .find(|(q, _)| q == k)
+            .map(|(_, v)| v.into_owned())
+    };
+    let n: u32 = param("n")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .min(100_000);
+    let op = param("op").unwrap_or_default();
+    let secret = "bench-only-secret-0123456789abcdef0123456789";
+    let now = now_ms() / 1000;
+    let Ok(auth) = Auth::new(&Settings {
+        hs256_secret: Some(secret.into()),
+        issuer: Some("bench".into()),
+        audience: Some("bench".into()),
+        ..Default::default()
+    }) else {
+        return json!({"error": "bench auth"});
+    };
+    let claims = json!({"iss": "bench", "aud": "bench", "sub": "u", "team": "t", "exp": now + 60});
+    let token = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())
+        .and_then(|k| jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &k));
+    let Ok(token) = token else {
+        return json!({"error": "bench token"});
+    };
+    let header = format!("Bearer {token}");
+    let mut ok = 0u32;
+    for i in 0..n {
+        ok += u32::from(match op.as_str() {
+            "verify" => auth.check(Some(&header), now).is_ok(),
+            "sign" => exec_token::sign(secret, "bench", &format!("t{i}"), now).is_ok(),
+            "cached" => exec_token::token(secret, "bench", "cached", now).is_ok(),
+            _ => false,
+        });
+    }
+    json!({"op": op, "n": n, "ok": ok})
+}
+
+pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Response> {
+    let Some(sid) = req.headers().get("mcp-session-id")? else {
+        return json_response(400, &json!({"error": "DELETE needs Mcp-Session-Id"}));
+    };
+    match team_call(
+        env,
+        &caller.team,
+        "/session/close",
+        &json!({"sid": sid, "subject": caller.subject}),
+    )
+    .await
+    {
+        Ok(_) => Ok(Response::empty()?.with_status(204)),
+        Err(e) => json_response(
+            404,
+            &error_response(Value::Null, codes::INVALID_REQUEST, &e.to_string(), None),
+        ),
+    }
+}
+
+pub(crate) async fn mcp_post(
+    req: &Request,
+    body: Vec<u8>,
+    env: &Env,
+    gw: Rc<Gateway>,
+    caller: Caller,
+) -> Result<Response> {
+    let msg = match parse_message(&body) {
+        Ok(m) => m,
+        Err(resp) => return json_response(400, &resp),
+    };
+    let headers = req.headers();
+    let session_id = headers.get("mcp-session-id")?;
+    let version_header = headers.get("mcp-protocol-version")?;
+    let team = caller.team.clone();
+
+    // ---- legacy: initialize opens a session ----
+    if let Incoming::Request { id, method, params } = &msg
+        && method == "initialize"
+        && version_header.as_deref() != Some(shared::mcp::MODERN_VERSION)
+    {
+        let requested = params
+            .as_ref()
+            .and_then(|p| p.get("protocolVersion"))
+            .and_then(Value::as_str);
+        let version = negotiate(requested);
+        let sid = random_hex();
+        if let Err(e) = team_call(
+            env,
+            &team,
+            "/session/open",
+            &json!({"sid": sid, "subject": caller.subject, "version": version}),
+        )
+        .await
+        {
+            return json_response(
+                500,
+                &error_response(id.clone(), codes::INTERNAL_ERROR, &e.to_string(), None),
+            );
+        }
+        let r = json_response(
+            200,
+            &success_response(id.clone(), gw.dispatcher.initialize_result(version)),
+        )?;
+        r.headers().set("mcp-session-id", &sid)?;
+        return Ok(r);
+    }
+
+    // ---- legacy: a request inside a session ----
+    if let Some(sid) = session_id {
+        let session = match team_call(
+            env,
+            &team,
+            "/session/get",
+            &json!({"sid": sid, "subject": caller.subject}),
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(_) => {
+                return json_response(
+                    404,
+                    &error_response(
+                        Value::Null,
+                        codes::INVALID_REQUEST,
+                        "unknown or expired session: initialize again",
+                        None,
+                    ),
+                );
+            }
+        };
+        return match msg {
+            Incoming::Response | Incoming::Notification { .. } => {
+                Ok(Response::empty()?.with_status(202))
+            }
+            Incoming::Request { id, method, params } => {
+                let host = Host {
+                    gw: gw.clone(),
+                    env: env.clone(),
+                    caller,
+                    owner: format!("session:{sid}"),
+                    session: Some(sid),
+                    default: RefCell::new(session["default_id"].as_str().map(str::to_owned)),
+                };
+                let version = session["version"]
+                    .as_str()
+                    .unwrap_or("2025-11-25")
+                    .to_owned();
+                let resp = gw
+                    .dispatcher
+                    .request(&host, &Era::Legacy(version), id, &method, params.as_ref())
+                    .instrument(tracing::info_span!("mcp", team = %team, method = %method))
+                    .await;
+                json_response(200, &resp)
+            }
+        };
+    }
+
+    // ---- stateless 2026-07-28 ----
+    let id = match &msg {
+        Incoming::Request { id, .. } => id.clone(),
+        _ => Value::Null,
+    };
+    if let Err((status, body)) = check_stateless_version(version_header.as_deref(), &id) {
+        return json_response(status, &body);
+    }
+    match msg {
+        Incoming::Response | Incoming::Notification { .. } => {
+            Ok(Response::empty()?.with_status(202))
+        }
+        Incoming::Request { id, method, params } => {
+            let lookup: Vec<(String, Option<String>)> = ["mcp-method", "mcp-name"]
+                .iter()
+                .map(|n| (n.to_string(), headers.get(n).ok().flatten()))
+                .collect();
+            let header = |n: &str| {
+                lookup
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .and_then(|(_, v)| v.as_deref())
+            };
+            if let Err((status, body)) = check_modern_headers(header, &id, &method, params.as_ref())
+            {
+                return json_response(status, &body);
+            }
+            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
+                return json_response(400, &body);
+            }
+            let host = Host {
+                gw: gw.clone(),
+                env: env.clone(),
+                owner: format!("user:{}", caller.subject),
+                caller,
+                session: None,
+                default: RefCell::new(None),
+            };
+            let resp = gw
+                .dispatcher
+                .request(&host, &Era::Modern, id, &method, params.as_ref())
+                .instrument(tracing::info_span!("mcp", team = %team, method = %method))
+                .await;
+            json_response(modern_status(&resp), &resp)
+        }
+    }
+}

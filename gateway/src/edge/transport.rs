@@ -1,0 +1,79 @@
+//! Transport glue: `fetch` as the provider clients' HTTP transport, and calls to a team's
+//! Durable Object.
+
+use super::*;
+
+pub(crate) struct FetchTransport;
+
+impl HttpTransport for FetchTransport {
+    async fn send(&self, req: HttpRequest) -> std::result::Result<HttpResponse, String> {
+        let headers = Headers::new();
+        for (k, v) in &req.headers {
+            headers.set(k, v).map_err(|e| e.to_string())?;
+        }
+        let mut init = RequestInit::new();
+        init.with_method(Method::from(req.method.to_owned()))
+            .with_headers(headers);
+        if let Some(body) = &req.body {
+            init.with_body(Some(
+                worker::js_sys::Uint8Array::from(body.as_slice()).into(),
+            ));
+        }
+        let request = Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())?;
+        let mut resp = Fetch::Request(request)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status_code();
+        let headers = resp.headers().entries().collect();
+        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    async fn sleep(&self, millis: u64) {
+        worker::Delay::from(std::time::Duration::from_millis(millis)).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+}
+
+// ---------------------------------------------------------------- team Durable Object calls
+
+/// One team's Durable Object.
+pub(crate) async fn team_call(
+    env: &Env,
+    team: &str,
+    path: &str,
+    body: &Value,
+) -> std::result::Result<Value, GatewayError> {
+    let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
+    let stub = env
+        .durable_object(TEAM_BINDING)
+        .and_then(|ns| ns.id_from_name(team)?.get_stub())
+        .map_err(transport)?;
+    // The object learns its team's name from every call (its id is a one-way hash of it).
+    let mut body = body.clone();
+    body["team"] = json!(team);
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(body.to_string().into()));
+    let req = Request::new_with_init(&format!("https://team.internal{path}"), &init)
+        .map_err(transport)?;
+    let mut resp = stub.fetch_with_request(req).await.map_err(transport)?;
+    let status = resp.status_code();
+    let v: Value = resp.json().await.map_err(transport)?;
+    if status == 200 {
+        Ok(v)
+    } else {
+        Err(GatewayError::Inventory {
+            status,
+            message: v["error"].as_str().unwrap_or("inventory error").to_owned(),
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! DNS-rebinding and cross-site protection: the request's host, and its `Origin` when a
+//! browser sends one, must be one of `PUBLIC_ORIGINS` (comma-separated, e.g.
+//! `https://mcp.example.com`); with none configured only loopback names are accepted
+//! (`wrangler dev`). Pure: the Worker passes the request URL and the header.
+
+use url::Url;
+
+/// The origins this gateway is reached at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins {
+    allowed: Vec<String>,
+}
+
+fn loopback(host: &str) -> bool {
+    let h = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    h == "localhost" || h.ends_with(".localhost") || h == "::1" || h.starts_with("127.")
+}
+
+impl Origins {
+    /// From the `PUBLIC_ORIGINS` var (`None` or empty: loopback only).
+    pub fn parse(public_origins: Option<&str>) -> Self {
+        let allowed = public_origins
+            .unwrap_or_default()
+            .split(',')
+            .map(|o| o.trim().trim_end_matches('/').to_owned())
+            .filter(|o| !o.is_empty())
+            .collect();
+        Self { allowed }
+    }
+
+    fn ok(&self, candidate: &Url) -> bool {
+        if self.allowed.is_empty() {
+            candidate.host_str().is_some_and(loopback)
+        } else {
+            let origin = candidate.origin().ascii_serialization();
+            self.allowed.contains(&origin)
+        }
+    }
+
+    /// May a request to `url` with this `Origin` header be served? The refusal says what
+    /// to configure.
+    pub fn check(&self, url: &Url, origin: Option<&str>) -> Result<(), String> {
+        if !self.ok(url) {
+            return Err(format!(
+                "host {:?} is not served here: add its origin to PUBLIC_ORIGINS",
+                url.host_str().unwrap_or_default()
+            ));
+        }
+        if let Some(o) = origin.filter(|o| *o != "null") {
+            match Url::parse(o) {
+                Ok(u) if self.ok(&u) => {}
+                _ => {
+                    return Err(format!(
+                        "origin {o:?} is not allowed: add it to PUBLIC_ORIGINS"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    #[test]
+    fn loopback_only_without_public_origins() {
+        let o = Origins::parse(None);
+        for ok in [
+            "http://127.0.0.1:8787/mcp",
+            "http://localhost/mcp",
+            "http://[::1]:1/mcp",
+            "http://a.localhost/mcp",
+        ] {
+            assert_eq!(o.check(&url(ok), None), Ok(()), "{ok}");
+        }
+        assert!(
+            o.check(&url("https://evil.example/mcp"), None)
+                .unwrap_err()
+                .contains("PUBLIC_ORIGINS")
+        );
+        let local = url("http://127.0.0.1:8787/mcp");
+        assert_eq!(o.check(&local, Some("null")), Ok(()));
+        assert_eq!(o.check(&local, Some("http://localhost:3000")), Ok(()));
+        assert!(o.check(&local, Some("https://evil.example")).is_err());
+        assert!(o.check(&local, Some("not a url")).is_err());
+    }
+
+    #[test]
+    fn public_origins_are_exact() {
+        let o = Origins::parse(Some(" https://mcp.example.com/ , ,https://b.example:8443"));
+        assert_eq!(o.check(&url("https://mcp.example.com/mcp"), None), Ok(()));
+        assert_eq!(
+            o.check(
+                &url("https://b.example:8443/mcp"),
+                Some("https://mcp.example.com")
+            ),
+            Ok(())
+        );
+        assert!(o.check(&url("http://mcp.example.com/mcp"), None).is_err());
+        assert!(o.check(&url("http://127.0.0.1/mcp"), None).is_err());
+        assert!(
+            o.check(
+                &url("https://mcp.example.com/mcp"),
+                Some("https://evil.example")
+            )
+            .is_err()
+        );
+    }
+}

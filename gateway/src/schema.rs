@@ -1,0 +1,75 @@
+//! The Team Durable Object's SQLite schema, versioned. Each migration is a list of
+//! statements run once, in order, when an object's stored `schema_version` (table `meta`)
+//! is below its number; the version is written after its statements succeed. A failure is
+//! kept and answered on every request (never ignored), so a broken object says why.
+//!
+//! Version 1 is the schema every object had before versions were recorded; its statements
+//! are `IF NOT EXISTS`, so objects made by older gateways take it as a no-op.
+
+/// The migrations; migration `i` (0-based) brings the schema to version `i + 1`.
+pub const MIGRATIONS: &[&[&str]] = &[&[
+    "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS computers (id TEXT PRIMARY KEY, executor TEXT NOT NULL, \
+     temporary INTEGER NOT NULL, owner TEXT, last_used INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sessions (sid TEXT PRIMARY KEY, subject TEXT NOT NULL, \
+     version TEXT NOT NULL, default_id TEXT, last_seen INTEGER NOT NULL)",
+]];
+
+/// The version a fully migrated object has.
+pub const CURRENT: u32 = MIGRATIONS.len() as u32;
+
+/// The `meta` key holding an object's schema version.
+pub const VERSION_KEY: &str = "schema_version";
+
+/// Reads a stored version (`None`: never recorded, an object of an older gateway or a new
+/// one). A value that is not a number is an error, not a silent zero.
+pub fn stored_version(v: Option<&str>) -> Result<u32, String> {
+    match v {
+        None => Ok(0),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("the team inventory has a corrupt schema_version {v:?}")),
+    }
+}
+
+/// The migrations to run from `version`, with the version each one reaches. A version
+/// newer than this gateway knows is refused (an older gateway must not touch it).
+pub fn pending(version: u32) -> Result<Vec<(u32, &'static [&'static str])>, String> {
+    if version > CURRENT {
+        return Err(format!(
+            "the team inventory has schema version {version}, newer than this gateway's {CURRENT}: deploy the newer gateway"
+        ));
+    }
+    Ok(MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(version as usize)
+        .map(|(i, m)| (i as u32 + 1, *m))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_run_in_order_from_any_version() {
+        assert_eq!(stored_version(None), Ok(0));
+        assert_eq!(stored_version(Some("1")), Ok(1));
+        assert!(stored_version(Some("one")).is_err());
+        let all = pending(0).unwrap();
+        assert_eq!(all.len(), MIGRATIONS.len());
+        assert_eq!(all.first().map(|(v, _)| *v), Some(1));
+        assert_eq!(all.last().map(|(v, _)| *v), Some(CURRENT));
+        assert!(pending(CURRENT).unwrap().is_empty());
+        assert!(pending(CURRENT + 1).unwrap_err().contains("newer"));
+    }
+
+    #[test]
+    fn version_one_is_safe_on_old_objects() {
+        for stmt in MIGRATIONS[0] {
+            assert!(stmt.starts_with("CREATE TABLE IF NOT EXISTS"), "{stmt}");
+        }
+    }
+}
