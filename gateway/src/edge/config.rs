@@ -40,18 +40,6 @@ pub(crate) struct Gateway {
     pub(crate) dispatcher: Dispatcher,
 }
 
-pub(crate) fn var(env: &Env, name: &str) -> Option<String> {
-    env.var(name)
-        .ok()
-        .map(|v| v.to_string())
-        .or_else(|| env.secret(name).ok().map(|v| v.to_string()))
-        .filter(|v| !v.trim().is_empty())
-}
-
-pub(crate) fn now_ms() -> u64 {
-    Date::now().as_millis()
-}
-
 impl Gateway {
     pub(crate) fn from_env(env: &Env) -> Self {
         let settings = Settings {
