@@ -31,8 +31,6 @@ use crate::progress::Progress;
 
 /// Largest request body (stdin is at most 2 MiB of UTF-8, as JSON).
 const MAX_BODY: usize = 16 * 1024 * 1024;
-/// Shortest accepted shared secret, in bytes.
-pub const MIN_SECRET_LEN: usize = 32;
 
 /// What the handlers share.
 pub struct ApiState {

@@ -4,12 +4,12 @@
 
 use shared::result::ExecOutcome;
 
-use crate::computers::ComputerError;
-use crate::docker::exec::ExecSpec;
-use crate::docker::{ContainerRecord, Docker, container_name};
+use crate::docker::{Docker, container_name};
 use crate::e2b::E2b;
+use crate::error::ComputerError;
 use crate::fly::Fly;
 use crate::progress::Progress;
+use crate::spec::{ContainerRecord, ExecSpec};
 use crate::wasm::Wasm;
 
 /// Where this server's computers live.

@@ -11,8 +11,7 @@ use shared::providers::computers::{
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::ExecOutcome;
 
-use crate::docker::ContainerRecord;
-use crate::docker::exec::ExecSpec;
+use crate::spec::{ContainerRecord, ExecSpec};
 
 /// One provider account's computers, for this server.
 #[derive(Debug)]

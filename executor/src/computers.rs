@@ -24,61 +24,12 @@ use shared::validate::{ExecRequest, Program, ToolCall};
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::docker::exec::ExecSpec;
-use crate::docker::{ContainerRecord, DockerError};
+use crate::docker::DockerError;
 use crate::progress::Progress;
+use crate::spec::{ContainerRecord, ExecSpec};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Errors a tool call can end in (each becomes an `isError` result).
-#[derive(Debug, thiserror::Error)]
-pub enum ComputerError {
-    #[error(transparent)]
-    Docker(#[from] DockerError),
-    #[error(transparent)]
-    Wasm(#[from] crate::wasm::WasmError),
-    /// Fly Machines or E2B.
-    #[error(transparent)]
-    Cloud(#[from] shared::providers::computers::ComputersError),
-    #[error(transparent)]
-    Modal(#[from] crate::modal::ModalBackendError),
-    #[error(transparent)]
-    Policy(#[from] shared::lifecycle::LifecycleError),
-    #[error(
-        "computer {0:?} does not exist (or is another session's temporary computer); see computer_list"
-    )]
-    Unknown(String),
-    /// The name is held by a computer of another team (or, on a local server, one an
-    /// executor made for the gateway).
-    #[error(
-        "computer_id {0:?} is taken by a computer that is not yours; choose another computer_id"
-    )]
-    Taken(String),
-}
-
-impl ComputerError {
-    /// Is it "no such computer", whatever the backend?
-    pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            ComputerError::Unknown(_)
-                | ComputerError::Docker(DockerError::NotFound(_))
-                | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
-                | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_))
-                | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_))
-        )
-    }
-
-    /// Does it contradict the computer's state or ownership (the other `temporary`
-    /// value, a name that is not ours)?
-    pub fn is_conflict(&self) -> bool {
-        matches!(
-            self,
-            ComputerError::Policy(_)
-                | ComputerError::Taken(_)
-                | ComputerError::Docker(DockerError::NotOurs { .. })
-        )
-    }
-}
+pub use crate::error::ComputerError;
 
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
 /// A team's computers carry its key prefix, and its label where the backend keeps one

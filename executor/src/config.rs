@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use shared::catalogue::{DescriptionError, assemble_description, usage_text};
 
 use crate::cli::{BackendArg, Cli, TransportArg};
-use crate::docker::flags::{DockerRunFlags, FlagError, parse_docker_run_flags};
+use crate::docker::flags::{FlagError, parse_docker_run_flags};
+pub use crate::docker::settings::{DockerConfig, DockerEndpoint};
+pub use crate::spec::{WasmConfig, parse_size};
 
 /// The default image, which the built-in description describes.
 pub const DEFAULT_IMAGE: &str = "debian:bookworm-slim";
@@ -86,27 +88,6 @@ pub enum ConfigError {
     BadSupervisor(String),
 }
 
-/// Where the Engine API is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DockerEndpoint {
-    /// The engine's usual local socket (Docker's, or Podman's probed sockets).
-    Default,
-    Unix(String),
-    Http(String),
-}
-
-/// Docker backend settings.
-#[derive(Debug, Clone)]
-pub struct DockerConfig {
-    pub podman: bool,
-    pub endpoint: DockerEndpoint,
-    pub image: String,
-    pub nano_cpus: Option<i64>,
-    pub memory_bytes: Option<i64>,
-    pub network: bool,
-    pub run_flags: DockerRunFlags,
-}
-
 /// Which backend to start.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendChoice {
@@ -123,14 +104,6 @@ pub enum BackendChoice {
     E2b(Box<crate::e2b::E2bConfig>),
     /// Modal sandboxes.
     Modal(Box<crate::modal::client::ModalSettings>),
-}
-
-/// WASM backend settings.
-#[derive(Debug, Clone)]
-pub struct WasmConfig {
-    pub max_memory_bytes: usize,
-    pub fuel: Option<u64>,
-    pub cache_dir: PathBuf,
 }
 
 /// Everything the server runs with.
@@ -177,28 +150,6 @@ fn parse_cpu(s: &str) -> Result<i64, ConfigError> {
         return Err(ConfigError::BadCpu(s.into()));
     }
     Ok((cpus * 1e9).round() as i64)
-}
-
-/// Parses a Docker-style size: bytes, or a number with b/k/m/g (case-insensitive).
-pub fn parse_size(s: &str) -> Option<i64> {
-    let t = s.trim().to_ascii_lowercase();
-    let t = t
-        .strip_suffix('b')
-        .filter(|r| !r.is_empty() && r.ends_with(|c: char| c.is_ascii_alphabetic()))
-        .unwrap_or(&t);
-    let (num, mult) = match t.chars().last()? {
-        'k' => (&t[..t.len() - 1], 1i64 << 10),
-        'm' => (&t[..t.len() - 1], 1 << 20),
-        'g' => (&t[..t.len() - 1], 1 << 30),
-        'b' => (&t[..t.len() - 1], 1),
-        _ => (t, 1),
-    };
-    let n: f64 = num.parse().ok()?;
-    if !(n.is_finite() && n > 0.0) {
-        return None;
-    }
-    let bytes = n * mult as f64;
-    (bytes < i64::MAX as f64).then_some(bytes as i64)
 }
 
 fn parse_memory(s: &str) -> Result<i64, ConfigError> {
@@ -596,7 +547,7 @@ Files persist between calls on the same computer and across computer_restart (a 
                 let secret = cli
                     .executor_secret
                     .clone()
-                    .filter(|s| s.trim().len() >= crate::api::MIN_SECRET_LEN)
+                    .filter(|s| s.trim().len() >= shared::executor_api::MIN_SECRET_LEN)
                     .ok_or(ConfigError::ExecutorSecret)?;
                 let listen = cli
                     .listen

@@ -15,12 +15,14 @@ pub mod computers;
 pub mod config;
 pub mod docker;
 pub mod e2b;
+pub mod error;
 pub mod fly;
 pub mod http;
 pub mod instance;
 pub mod modal;
 pub mod progress;
 pub mod run;
+pub mod spec;
 pub mod stdio;
 #[cfg(feature = "wasm")]
 pub mod wasm;

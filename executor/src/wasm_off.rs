@@ -5,8 +5,7 @@ use std::path::Path;
 
 use shared::result::ExecOutcome;
 
-use crate::docker::ContainerRecord;
-use crate::docker::exec::ExecSpec;
+use crate::spec::{ContainerRecord, ExecSpec};
 
 /// Errors of the WASM backend.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +25,7 @@ pub enum Wasm {}
 /// Always refuses: this build has no WebAssembly support.
 pub async fn open(
     _custom: Option<&Path>,
-    _cfg: &crate::config::WasmConfig,
+    _cfg: &crate::spec::WasmConfig,
     _state_dir: &Path,
     _instance: String,
     _host: String,

@@ -9,7 +9,22 @@ use std::sync::Arc;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
-use crate::validate::{MAX_STDIN_BYTES, MAX_TIMEOUT_SECS, ToolKind};
+/// Largest `stdin` accepted, in bytes.
+pub const MAX_STDIN_BYTES: usize = 2 * 1024 * 1024;
+/// Longest `timeout` accepted, in seconds (one day).
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
+
+/// Which tool a name refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    Exec,
+    Dashboard,
+    List,
+    Create,
+    Restart,
+    FactoryReset,
+    Delete,
+}
 
 /// The exec tool's default name.
 pub const EXEC_TOOL: &str = "terminal_execute";

@@ -27,6 +27,8 @@ pub const PREFIX: &str = "/v1";
 pub const DEFAULT_AUDIENCE: &str = "mcp-sandbox-executor";
 /// The `iss` the gateway puts in its tokens.
 pub const GATEWAY_ISSUER: &str = "mcp-sandbox-gateway";
+/// Shortest shared secret (gateway ↔ executor) an executor accepts, in bytes.
+pub const MIN_SECRET_LEN: usize = 32;
 /// Longest token lifetime (`exp - iat`) an executor accepts, in seconds.
 pub const MAX_TOKEN_LIFETIME_SECS: u64 = 600;
 

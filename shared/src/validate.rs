@@ -7,13 +7,9 @@
 
 use serde_json::{Map, Value};
 
+pub use crate::catalogue::{MAX_STDIN_BYTES, MAX_TIMEOUT_SECS, ToolKind};
 use crate::catalogue::{ToolNames, tool_kind};
 use crate::ids::validate_computer_id;
-
-/// Largest `stdin` accepted, in bytes.
-pub const MAX_STDIN_BYTES: usize = 2 * 1024 * 1024;
-/// Longest `timeout` accepted, in seconds (one day).
-pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 
 /// What the agent asked a computer to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,18 +53,6 @@ pub enum ToolCall {
     Delete {
         computer_id: String,
     },
-}
-
-/// Which tool a name refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolKind {
-    Exec,
-    Dashboard,
-    List,
-    Create,
-    Restart,
-    FactoryReset,
-    Delete,
 }
 
 /// Why a call was refused before anything ran.

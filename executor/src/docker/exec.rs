@@ -52,17 +52,7 @@ fn take_exit_tag(stderr: &mut Vec<u8>, nonce: &str) -> Option<i64> {
     Some(code)
 }
 
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct ExecSpec {
-    /// The program: argv, or `[shell, "-c", command]` (shell `None`: bash, else /bin/sh).
-    pub argv: Vec<String>,
-    pub shell_command: Option<(Option<String>, String)>,
-    pub stdin: Option<String>,
-    pub working_directory: Option<String>,
-    pub timeout: Duration,
-    pub output_limit: usize,
-}
+pub use crate::spec::ExecSpec;
 
 fn wrapper_cmd(spec: &ExecSpec, nonce: &str) -> Vec<String> {
     let mut cmd = vec![

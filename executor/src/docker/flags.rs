@@ -167,7 +167,7 @@ pub fn parse_docker_run_flags(raw: &[String]) -> Result<DockerRunFlags, FlagErro
             "-u" | "--user" => f.user = Some(need()?),
             "--shm-size" => {
                 f.shm_size = Some(
-                    crate::config::parse_size(&need()?)
+                    crate::spec::parse_size(&need()?)
                         .ok_or_else(|| bad("expected a size such as 64m"))?,
                 )
             }
@@ -176,7 +176,7 @@ pub fn parse_docker_run_flags(raw: &[String]) -> Result<DockerRunFlags, FlagErro
                 f.memory_swap = Some(if v == "-1" {
                     -1
                 } else {
-                    crate::config::parse_size(&v)
+                    crate::spec::parse_size(&v)
                         .ok_or_else(|| bad("expected a size such as 1g, or -1"))?
                 });
             }

@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod flags;
+pub mod settings;
 pub mod supervised;
 
 use std::collections::HashMap;
@@ -25,8 +26,8 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use crate::config::{DockerConfig, DockerEndpoint};
 use crate::progress::Progress;
+pub use settings::{DockerConfig, DockerEndpoint};
 
 /// Container name prefix (compatible with the older project).
 pub const NAME_PREFIX: &str = "kilntainer-";
@@ -103,7 +104,7 @@ fn status_of(e: &BollardError) -> Option<u16> {
 
 /// One of our computers as its backend shows it (a container here; `provider_id` is the
 /// container id).
-pub type ContainerRecord = shared::providers::computers::Computer;
+pub use crate::spec::ContainerRecord;
 
 /// The Docker backend.
 #[derive(Debug, Clone)]

@@ -22,8 +22,7 @@ use std::time::Duration;
 use shared::providers::computers::{Owner, Program, program_argv, tags};
 use shared::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
 
-use crate::docker::ContainerRecord;
-use crate::docker::exec::ExecSpec;
+use crate::spec::{ContainerRecord, ExecSpec};
 use client::{ModalClient, ModalError, ModalSettings, SandboxInfo};
 
 /// Errors of the Modal backend.

@@ -28,8 +28,7 @@ use serde::{Deserialize, Serialize};
 use shared::result::{ExecOutcome, Stream, TIMEOUT_EXIT_CODE};
 use tokio::sync::OnceCell;
 
-use crate::docker::ContainerRecord;
-use crate::docker::exec::ExecSpec;
+use crate::spec::{ContainerRecord, ExecSpec};
 use capture::Capture;
 use engine::{Exit, Mount, Program, Run, Runtime};
 use shell::{Input, Output, Programs, ShellConfig, Stdio};
@@ -102,7 +101,7 @@ fn toolbox_source() -> Result<Source, WasmError> {
 /// user's module, checked before this returns (a bad module stops the start).
 pub async fn open(
     custom: Option<&Path>,
-    cfg: &crate::config::WasmConfig,
+    cfg: &crate::spec::WasmConfig,
     state_dir: &Path,
     instance: String,
     host: String,

@@ -1,0 +1,24 @@
+//! The Docker backend's settings (built by `config` from the command line).
+
+use super::flags::DockerRunFlags;
+
+/// Where the Engine API is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DockerEndpoint {
+    /// The engine's usual local socket (Docker's, or Podman's probed sockets).
+    Default,
+    Unix(String),
+    Http(String),
+}
+
+/// Docker backend settings.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    pub podman: bool,
+    pub endpoint: DockerEndpoint,
+    pub image: String,
+    pub nano_cpus: Option<i64>,
+    pub memory_bytes: Option<i64>,
+    pub network: bool,
+    pub run_flags: DockerRunFlags,
+}

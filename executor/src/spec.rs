@@ -1,0 +1,51 @@
+//! Backend-neutral types: what every backend (Docker, WASM, Fly, E2B, Modal) takes and
+//! gives, so no backend imports another and the registry imports none of their modules for
+//! its types.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One computer as its backend shows it (the shared provider record).
+pub type ContainerRecord = shared::providers::computers::Computer;
+
+/// What to run, resolved against the server's defaults (timeout, output limit, shell).
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// The program: argv, or `[shell, "-c", command]` (shell `None`: bash, else /bin/sh).
+    pub argv: Vec<String>,
+    pub shell_command: Option<(Option<String>, String)>,
+    pub stdin: Option<String>,
+    pub working_directory: Option<String>,
+    pub timeout: Duration,
+    pub output_limit: usize,
+}
+
+/// WASM backend settings.
+#[derive(Debug, Clone)]
+pub struct WasmConfig {
+    pub max_memory_bytes: usize,
+    pub fuel: Option<u64>,
+    pub cache_dir: PathBuf,
+}
+
+/// Parses a Docker-style size: bytes, or a number with b/k/m/g (case-insensitive).
+pub fn parse_size(s: &str) -> Option<i64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix('b')
+        .filter(|r| !r.is_empty() && r.ends_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(&t);
+    let (num, mult) = match t.chars().last()? {
+        'k' => (&t[..t.len() - 1], 1i64 << 10),
+        'm' => (&t[..t.len() - 1], 1 << 20),
+        'g' => (&t[..t.len() - 1], 1 << 30),
+        'b' => (&t[..t.len() - 1], 1),
+        _ => (t, 1),
+    };
+    let n: f64 = num.parse().ok()?;
+    if !(n.is_finite() && n > 0.0) {
+        return None;
+    }
+    let bytes = n * mult as f64;
+    (bytes < i64::MAX as f64).then_some(bytes as i64)
+}
