@@ -282,7 +282,7 @@ impl ToolHost for Host {
                 structured_result(v)
             }
             Err(e) => {
-                tracing::info!(ms, outcome = ?e.code(), "tool call failed");
+                tracing::warn!(ms, outcome = ?e.code(), "tool call failed");
                 operation_error(&e.to_string())
             }
         }
