@@ -43,10 +43,6 @@ impl GatewayError {
             GatewayError::Config(_) => ErrorCode::Internal,
         }
     }
-
-    pub fn is_not_found(&self) -> bool {
-        self.code() == ErrorCode::NotFound
-    }
 }
 
 impl From<ApiError> for GatewayError {
@@ -65,7 +61,7 @@ mod tests {
             ErrorCode::NotFound,
             "computer \"x\" does not exist",
         ));
-        assert!(e.is_not_found());
+        assert_eq!(e.code(), ErrorCode::NotFound);
         assert_eq!(e.to_string(), "computer \"x\" does not exist");
         let e = GatewayError::Inventory {
             status: 409,
@@ -77,6 +73,9 @@ mod tests {
             scope: "manage",
         };
         assert!(e.to_string().contains("`manage` scope"), "{e}");
-        assert!(!GatewayError::Transport("x".into()).is_not_found());
+        assert_eq!(
+            GatewayError::Transport("x".into()).code(),
+            ErrorCode::Internal
+        );
     }
 }

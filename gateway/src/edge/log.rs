@@ -42,16 +42,17 @@ impl<'a> MakeWriter<'a> for Console {
 }
 
 /// Installs the subscriber, once per isolate (no clock: the console stamps lines itself).
-/// Called at the top of every request: cheap after the first. `level` is the `LOG_LEVEL`
-/// var (`error`, `warn`, `info`, `debug`); the default `warn` logs failed tool calls only,
+/// Called at the top of every request: cheap after the first, and `level` (the `LOG_LEVEL`
+/// var: `error`, `warn`, `info`, `debug`) is read only then. The default `warn` logs failed
+/// tool calls only,
 /// since a console line per call costs the warm path about 2 ms (measured under
 /// `wrangler dev`).
-pub(crate) fn init(level: Option<&str>) {
+pub(crate) fn init(level: impl FnOnce() -> Option<String>) {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let level = level
-        .and_then(|l| l.trim().parse::<tracing::Level>().ok())
-        .unwrap_or(tracing::Level::WARN);
     ONCE.call_once(|| {
+        let level = level()
+            .and_then(|l| l.trim().parse::<tracing::Level>().ok())
+            .unwrap_or(tracing::Level::WARN);
         let _ = tracing_subscriber::fmt()
             .with_writer(Console)
             .without_time()

@@ -17,7 +17,7 @@ pub(crate) fn unauthorized(origin: &str, why: &str) -> Result<Response> {
 
 #[event(fetch)]
 pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
-    super::log::init(var(&env, "LOG_LEVEL").as_deref());
+    super::log::init(|| var(&env, "LOG_LEVEL"));
     let url = req.url()?;
     let origin = url.origin().ascii_serialization();
     let gw = gateway(&env);
