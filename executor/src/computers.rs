@@ -1,22 +1,24 @@
-//! The computer registry of one server: attach/create, defaults, ownership, cleanup.
+//! The computers of one server: `shared::registry` over a map in memory, applied to the
+//! backend.
 //!
-//! Owns which computers this server tracks, who owns each temporary one, each session's
-//! default computer, and removing temporaries when their owner goes away (stdio EOF, HTTP
-//! session end or idle, stateless idle, shutdown, or a dead server's leftovers at start).
-//! It applies `shared::lifecycle` and implements `shared::mcp::ToolHost` per caller.
+//! The registry decides (attach, defaults, ownership, visibility, idle, history); this
+//! module does what it decides: it finds and creates computers at the backend, holds a lock
+//! per id while it does, removes temporaries when their owner goes away (stdio EOF, HTTP
+//! session end or idle, stateless idle, shutdown, or a dead server's leftovers at start),
+//! and implements `shared::mcp::ToolHost` per caller.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
 use serde_json::json;
 use shared::CallToolResult;
-use shared::history::{History, HistoryEntry, describe, rfc3339_utc};
+use shared::history::{HistoryEntry, describe, rfc3339_utc};
 use shared::ids::slug_from_random;
-use shared::lifecycle::{Existing, becomes_default, check_attach, idle_expired, visible_to};
 use shared::mcp::{CallContext, ToolHost};
 use shared::op::Op;
+use shared::registry::{Claimant, MemoryStore, Registry, Target};
 use shared::result::{
     ComputerInfo, exec_structured, inventory, operation_error, structured_result,
 };
@@ -53,18 +55,6 @@ pub struct ExecDefaults {
     pub session_timeout_secs: u64,
 }
 
-#[derive(Debug, Clone)]
-struct Tracked {
-    temporary: bool,
-    /// Owner key of a temporary computer.
-    owner: Option<String>,
-    /// Stateless owners have no session end: their temporaries expire when idle.
-    stateless: bool,
-    last_used_ms: u64,
-    /// Commands running now: a computer in use is never idle, however long they run.
-    running: u32,
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -97,11 +87,9 @@ pub struct Computers {
     backend: Backend,
     defaults: ExecDefaults,
     host: String,
-    tracked: Mutex<HashMap<String, Tracked>>,
+    /// Keyed by backend name (`shared::teams::key`).
+    registry: Mutex<Registry<MemoryStore>>,
     id_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Commands run through this server, per computer id (in memory; a deleted computer's
-    /// history goes with it).
-    history: Mutex<HashMap<String, History>>,
 }
 
 impl Computers {
@@ -110,9 +98,8 @@ impl Computers {
             backend,
             defaults,
             host,
-            tracked: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::new(MemoryStore::default())),
             id_locks: Mutex::new(HashMap::new()),
-            history: Mutex::new(HashMap::new()),
         }
     }
 
@@ -120,12 +107,8 @@ impl Computers {
         &self.backend
     }
 
-    fn history(&self) -> std::sync::MutexGuard<'_, HashMap<String, History>> {
-        self.history.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn tracked(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
-        self.tracked.lock().unwrap_or_else(|p| p.into_inner())
+    fn registry(&self) -> MutexGuard<'_, Registry<MemoryStore>> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn id_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -135,102 +118,60 @@ impl Computers {
 
     /// Marks a command starting (`true`) or ending (`false`) on `id`.
     fn in_use(&self, id: &str, starting: bool) {
-        if let Some(t) = self.tracked().get_mut(id) {
-            t.running = if starting {
-                t.running + 1
-            } else {
-                t.running.saturating_sub(1)
-            };
-            t.last_used_ms = now_ms();
-        }
+        let Ok(()) = self.registry().running(id, starting, now_ms());
     }
 
-    /// Attaches to `id` (creating it if missing) for `owner`. Returns its `temporary` flag.
-    /// `id` is the backend key (`shared::teams::key`).
+    /// Attaches `claimant` to `id` (creating it if missing). Returns its `temporary`
+    /// flag. `id` is the backend key (`shared::teams::key`).
     async fn attach(
         &self,
         id: &str,
-        requested: Option<bool>,
-        owner: &str,
-        stateless: bool,
+        claimant: &Claimant<'_>,
         team: Option<&str>,
         progress: &Progress,
     ) -> Result<bool, ComputerError> {
-        // Fast path: a computer this server already tracks needs no engine round trip.
-        if let Some(known) = self.check_tracked(id, requested, owner) {
-            return known;
+        // Fast path: a computer the registry knows needs no engine round trip.
+        if let Some(known) = self.registry().check(id, claimant)? {
+            return Ok(known.temporary);
         }
         let lock = self.id_lock(id);
         let _held = lock.lock().await;
-        if let Some(known) = self.check_tracked(id, requested, owner) {
-            return known;
+        if let Some(known) = self.registry().check(id, claimant)? {
+            return Ok(known.temporary);
         }
+        let place = self.backend.name();
         let record = match self.backend.find(id).await? {
             Some(r) => r,
             None => {
                 let r = self
                     .backend
-                    .create(id, requested.unwrap_or(true), team, progress)
+                    .create(id, claimant.requested.unwrap_or(true), team, progress)
                     .await?;
                 if r.temporary && r.instance.as_deref() == Some(self.backend.instance()) {
-                    self.track_new(&r, owner, stateless);
+                    self.registry()
+                        .record_new(id, place, true, claimant, now_ms())?;
                     return Ok(true);
                 }
-                // Permanent, or another server won the race: the policy below decides.
+                // Permanent, or another server won the race: the registry decides below.
                 r
             }
         };
-        // It exists and we did not track it: a permanent computer (shared by id), or a
-        // temporary one of another server or a dead one (never ours to take).
+        // It exists and the registry did not know it: a permanent computer (shared by id),
+        // or a temporary one of another server or a dead one (never ours to take).
         if !of_team(&record, team) {
             return Err(ComputerError::Taken(
                 shared::teams::id_of(team, id).unwrap_or(id).to_owned(),
             ));
         }
-        let existing = Existing {
-            computer_id: id,
-            temporary: record.temporary,
-            owner: None,
-        };
-        check_attach(&existing, requested, owner)?;
-        if record.state != "running" {
-            self.backend.start(id).await?;
+        self.registry()
+            .adopt(id, place, record.temporary, claimant, now_ms())?;
+        if record.state != "running"
+            && let Err(e) = self.backend.start(id).await
+        {
+            let Ok(()) = self.registry().forget(id);
+            return Err(e);
         }
-        self.track_new(&record, owner, stateless);
         Ok(record.temporary)
-    }
-
-    /// The policy's answer for a computer this server tracks; `None` if it is not tracked.
-    fn check_tracked(
-        &self,
-        id: &str,
-        requested: Option<bool>,
-        owner: &str,
-    ) -> Option<Result<bool, ComputerError>> {
-        let t = self.tracked().get(id).cloned()?;
-        let existing = Existing {
-            computer_id: id,
-            temporary: t.temporary,
-            owner: t.owner.as_deref(),
-        };
-        Some(
-            check_attach(&existing, requested, owner)
-                .map(|()| t.temporary)
-                .map_err(Into::into),
-        )
-    }
-
-    fn track_new(&self, r: &ContainerRecord, owner: &str, stateless: bool) {
-        self.tracked().insert(
-            r.computer_id.clone(),
-            Tracked {
-                temporary: r.temporary,
-                owner: r.temporary.then(|| owner.to_owned()),
-                stateless,
-                last_used_ms: now_ms(),
-                running: 0,
-            },
-        );
     }
 
     fn new_slug(&self) -> String {
@@ -279,22 +220,20 @@ impl Computers {
                     Program::Shell(c) => describe(Some(c), None),
                     Program::Argv(a) => describe(None, Some(a)),
                 };
-                self.history()
-                    .entry(key.to_owned())
-                    .or_default()
-                    .push(HistoryEntry {
-                        command,
-                        started_at: rfc3339_utc(started_ms),
-                        exit_code: outcome.exit_code,
-                        duration_ms: outcome.duration_ms,
-                        timed_out: outcome.timed_out_after.is_some(),
-                        truncated: outcome.truncated_at.is_some(),
-                    });
+                let entry = HistoryEntry {
+                    command,
+                    started_at: rfc3339_utc(started_ms),
+                    exit_code: outcome.exit_code,
+                    duration_ms: outcome.duration_ms,
+                    timed_out: outcome.timed_out_after.is_some(),
+                    truncated: outcome.truncated_at.is_some(),
+                };
+                let Ok(()) = self.registry().ran(key, entry);
                 Ok(exec_structured(id, temporary, outcome))
             }
             Err(e) => {
                 if e.is_not_found() {
-                    self.tracked().remove(key);
+                    let Ok(()) = self.registry().forget(key);
                 }
                 Err(e)
             }
@@ -313,26 +252,14 @@ impl Computers {
             temporary: r.temporary,
             image: r.image.clone(),
             created_at: r.created_at.clone(),
-            history: self
-                .history()
-                .get(&r.computer_id)
-                .map(History::entries)
-                .unwrap_or_default(),
+            history: self.registry().history(&r.computer_id),
         }
     }
 
     /// May `owner` see `r`?
     fn visible(&self, r: &ContainerRecord, owner: &str) -> bool {
-        let tracked = self.tracked().get(&r.computer_id).cloned();
-        let owner_of = tracked.as_ref().and_then(|t| t.owner.clone());
-        visible_to(
-            &Existing {
-                computer_id: &r.computer_id,
-                temporary: r.temporary,
-                owner: owner_of.as_deref(),
-            },
-            owner,
-        )
+        let Ok(yes) = self.registry().may_see(&r.computer_id, r.temporary, owner);
+        yes
     }
 
     /// The record of `team`'s computer `id`, if `owner` may see it.
@@ -344,7 +271,7 @@ impl Computers {
     ) -> Result<ContainerRecord, ComputerError> {
         match self.backend.find(&shared::teams::key(team, id)).await? {
             Some(r) if of_team(&r, team) && self.visible(&r, owner) => Ok(r),
-            _ => Err(ComputerError::Unknown(id.to_owned())),
+            _ => Err(ComputerError::unknown(id)),
         }
     }
 
@@ -363,9 +290,8 @@ impl Computers {
 
     /// Computers tracked and commands running now (`/v1/health`).
     pub fn load(&self) -> (u64, u64) {
-        let tracked = self.tracked();
-        let running = tracked.values().map(|t| u64::from(t.running)).sum();
-        (tracked.len() as u64, running)
+        let Ok(load) = self.registry().load();
+        load
     }
 
     async fn remove_ids(&self, ids: Vec<String>) {
@@ -376,55 +302,37 @@ impl Computers {
             }
         });
         join_all(removals).await;
-        let mut tracked = self.tracked();
+        let mut registry = self.registry();
         let mut locks = self.id_locks.lock().unwrap_or_else(|p| p.into_inner());
-        let mut history = self.history();
         for id in &ids {
-            tracked.remove(id);
+            let Ok(()) = registry.forget(id);
             locks.remove(id);
-            history.remove(id);
         }
+    }
+
+    fn ids(entries: Vec<shared::registry::Entry>) -> Vec<String> {
+        entries.into_iter().map(|e| e.id).collect()
     }
 
     /// Removes every temporary computer of `owner` (its session ended).
     pub async fn release_owner(&self, owner: &str) {
-        let ids: Vec<String> = self
-            .tracked()
-            .iter()
-            .filter(|(_, t)| t.temporary && t.owner.as_deref() == Some(owner))
-            .map(|(id, _)| id.clone())
-            .collect();
-        self.remove_ids(ids).await;
+        let Ok(owned) = self.registry().owned_by(owner);
+        self.remove_ids(Self::ids(owned)).await;
     }
 
     /// Removes stateless callers' temporaries unused for `--session-timeout`.
     pub async fn reap_idle(&self) {
-        let now = now_ms();
-        let ids: Vec<String> = self
-            .tracked()
-            .iter()
-            .filter(|(_, t)| {
-                t.temporary
-                    && t.stateless
-                    && t.running == 0
-                    && idle_expired(t.last_used_ms, now, self.defaults.session_timeout_secs)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        if !ids.is_empty() {
-            self.remove_ids(ids).await;
+        let timeout = self.defaults.session_timeout_secs;
+        let Ok(idle) = self.registry().idle(now_ms(), timeout);
+        if !idle.is_empty() {
+            self.remove_ids(Self::ids(idle)).await;
         }
     }
 
     /// Removes every temporary computer this server made (shutdown).
     pub async fn shutdown(&self) {
-        let ids: Vec<String> = self
-            .tracked()
-            .iter()
-            .filter(|(_, t)| t.temporary)
-            .map(|(id, _)| id.clone())
-            .collect();
-        self.remove_ids(ids).await;
+        let Ok(temporaries) = self.registry().temporaries();
+        self.remove_ids(Self::ids(temporaries)).await;
     }
 
     /// Removes temporaries left on this host by servers that are no longer running.
@@ -513,15 +421,13 @@ impl SessionHost {
         requested: Option<bool>,
         progress: &Progress,
     ) -> Result<bool, ComputerError> {
+        let claimant = Claimant {
+            requested,
+            owner: &self.owner,
+            stateless: self.stateless,
+        };
         self.computers
-            .attach(
-                &self.key(id),
-                requested,
-                &self.owner,
-                self.stateless,
-                self.team(),
-                progress,
-            )
+            .attach(&self.key(id), &claimant, self.team(), progress)
             .await
     }
 
@@ -596,34 +502,29 @@ impl SessionHost {
         progress: &Progress,
     ) -> Result<serde_json::Value, ComputerError> {
         let c = &self.computers;
-        let attached = match &req.computer_id {
-            Some(id) => self
-                .attach(id, req.temporary, progress)
-                .await
-                .map(|t| (id.clone(), t)),
-            None if !becomes_default(req.temporary) => {
-                let id = c.new_slug();
-                self.attach(&id, Some(false), progress)
-                    .await
-                    .map(|t| (id, t))
-            }
-            None => {
-                // Hold the default slot while creating, so concurrent first calls share one computer.
-                let mut default = self.default.lock().await;
-                match default.clone() {
-                    Some(id) => self.attach(&id, None, progress).await.map(|t| (id, t)),
-                    None => {
-                        let id = c.new_slug();
-                        let r = self.attach(&id, Some(true), progress).await;
-                        if r.is_ok() {
-                            *default = Some(id.clone());
-                        }
-                        r.map(|t| (id, t))
-                    }
-                }
-            }
+        // A call that reads the default holds it while attaching, so concurrent first
+        // calls share one computer; named calls never wait for it.
+        let mut slot = match Target::reads_default(req.computer_id.as_deref(), req.temporary) {
+            true => Some(self.default.lock().await),
+            false => None,
         };
-        let (id, temporary) = attached?;
+        let target = Target::of(
+            req.computer_id.as_deref(),
+            req.temporary,
+            slot.as_ref().and_then(|d| d.as_deref()),
+            || c.new_slug(),
+        );
+        let attached = self
+            .attach(target.id(), target.requested(req.temporary), progress)
+            .await;
+        if let Some(default) = slot.as_mut()
+            && attached.is_ok()
+            && target.sets_default()
+        {
+            **default = Some(target.id().to_owned());
+        }
+        drop(slot);
+        let (id, temporary) = (target.id().to_owned(), attached?);
         c.exec_on(&self.key(&id), &id, temporary, &req).await
     }
 
@@ -651,7 +552,7 @@ impl SessionHost {
             .backend
             .find(&self.key(&id))
             .await?
-            .ok_or_else(|| ComputerError::Unknown(id.clone()))?;
+            .ok_or_else(|| ComputerError::unknown(&id))?;
         Ok(self.created(&id, &r))
     }
 
@@ -686,8 +587,7 @@ impl SessionHost {
         let lock = c.id_lock(&key);
         let _held = lock.lock().await;
         c.backend.remove(&key).await?;
-        c.tracked().remove(&key);
-        c.history().remove(&key);
+        let Ok(()) = c.registry().forget(&key);
         let mut default = self.default.lock().await;
         if default.as_deref() == Some(id) {
             *default = None;

@@ -1,6 +1,10 @@
 //! What a tool call or executor operation can end in: the registry's errors and each
 //! backend's, with the one place that says which of them mean "not found" or "conflict".
 
+use std::convert::Infallible;
+
+use shared::registry::RegistryError;
+
 use crate::docker::DockerError;
 
 /// Errors a tool call can end in (each becomes an `isError` result).
@@ -15,12 +19,9 @@ pub enum ComputerError {
     Cloud(#[from] shared::providers::computers::ComputersError),
     #[error(transparent)]
     Modal(#[from] crate::modal::ModalBackendError),
+    /// The registry's answer: not yours, the other `temporary`, or no such computer.
     #[error(transparent)]
-    Policy(#[from] shared::lifecycle::LifecycleError),
-    #[error(
-        "computer {0:?} does not exist (or is another session's temporary computer); see computer_list"
-    )]
-    Unknown(String),
+    Registry(#[from] RegistryError<Infallible>),
     /// The name is held by a computer of another team (or, on a local server, one an
     /// executor made for the gateway).
     #[error(
@@ -30,11 +31,16 @@ pub enum ComputerError {
 }
 
 impl ComputerError {
+    /// "No such computer" (or not the caller's to see), in the registry's words.
+    pub fn unknown(id: &str) -> Self {
+        ComputerError::Registry(RegistryError::Unknown(id.to_owned()))
+    }
+
     /// Is it "no such computer", whatever the backend?
     pub fn is_not_found(&self) -> bool {
         matches!(
             self,
-            ComputerError::Unknown(_)
+            ComputerError::Registry(RegistryError::Unknown(_))
                 | ComputerError::Docker(DockerError::NotFound(_))
                 | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
                 | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_))
@@ -47,7 +53,7 @@ impl ComputerError {
     pub fn is_conflict(&self) -> bool {
         matches!(
             self,
-            ComputerError::Policy(_)
+            ComputerError::Registry(RegistryError::Policy(_))
                 | ComputerError::Taken(_)
                 | ComputerError::Docker(DockerError::NotOurs { .. })
         )

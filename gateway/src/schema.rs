@@ -7,13 +7,21 @@
 //! are `IF NOT EXISTS`, so objects made by older gateways take it as a no-op.
 
 /// The migrations; migration `i` (0-based) brings the schema to version `i + 1`.
-pub const MIGRATIONS: &[&[&str]] = &[&[
-    "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS computers (id TEXT PRIMARY KEY, executor TEXT NOT NULL, \
-     temporary INTEGER NOT NULL, owner TEXT, last_used INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS sessions (sid TEXT PRIMARY KEY, subject TEXT NOT NULL, \
-     version TEXT NOT NULL, default_id TEXT, last_seen INTEGER NOT NULL)",
-]];
+pub const MIGRATIONS: &[&[&str]] = &[
+    &[
+        "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS computers (id TEXT PRIMARY KEY, executor TEXT NOT NULL, \
+         temporary INTEGER NOT NULL, owner TEXT, last_used INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS sessions (sid TEXT PRIMARY KEY, subject TEXT NOT NULL, \
+         version TEXT NOT NULL, default_id TEXT, last_seen INTEGER NOT NULL)",
+    ],
+    // 2: the registry's `stateless` flag is a column (it was read from the owner's
+    // `user:` prefix); existing stateless owners keep going when idle.
+    &[
+        "ALTER TABLE computers ADD COLUMN stateless INTEGER NOT NULL DEFAULT 0",
+        "UPDATE computers SET stateless = 1 WHERE owner LIKE 'user:%'",
+    ],
+];
 
 /// The version a fully migrated object has.
 pub const CURRENT: u32 = MIGRATIONS.len() as u32;

@@ -1,7 +1,7 @@
 //! `shared`: what the local server and the edge gateway have in common.
 //!
 //! The tool catalogue ([`catalogue`]), input validation ([`validate`]), computer ids and
-//! slugs ([`ids`]), the lifecycle policy ([`lifecycle`]), result shaping ([`result`]), command
+//! slugs ([`ids`]), the lifecycle policy ([`lifecycle`]) and the registry that applies it ([`registry`]), result shaping ([`result`]), command
 //! history ([`history`]) and the
 //! MCP JSON-RPC dispatcher ([`mcp`]). No runtime, no clocks, no I/O: it builds and is tested
 //! natively and on `wasm32-unknown-unknown`.
@@ -16,6 +16,7 @@ pub mod maybe_send;
 pub mod mcp;
 pub mod op;
 pub mod providers;
+pub mod registry;
 pub mod result;
 pub mod teams;
 pub mod transport;

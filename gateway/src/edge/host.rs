@@ -1,8 +1,9 @@
 //! The tool host of the edge: turns validated tool calls into `Op`s for the place each
 //! computer lives, with the team's Durable Object deciding placement, ownership and
-//! visibility (through `shared::lifecycle`), and an isolate cache for warm execs.
+//! visibility (through `shared::registry`), and an isolate cache for warm execs.
 
 use super::*;
+use shared::registry::Target;
 use tracing::Instrument;
 
 pub(crate) type PlacementKey = (String, String, String);
@@ -104,7 +105,13 @@ impl Host {
             &self.env,
             &self.caller.team,
             "/claim",
-            &json!({"id": id, "temporary": temporary, "owner": self.owner, "executor": executor}),
+            &json!({
+                "id": id,
+                "temporary": temporary,
+                "owner": self.owner,
+                "stateless": self.session.is_none(),
+                "executor": executor,
+            }),
         )
         .await?;
         record_of(v)
@@ -153,20 +160,23 @@ impl Host {
                         scope: "exec",
                     });
                 }
-                let id = match (&req.computer_id, self.default.borrow().clone()) {
-                    (Some(id), _) => id.clone(),
-                    (None, Some(d)) if req.temporary != Some(false) => d,
-                    (None, _) => slug_from_random(random_u64()),
-                };
-                let rec = match cached_placement(&team, &id, &self.owner, req.temporary) {
+                let target = Target::of(
+                    req.computer_id.as_deref(),
+                    req.temporary,
+                    self.default.borrow().as_deref(),
+                    || slug_from_random(random_u64()),
+                );
+                let id = target.id().to_owned();
+                let requested = target.requested(req.temporary);
+                let rec = match cached_placement(&team, &id, &self.owner, requested) {
                     Some(r) => r,
                     None => {
-                        let r = self.claim(&id, req.temporary).await?;
+                        let r = self.claim(&id, requested).await?;
                         cache_placement(&team, &id, &self.owner, &r, self.gw.idle_ms / 4);
                         r
                     }
                 };
-                if req.computer_id.is_none() && rec.temporary && self.default.borrow().is_none() {
+                if target.sets_default() {
                     *self.default.borrow_mut() = Some(id.clone());
                     if let Some(sid) = &self.session {
                         team_call(

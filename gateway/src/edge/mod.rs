@@ -7,6 +7,7 @@ mod config;
 mod host;
 mod log;
 mod routes;
+mod store;
 mod team;
 mod transport;
 
@@ -20,7 +21,6 @@ use shared::CallToolResult;
 use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
 use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ErrorCode};
 use shared::ids::slug_from_random;
-use shared::lifecycle::{Existing, check_attach, visible_to};
 use shared::mcp::{
     CallContext, Dispatcher, Era, Incoming, ServerConfig, ToolHost, check_modern_meta, codes,
     error_response, negotiate, parse_message, success_response,

@@ -1,8 +1,11 @@
-//! The per-team Durable Object (`Team`): the inventory (placement, owner, temporary flag,
-//! last use) and legacy sessions in SQLite, and the alarm that reaps idle temporaries (the
-//! one owner of the lifetime of the computers the gateway places).
+//! The per-team Durable Object (`Team`): `shared::registry` over its SQLite inventory
+//! (placement, owner, temporary flag, last use; `store.rs`), the legacy sessions, and the
+//! alarm that reaps idle temporaries (the one owner of the lifetime of the computers the
+//! gateway places).
 
+use super::store::SqlStore;
 use super::*;
+use shared::registry::{Claimant, Entry, Registry, RegistryError};
 
 // ---------------------------------------------------------------- the team Durable Object
 
@@ -59,14 +62,6 @@ fn field(b: &Value, k: &str) -> std::result::Result<String, String> {
 }
 
 #[derive(Debug, Deserialize)]
-pub(crate) struct Row {
-    pub(crate) id: String,
-    pub(crate) executor: String,
-    pub(crate) temporary: i64,
-    pub(crate) owner: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
 pub(crate) struct SessionRow {
     pub(crate) sid: String,
     pub(crate) subject: String,
@@ -90,14 +85,13 @@ impl Team {
             * 1000
     }
 
-    pub(crate) fn row(&self, id: &str) -> Result<Option<Row>> {
-        let rows: Vec<Row> = self
-            .sql(
-                "SELECT id, executor, temporary, owner FROM computers WHERE id = ?",
-                vec![id.into()],
-            )?
-            .to_array()?;
-        Ok(rows.into_iter().next())
+    /// The registry over this object's inventory.
+    pub(crate) fn registry(&self) -> Registry<SqlStore> {
+        Registry::new(SqlStore(self.state.storage().sql()))
+    }
+
+    pub(crate) fn idle_secs(&self) -> u64 {
+        self.idle_ms() / 1000
     }
 
     pub(crate) async fn arm(&self) -> Result<()> {
@@ -108,24 +102,18 @@ impl Team {
         Ok(())
     }
 
-    pub(crate) fn record(r: &Row) -> Value {
-        json!({"id": r.id, "executor": r.executor, "temporary": r.temporary != 0})
+    pub(crate) fn record(e: &Entry) -> Value {
+        json!({"id": e.id, "executor": e.place, "temporary": e.temporary})
     }
 
-    pub(crate) fn existing(r: &Row) -> Existing<'_> {
-        Existing {
-            computer_id: &r.id,
-            temporary: r.temporary != 0,
-            owner: r.owner.as_deref(),
-        }
-    }
-
-    pub(crate) async fn remove_at_executor(&self, team: &str, r: &Row) {
+    /// Removes `e` where it lives and forgets it (its session ended, or it idled out).
+    pub(crate) async fn remove(&self, team: &str, e: &Entry) -> Result<()> {
         let gw = gateway(&self.env);
         let op = Op::Delete {
-            computer_id: r.id.clone(),
+            computer_id: e.id.clone(),
         };
-        let _ = gw.op(&r.executor, team, op).await;
+        let _ = gw.op(&e.place, team, op).await;
+        self.registry().forget(&e.id)
     }
 }
 
@@ -166,7 +154,8 @@ impl DurableObject for Team {
             }
         }
         let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
-        let now = now_ms() as i64;
+        let now = now_ms();
+        let now_sql = i64::try_from(now).unwrap_or(i64::MAX);
         if !s("team").is_empty() {
             self.sql(
                 "INSERT OR IGNORE INTO meta (k, v) VALUES ('team', ?)",
@@ -176,47 +165,35 @@ impl DurableObject for Team {
         match req.path().as_str() {
             "/claim" => {
                 let (id, owner, executor) = (s("id"), s("owner"), s("executor"));
-                let requested = b["temporary"].as_bool();
-                if let Some(r) = self.row(&id)? {
+                let Some(stateless) = b["stateless"].as_bool() else {
+                    return bad(400, "inventory request without `stateless`");
+                };
+                let claimant = Claimant {
+                    requested: b["temporary"].as_bool(),
+                    owner: &owner,
+                    stateless,
+                };
+                match self.registry().claim(&id, &executor, &claimant, now) {
+                    Ok((e, new)) => {
+                        if new && e.temporary {
+                            self.arm().await?;
+                        }
+                        json_response(200, &Self::record(&e))
+                    }
                     // The same policy as the local server, in the same words.
-                    return match check_attach(&Self::existing(&r), requested, &owner) {
-                        Ok(()) => json_response(200, &Self::record(&r)),
-                        Err(e) => bad(409, &e.to_string()),
-                    };
+                    Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),
+                    Err(e) => bad(500, &e.to_string()),
                 }
-                let temporary = requested.unwrap_or(true);
-                self.sql(
-                    "INSERT INTO computers (id, executor, temporary, owner, last_used) VALUES (?, ?, ?, ?, ?)",
-                    vec![
-                        id.as_str().into(),
-                        executor.as_str().into(),
-                        i64::from(temporary).into(),
-                        if temporary { owner.as_str().into() } else { SqlStorageValue::Null },
-                        now.into(),
-                    ],
-                )?;
-                if temporary {
-                    self.arm().await?;
-                }
-                json_response(
-                    200,
-                    &json!({"id": id, "executor": executor, "temporary": temporary}),
-                )
             }
-            "/get" => match self.row(&s("id"))? {
-                Some(r) if visible_to(&Self::existing(&r), &s("owner")) => {
-                    json_response(200, &Self::record(&r))
-                }
-                _ => bad(
-                    404,
-                    &format!(
-                        "computer {:?} does not exist (or is another session's temporary computer); see computer_list",
-                        s("id")
-                    ),
-                ),
+            "/get" => match self.registry().visible(&s("id"), &s("owner")) {
+                Ok(e) => json_response(200, &Self::record(&e)),
+                Err(e @ RegistryError::Unknown(_)) => bad(404, &e.to_string()),
+                Err(e) => bad(500, &e.to_string()),
             },
             "/forget" => {
-                self.sql("DELETE FROM computers WHERE id = ?", vec![s("id").into()])?;
+                self.registry().forget(&s("id"))?;
+                // A forgotten computer is no session's default: the next call without an
+                // id makes a new one.
                 self.sql(
                     "UPDATE sessions SET default_id = NULL WHERE default_id = ?",
                     vec![s("id").into()],
@@ -224,23 +201,14 @@ impl DurableObject for Team {
                 json_response(200, &json!({"ok": true}))
             }
             "/touch" => {
-                self.sql(
-                    "UPDATE computers SET last_used = ? WHERE id = ?",
-                    vec![now.into(), s("id").into()],
-                )?;
+                self.registry().touch(&s("id"), now)?;
                 json_response(200, &json!({"ok": true}))
             }
             "/list" => {
-                let rows: Vec<Row> = self
-                    .sql(
-                        "SELECT id, executor, temporary, owner FROM computers ORDER BY id",
-                        vec![],
-                    )?
-                    .to_array()?;
-                let owner = s("owner");
-                let items: Vec<Value> = rows
+                let items: Vec<Value> = self
+                    .registry()
+                    .list(&s("owner"))?
                     .iter()
-                    .filter(|r| visible_to(&Self::existing(r), &owner))
                     .map(Self::record)
                     .collect();
                 json_response(200, &json!({"computers": items}))
@@ -248,7 +216,7 @@ impl DurableObject for Team {
             "/session/open" => {
                 self.sql(
                     "INSERT INTO sessions (sid, subject, version, default_id, last_seen) VALUES (?, ?, ?, NULL, ?)",
-                    vec![s("sid").into(), s("subject").into(), s("version").into(), now.into()],
+                    vec![s("sid").into(), s("subject").into(), s("version").into(), now_sql.into()],
                 )?;
                 self.arm().await?;
                 json_response(200, &json!({"ok": true}))
@@ -264,7 +232,7 @@ impl DurableObject for Team {
                     Some(r) if r.subject == s("subject") => {
                         self.sql(
                             "UPDATE sessions SET last_seen = ? WHERE sid = ?",
-                            vec![now.into(), r.sid.as_str().into()],
+                            vec![now_sql.into(), r.sid.as_str().into()],
                         )?;
                         json_response(
                             200,
@@ -324,26 +292,11 @@ impl DurableObject for Team {
             )?;
         }
         // Stateless callers' temporaries go when idle.
-        let stale: Vec<Row> = self
-            .sql(
-                "SELECT id, executor, temporary, owner FROM computers WHERE temporary = 1 AND owner LIKE 'user:%' AND last_used < ?",
-                vec![cutoff.into()],
-            )?
-            .to_array()?;
         let team = self.team()?;
-        for r in stale {
-            self.remove_at_executor(&team, &r).await;
-            self.sql(
-                "DELETE FROM computers WHERE id = ?",
-                vec![r.id.as_str().into()],
-            )?;
+        for e in self.registry().idle(now_ms(), self.idle_secs())? {
+            self.remove(&team, &e).await?;
         }
-        let left: Vec<Row> = self
-            .sql(
-                "SELECT id, executor, temporary, owner FROM computers WHERE temporary = 1",
-                vec![],
-            )?
-            .to_array()?;
+        let left = self.registry().temporaries()?;
         let sessions: Vec<SessionRow> = self
             .sql(
                 "SELECT sid, subject, version, default_id FROM sessions",
@@ -372,16 +325,9 @@ impl Team {
     }
 
     pub(crate) async fn close_owner(&self, owner: &str) -> Result<()> {
-        let rows: Vec<Row> = self
-            .sql("SELECT id, executor, temporary, owner FROM computers WHERE temporary = 1 AND owner = ?", vec![owner.into()])?
-            .to_array()?;
         let team = self.team()?;
-        for r in rows {
-            self.remove_at_executor(&team, &r).await;
-            self.sql(
-                "DELETE FROM computers WHERE id = ?",
-                vec![r.id.as_str().into()],
-            )?;
+        for e in self.registry().owned_by(owner)? {
+            self.remove(&team, &e).await?;
         }
         Ok(())
     }

@@ -33,6 +33,7 @@ mod lifecycle;
 mod modal;
 mod parity;
 mod podman;
+mod registry;
 mod security;
 mod startup;
 mod supervisor;
