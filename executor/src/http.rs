@@ -1,11 +1,11 @@
 //! MCP over Streamable HTTP at `/mcp`, both protocol eras on one endpoint, plus `/healthz`
 //! and `/`.
 //!
-//! Owns: bearer-token auth (constant-time), Host/Origin checks against DNS rebinding,
-//! choosing the era per request (an `initialize` or an `Mcp-Session-Id` means a legacy
-//! session; `MCP-Protocol-Version: 2026-07-28` means stateless), the 2026-07-28 header
-//! rules, legacy sessions (create, expire when idle, DELETE), and cancellation (a
-//! `notifications/cancelled` or a dropped connection kills the command).
+//! Owns: bearer-token auth (constant-time), Host/Origin checks against DNS rebinding, the
+//! legacy sessions (create, expire when idle, DELETE), SSE answers, and cancellation (a
+//! `notifications/cancelled` or a dropped connection kills the command). Which era a
+//! request is, the 2026-07-28 header rules and every refusal are decided by
+//! `shared::transport::route`, as in the Worker.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -20,13 +20,9 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use shared::mcp::{
-    Dispatcher, Era, Incoming, MODERN_VERSION, check_modern_meta, codes, error_response, negotiate,
-    parse_message, success_response,
-};
-use shared::transport::{
-    check_modern_headers, check_stateless_version, constant_time_eq, modern_status,
-};
+use shared::mcp::{Dispatcher, Era, codes, error_response, success_response};
+use shared::transport::route::{self, Call, InSession, Post};
+use shared::transport::{Refused, constant_time_eq, modern_status};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::computers::{Computers, SessionHost};
@@ -238,26 +234,12 @@ fn status_code(status: u16) -> StatusCode {
     StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
 }
 
-fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
-    json_response(status, error_response(id, code, message, None))
-}
-
 /// Aborts the task when the request future is dropped (client went away).
 struct AbortOnDrop(AbortHandle);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Does this request ask for progress, from a client that reads event streams?
-fn wants_stream(headers: &HeaderMap, params: Option<&Value>) -> bool {
-    let accepts = header_str(headers, "accept").is_some_and(|a| a.contains("text/event-stream"));
-    let token = params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("progressToken"))
-        .is_some();
-    accepts && token
 }
 
 /// Runs a request whose progress notifications and final response go out as one SSE
@@ -301,7 +283,16 @@ async fn run_request(task: JoinHandle<Value>, id: Value) -> Value {
     }
 }
 
-/// The 2026-07-28 header rules: `Mcp-Method` and, where it applies, `Mcp-Name` must match.
+fn refused((status, body): Refused) -> Response {
+    json_response(status_code(status), body)
+}
+
+/// The request headers `shared::transport::route` reads.
+fn route_headers(headers: &HeaderMap) -> route::Headers<'_> {
+    route::Headers::from_lookup(|n| header_str(headers, n))
+}
+
+/// POST /mcp: `shared::transport::route` decides; this keeps the sessions and answers.
 async fn mcp_post(
     State(state): State<Arc<HttpState>>,
     headers: HeaderMap,
@@ -310,132 +301,42 @@ async fn mcp_post(
     if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
         return r.into_response();
     }
-    let msg = match parse_message(&body) {
-        Ok(m) => m,
-        Err(resp) => return json_response(StatusCode::BAD_REQUEST, resp),
-    };
-    let session_id = header_str(&headers, "mcp-session-id").map(str::to_owned);
-    let version_header = header_str(&headers, "mcp-protocol-version").map(str::to_owned);
-
-    // ---- legacy: initialize opens a session ----
-    if let Incoming::Request { id, method, params } = &msg
-        && method == "initialize"
-        && version_header.as_deref() != Some(MODERN_VERSION)
-    {
-        let requested = params
-            .as_ref()
-            .and_then(|p| p.get("protocolVersion"))
-            .and_then(Value::as_str);
-        let version = negotiate(requested);
-        let sid = format!("{:032x}", rand::random::<u128>());
-        let host = SessionHost::new(state.computers.clone(), format!("session:{sid}"), false);
-        state.sessions().insert(
-            sid.clone(),
-            Session {
-                host,
-                version: version.to_owned(),
-                last_seen: Instant::now(),
-                inflight: HashMap::new(),
-            },
-        );
-        tracing::info!(session = %short(&sid), version, "session opened");
-        let mut r = json_response(
-            StatusCode::OK,
-            success_response(id.clone(), state.dispatcher.initialize_result(version)),
-        );
-        if let Ok(v) = HeaderValue::from_str(&sid) {
-            r.headers_mut().insert("mcp-session-id", v);
+    match route::post(&route_headers(&headers), &body) {
+        Post::Refuse(r) => refused(r),
+        Post::Accept => StatusCode::ACCEPTED.into_response(),
+        Post::Initialize { id, version } => {
+            let sid = format!("{:032x}", rand::random::<u128>());
+            let host = SessionHost::new(state.computers.clone(), format!("session:{sid}"), false);
+            state.sessions().insert(
+                sid.clone(),
+                Session {
+                    host,
+                    version: version.to_owned(),
+                    last_seen: Instant::now(),
+                    inflight: HashMap::new(),
+                },
+            );
+            tracing::info!(session = %short(&sid), version, "session opened");
+            let mut r = json_response(
+                StatusCode::OK,
+                success_response(id, state.dispatcher.initialize_result(version)),
+            );
+            if let Ok(v) = HeaderValue::from_str(&sid) {
+                r.headers_mut().insert("mcp-session-id", v);
+            }
+            r
         }
-        return r.into_response();
-    }
-
-    // ---- legacy: a request inside a session ----
-    if let Some(sid) = session_id {
-        let (host, version) = {
-            let mut sessions = state.sessions();
-            let Some(s) = sessions.get_mut(&sid) else {
-                return rpc_error(
-                    StatusCode::NOT_FOUND,
-                    Value::Null,
-                    codes::INVALID_REQUEST,
-                    "unknown or expired session: initialize again",
-                );
-            };
-            s.last_seen = Instant::now();
-            (s.host.clone(), s.version.clone())
-        };
-        return match msg {
-            Incoming::Response => StatusCode::ACCEPTED.into_response(),
-            Incoming::Notification { method, params } => {
-                if method == "notifications/cancelled"
-                    && let Some(rid) = params.as_ref().and_then(|p| p.get("requestId"))
-                    && let Some(s) = state.sessions().get_mut(&sid)
-                    && let Some(h) = s.inflight.remove(&rid.to_string())
-                {
-                    h.abort();
-                }
-                StatusCode::ACCEPTED.into_response()
-            }
-            Incoming::Request { id, method, params } => {
-                let d = state.dispatcher.clone();
-                let era = Era::Legacy(version);
-                if wants_stream(&headers, params.as_ref()) {
-                    let st = state.clone();
-                    let key = id.to_string();
-                    let sid2 = sid.clone();
-                    let (resp, abort) =
-                        stream_request(host, d, era, id, method, params, move || {
-                            if let Some(s) = st.sessions().get_mut(&sid2) {
-                                s.inflight.remove(&key);
-                                s.last_seen = Instant::now();
-                            }
-                        });
-                    if let Some((key, handle)) = abort
-                        && let Some(s) = state.sessions().get_mut(&sid)
-                    {
-                        s.inflight.insert(key, handle);
-                    }
-                    return resp;
-                }
-                let rid = id.clone();
-                let task = tokio::spawn(async move {
-                    d.request(&host, &era, rid, &method, params.as_ref()).await
-                });
-                if let Some(s) = state.sessions().get_mut(&sid) {
-                    s.inflight.insert(id.to_string(), task.abort_handle());
-                }
-                let resp = run_request(task, id.clone()).await;
-                if let Some(s) = state.sessions().get_mut(&sid) {
-                    s.inflight.remove(&id.to_string());
-                    s.last_seen = Instant::now();
-                }
-                json_response(StatusCode::OK, resp)
-            }
-        };
-    }
-
-    // ---- stateless 2026-07-28 ----
-    let id = match &msg {
-        Incoming::Request { id, .. } => id.clone(),
-        _ => Value::Null,
-    };
-    if let Err((status, body)) = check_stateless_version(version_header.as_deref(), &id) {
-        return json_response(status_code(status), body);
-    }
-    match msg {
-        Incoming::Response | Incoming::Notification { .. } => StatusCode::ACCEPTED.into_response(),
-        Incoming::Request { id, method, params } => {
-            if let Err((status, body)) =
-                check_modern_headers(|n| header_str(&headers, n), &id, &method, params.as_ref())
-            {
-                return json_response(status_code(status), body);
-            }
-            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
-                return json_response(StatusCode::BAD_REQUEST, body);
-            }
+        Post::Session { sid, message } => in_session(&state, sid, message).await,
+        Post::Stateless(call) => {
             let host = SessionHost::new(state.computers.clone(), principal(&state), true);
             let d = state.dispatcher.clone();
-            if wants_stream(&headers, params.as_ref()) {
+            let Call {
+                id,
+                method,
+                params,
+                stream,
+            } = call;
+            if stream {
                 return stream_request(host, d, Era::Modern, id, method, params, || {}).0;
             }
             let rid = id.clone();
@@ -450,34 +351,86 @@ async fn mcp_post(
     }
 }
 
+/// A message inside the legacy session `sid`.
+async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> Response {
+    let (host, version) = {
+        let mut sessions = state.sessions();
+        let Some(s) = sessions.get_mut(&sid) else {
+            return refused(route::unknown_session());
+        };
+        s.last_seen = Instant::now();
+        (s.host.clone(), s.version.clone())
+    };
+    let call = match message {
+        InSession::Accept => return StatusCode::ACCEPTED.into_response(),
+        InSession::Cancel { request_id } => {
+            if let Some(s) = state.sessions().get_mut(&sid)
+                && let Some(h) = s.inflight.remove(&request_id.to_string())
+            {
+                h.abort();
+            }
+            return StatusCode::ACCEPTED.into_response();
+        }
+        InSession::Call(call) => call,
+    };
+    let Call {
+        id,
+        method,
+        params,
+        stream,
+    } = call;
+    let d = state.dispatcher.clone();
+    let era = Era::Legacy(version);
+    if stream {
+        let st = state.clone();
+        let key = id.to_string();
+        let sid2 = sid.clone();
+        let (resp, abort) = stream_request(host, d, era, id, method, params, move || {
+            if let Some(s) = st.sessions().get_mut(&sid2) {
+                s.inflight.remove(&key);
+                s.last_seen = Instant::now();
+            }
+        });
+        if let Some((key, handle)) = abort
+            && let Some(s) = state.sessions().get_mut(&sid)
+        {
+            s.inflight.insert(key, handle);
+        }
+        return resp;
+    }
+    let rid = id.clone();
+    let task =
+        tokio::spawn(async move { d.request(&host, &era, rid, &method, params.as_ref()).await });
+    if let Some(s) = state.sessions().get_mut(&sid) {
+        s.inflight.insert(id.to_string(), task.abort_handle());
+    }
+    let resp = run_request(task, id.clone()).await;
+    if let Some(s) = state.sessions().get_mut(&sid) {
+        s.inflight.remove(&id.to_string());
+        s.last_seen = Instant::now();
+    }
+    json_response(StatusCode::OK, resp)
+}
+
 async fn mcp_delete(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
     if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
         return r.into_response();
     }
-    let Some(sid) = header_str(&headers, "mcp-session-id") else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            codes::INVALID_REQUEST,
-            "missing Mcp-Session-Id",
-        );
+    let sid = match route::delete(&route_headers(&headers)) {
+        Ok(sid) => sid,
+        Err(r) => return refused(r),
     };
-    let session = state.sessions().remove(sid);
+    let session = state.sessions().remove(&sid);
     match session {
         Some(s) => {
             for h in s.inflight.values() {
                 h.abort();
             }
-            tracing::info!(session = %short(sid), "session closed by the client");
+            tracing::info!(session = %short(&sid), "session closed by the client");
             s.host.close().await;
             StatusCode::NO_CONTENT.into_response()
         }
-        None => rpc_error(
-            StatusCode::NOT_FOUND,
-            Value::Null,
-            codes::INVALID_REQUEST,
-            "unknown or expired session",
-        ),
+        None => refused(route::unknown_session()),
     }
 }
 
@@ -489,12 +442,10 @@ async fn mcp_other(
     if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
         return r.into_response();
     }
-    let mut r = json_response(
-        StatusCode::METHOD_NOT_ALLOWED,
-        json!({"error": format!("{method} is not supported on /mcp: this server sends no unsolicited messages; use POST")}),
-    );
+    let (status, body) = route::method_not_allowed(method.as_str());
+    let mut r = json_response(status_code(status), body);
     r.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+        .insert(header::ALLOW, HeaderValue::from_static(route::ALLOW));
     r
 }
 

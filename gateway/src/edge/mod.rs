@@ -22,13 +22,12 @@ use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
 use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ErrorCode};
 use shared::ids::slug_from_random;
 use shared::mcp::{
-    CallContext, Dispatcher, Era, Incoming, ServerConfig, ToolHost, check_modern_meta, codes,
-    error_response, negotiate, parse_message, success_response,
+    CallContext, Dispatcher, Era, ServerConfig, ToolHost, codes, error_response, success_response,
 };
 use shared::op::{Op, OpHandler};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::{operation_error, structured_result};
-use shared::transport::{check_modern_headers, check_stateless_version, modern_status};
+use shared::transport::modern_status;
 use shared::validate::ToolCall;
 use worker::{
     Context, Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response,

@@ -2,6 +2,8 @@
 //! metadata, and MCP over Streamable HTTP in both eras with the shared dispatcher.
 
 use super::*;
+use shared::transport::Refused;
+use shared::transport::route::{self, Call, InSession, Post};
 use tracing::Instrument;
 
 // ---------------------------------------------------------------- HTTP routes
@@ -84,10 +86,12 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             let body = req.bytes().await?;
             mcp_post(&req, body, &env, gw, caller).await
         }
-        (_, "/mcp") => json_response(
-            405,
-            &json!({"error": "use POST (or DELETE to end a session) on /mcp"}),
-        ),
+        (method, "/mcp") => {
+            let (status, body) = route::method_not_allowed(method.as_ref());
+            let r = json_response(status, &body)?;
+            r.headers().set("allow", route::ALLOW)?;
+            Ok(r)
+        }
         _ => json_response(404, &json!({"error": "not found"})),
     }
 }
@@ -138,9 +142,32 @@ pub(crate) fn jwt_bench(url: &worker::Url) -> Value {
     json!({"op": op, "n": n, "ok": ok})
 }
 
+/// The request headers `shared::transport::route` reads, copied out of the Worker's.
+fn copied_headers(req: &Request) -> Vec<(&'static str, String)> {
+    route::Headers::NAMES
+        .iter()
+        .filter_map(|n| Some((*n, req.headers().get(n).ok().flatten()?)))
+        .collect()
+}
+
+fn route_headers<'a>(copied: &'a [(&'static str, String)]) -> route::Headers<'a> {
+    route::Headers::from_lookup(|n| {
+        copied
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.as_str())
+    })
+}
+
+fn refused((status, body): Refused) -> Result<Response> {
+    json_response(status, &body)
+}
+
 pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Response> {
-    let Some(sid) = req.headers().get("mcp-session-id")? else {
-        return json_response(400, &json!({"error": "DELETE needs Mcp-Session-Id"}));
+    let copied = copied_headers(req);
+    let sid = match route::delete(&route_headers(&copied)) {
+        Ok(sid) => sid,
+        Err(r) => return refused(r),
     };
     match team_call(
         env,
@@ -151,13 +178,11 @@ pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Res
     .await
     {
         Ok(_) => Ok(Response::empty()?.with_status(204)),
-        Err(e) => json_response(
-            404,
-            &error_response(Value::Null, codes::INVALID_REQUEST, &e.to_string(), None),
-        ),
+        Err(_) => refused(route::unknown_session()),
     }
 }
 
+/// POST /mcp: `shared::transport::route` decides; the team's DO keeps the sessions.
 pub(crate) async fn mcp_post(
     req: &Request,
     body: Vec<u8>,
@@ -165,127 +190,64 @@ pub(crate) async fn mcp_post(
     gw: Rc<Gateway>,
     caller: Caller,
 ) -> Result<Response> {
-    let msg = match parse_message(&body) {
-        Ok(m) => m,
-        Err(resp) => return json_response(400, &resp),
-    };
-    let headers = req.headers();
-    let session_id = headers.get("mcp-session-id")?;
-    let version_header = headers.get("mcp-protocol-version")?;
+    let copied = copied_headers(req);
     let team = caller.team.clone();
-
-    // ---- legacy: initialize opens a session ----
-    if let Incoming::Request { id, method, params } = &msg
-        && method == "initialize"
-        && version_header.as_deref() != Some(shared::mcp::MODERN_VERSION)
-    {
-        let requested = params
-            .as_ref()
-            .and_then(|p| p.get("protocolVersion"))
-            .and_then(Value::as_str);
-        let version = negotiate(requested);
-        let sid = random_hex();
-        if let Err(e) = team_call(
-            env,
-            &team,
-            "/session/open",
-            &json!({"sid": sid, "subject": caller.subject, "version": version}),
-        )
-        .await
-        {
-            return json_response(
-                500,
-                &error_response(id.clone(), codes::INTERNAL_ERROR, &e.to_string(), None),
-            );
-        }
-        let r = json_response(
-            200,
-            &success_response(id.clone(), gw.dispatcher.initialize_result(version)),
-        )?;
-        r.headers().set("mcp-session-id", &sid)?;
-        return Ok(r);
-    }
-
-    // ---- legacy: a request inside a session ----
-    if let Some(sid) = session_id {
-        let session = match team_call(
-            env,
-            &team,
-            "/session/get",
-            &json!({"sid": sid, "subject": caller.subject}),
-        )
-        .await
-        {
-            Ok(s) => s,
-            Err(_) => {
+    let (call, era, host) = match route::post(&route_headers(&copied), &body) {
+        Post::Refuse(r) => return refused(r),
+        Post::Accept => return Ok(Response::empty()?.with_status(202)),
+        Post::Initialize { id, version } => {
+            let sid = random_hex();
+            if let Err(e) = team_call(
+                env,
+                &team,
+                "/session/open",
+                &json!({"sid": sid, "subject": caller.subject, "version": version}),
+            )
+            .await
+            {
                 return json_response(
-                    404,
-                    &error_response(
-                        Value::Null,
-                        codes::INVALID_REQUEST,
-                        "unknown or expired session: initialize again",
-                        None,
-                    ),
+                    500,
+                    &error_response(id, codes::INTERNAL_ERROR, &e.to_string(), None),
                 );
             }
-        };
-        return match msg {
-            Incoming::Response | Incoming::Notification { .. } => {
-                Ok(Response::empty()?.with_status(202))
-            }
-            Incoming::Request { id, method, params } => {
-                let host = Host {
-                    gw: gw.clone(),
-                    env: env.clone(),
-                    caller,
-                    owner: format!("session:{sid}"),
-                    session: Some(sid),
-                    default: RefCell::new(session["default_id"].as_str().map(str::to_owned)),
-                };
-                let version = session["version"]
-                    .as_str()
-                    .unwrap_or("2025-11-25")
-                    .to_owned();
-                let resp = gw
-                    .dispatcher
-                    .request(&host, &Era::Legacy(version), id, &method, params.as_ref())
-                    .instrument(tracing::info_span!("mcp", team = %team, method = %method))
-                    .await;
-                json_response(200, &resp)
-            }
-        };
-    }
-
-    // ---- stateless 2026-07-28 ----
-    let id = match &msg {
-        Incoming::Request { id, .. } => id.clone(),
-        _ => Value::Null,
-    };
-    if let Err((status, body)) = check_stateless_version(version_header.as_deref(), &id) {
-        return json_response(status, &body);
-    }
-    match msg {
-        Incoming::Response | Incoming::Notification { .. } => {
-            Ok(Response::empty()?.with_status(202))
+            let r = json_response(
+                200,
+                &success_response(id, gw.dispatcher.initialize_result(version)),
+            )?;
+            r.headers().set("mcp-session-id", &sid)?;
+            return Ok(r);
         }
-        Incoming::Request { id, method, params } => {
-            let lookup: Vec<(String, Option<String>)> = ["mcp-method", "mcp-name"]
-                .iter()
-                .map(|n| (n.to_string(), headers.get(n).ok().flatten()))
-                .collect();
-            let header = |n: &str| {
-                lookup
-                    .iter()
-                    .find(|(k, _)| k == n)
-                    .and_then(|(_, v)| v.as_deref())
+        Post::Session { sid, message } => {
+            let Ok(session) = team_call(
+                env,
+                &team,
+                "/session/get",
+                &json!({"sid": sid, "subject": caller.subject}),
+            )
+            .await
+            else {
+                return refused(route::unknown_session());
             };
-            if let Err((status, body)) = check_modern_headers(header, &id, &method, params.as_ref())
-            {
-                return json_response(status, &body);
-            }
-            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
-                return json_response(400, &body);
-            }
+            // Each request is its own fetch here: there is no running request of this
+            // isolate to cancel, so a cancellation is accepted like any notification.
+            let InSession::Call(call) = message else {
+                return Ok(Response::empty()?.with_status(202));
+            };
+            let version = session["version"]
+                .as_str()
+                .unwrap_or(shared::mcp::LATEST_LEGACY)
+                .to_owned();
+            let host = Host {
+                gw: gw.clone(),
+                env: env.clone(),
+                caller,
+                owner: format!("session:{sid}"),
+                session: Some(sid),
+                default: RefCell::new(session["default_id"].as_str().map(str::to_owned)),
+            };
+            (call, Era::Legacy(version), host)
+        }
+        Post::Stateless(call) => {
             let host = Host {
                 gw: gw.clone(),
                 env: env.clone(),
@@ -294,12 +256,21 @@ pub(crate) async fn mcp_post(
                 session: None,
                 default: RefCell::new(None),
             };
-            let resp = gw
-                .dispatcher
-                .request(&host, &Era::Modern, id, &method, params.as_ref())
-                .instrument(tracing::info_span!("mcp", team = %team, method = %method))
-                .await;
-            json_response(modern_status(&resp), &resp)
+            (call, Era::Modern, host)
         }
-    }
+    };
+    let Call {
+        id, method, params, ..
+    } = call;
+    let span = tracing::info_span!("mcp", team = %team, method = %method);
+    let resp = gw
+        .dispatcher
+        .request(&host, &era, id, &method, params.as_ref())
+        .instrument(span)
+        .await;
+    let status = match era {
+        Era::Modern => modern_status(&resp),
+        Era::Legacy(_) => 200,
+    };
+    json_response(status, &resp)
 }

@@ -163,7 +163,52 @@ fn temporary_mismatch_is_refused_alike<'a>(t: &'a Target, tag: &'a str) -> CaseF
     })
 }
 
+/// The `/mcp` state machine's refusals (`shared::transport::route`): other methods, DELETE
+/// without or with an unknown session, a message to an unknown session, a stateless
+/// request without its version header. Status, `Allow`, and JSON-RPC error code.
+fn transport_refusals_alike<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let http = reqwest::Client::new();
+        let auth = format!("Bearer {TOKEN}");
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+        let mut seen = Vec::new();
+        let requests = [
+            ("GET", None, None),
+            ("PUT", None, None),
+            ("DELETE", None, None),
+            ("DELETE", Some("no-such-session"), None),
+            ("POST", Some("no-such-session"), Some(list.clone())),
+            ("POST", None, Some(list.clone())),
+        ];
+        for (method, sid, body) in requests {
+            let mut r = http
+                .request(method.parse()?, &t.url)
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(sid) = sid {
+                r = r.header("mcp-session-id", sid);
+            }
+            if let Some(body) = body {
+                r = r.body(body);
+            }
+            let r = r.send().await?;
+            let status = r.status().as_u16();
+            let allow = r
+                .headers()
+                .get("allow")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            let code = body["error"]["code"].clone();
+            seen.push(json!([method, sid.is_some(), status, allow, code]));
+        }
+        Ok(json!(seen))
+    })
+}
+
 const CASES: &[(&str, Case)] = &[
+    ("transport refusals alike", transport_refusals_alike),
     ("bearer scheme in any case", bearer_scheme_any_case),
     ("deleted default is replaced", deleted_default_is_replaced),
     ("longest id is its hostname", longest_id_is_its_hostname),

@@ -10,6 +10,8 @@ use crate::mcp::{LEGACY_VERSIONS, MODERN_VERSION, codes, error_response, unsuppo
 /// An HTTP status and a JSON-RPC error body.
 pub type Refused = (u16, Value);
 
+pub mod route;
+
 /// Compares a presented token with the expected one in time independent of where they
 /// differ (lengths leak, contents do not).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -1,0 +1,219 @@
+//! The Streamable HTTP state machine of `/mcp`, sans I/O, for both HTTP servers: which
+//! era a request is, what it asks of the server's sessions, and every answer that does not
+//! need the dispatcher. Driven with plain request data ([`Headers`] and the body); the
+//! local server (axum) and the Worker only keep their sessions and write the answers.
+//!
+//! - POST with `initialize` (and no 2026-07-28 version header) opens a legacy session.
+//! - POST with `Mcp-Session-Id` is a message inside that session.
+//! - Any other POST is stateless 2026-07-28 and must carry its version and headers.
+//! - DELETE with `Mcp-Session-Id` ends the session; other methods are refused with 405.
+
+use serde_json::Value;
+
+use super::{Refused, check_modern_headers, check_stateless_version};
+use crate::mcp::{
+    Incoming, MODERN_VERSION, check_modern_meta, codes, error_response, negotiate, parse_message,
+};
+
+/// The request headers the state machine reads (values as sent).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Headers<'a> {
+    pub session_id: Option<&'a str>,
+    pub protocol_version: Option<&'a str>,
+    pub mcp_method: Option<&'a str>,
+    pub mcp_name: Option<&'a str>,
+    pub accept: Option<&'a str>,
+}
+
+impl<'a> Headers<'a> {
+    /// The headers from a lookup by lower-case name.
+    pub fn from_lookup(get: impl Fn(&'static str) -> Option<&'a str>) -> Self {
+        Self {
+            session_id: get("mcp-session-id"),
+            protocol_version: get("mcp-protocol-version"),
+            mcp_method: get("mcp-method"),
+            mcp_name: get("mcp-name"),
+            accept: get("accept"),
+        }
+    }
+
+    /// The header names the state machine reads, for servers that copy them out first.
+    pub const NAMES: [&'static str; 5] = [
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "mcp-method",
+        "mcp-name",
+        "accept",
+    ];
+}
+
+/// A request to run: its id, method and params.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
+    /// The client reads event streams and asked for progress: answer with SSE.
+    pub stream: bool,
+}
+
+/// What a message inside a legacy session asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InSession {
+    /// Run it in the session (answer 200).
+    Call(Call),
+    /// `notifications/cancelled`: stop that request if it runs (answer 202).
+    Cancel { request_id: Value },
+    /// Another notification, or a response: nothing to do (answer 202).
+    Accept,
+}
+
+/// What a POST to `/mcp` asks of the server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Post {
+    /// Answer with this status and JSON-RPC body; nothing else happens.
+    Refuse(Refused),
+    /// Nothing to run (a stateless notification or response): 202, empty.
+    Accept,
+    /// Open a legacy session at `version`, answer `initialize` (200, with the new
+    /// `Mcp-Session-Id`).
+    Initialize { id: Value, version: &'static str },
+    /// A message of the session `sid`; an unknown `sid` gets [`unknown_session`].
+    Session { sid: String, message: InSession },
+    /// A stateless 2026-07-28 request: run it, answer with [`super::modern_status`].
+    Stateless(Call),
+}
+
+/// Does the client read event streams, and ask for progress?
+fn wants_stream(headers: &Headers<'_>, params: Option<&Value>) -> bool {
+    let accepts = headers
+        .accept
+        .is_some_and(|a| a.contains("text/event-stream"));
+    let token = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("progressToken"))
+        .is_some();
+    accepts && token
+}
+
+fn call(headers: &Headers<'_>, id: Value, method: String, params: Option<Value>) -> Call {
+    let stream = wants_stream(headers, params.as_ref());
+    Call {
+        id,
+        method,
+        params,
+        stream,
+    }
+}
+
+/// Decides a POST to `/mcp` (the caller is already authenticated).
+pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
+    let msg = match parse_message(body) {
+        Ok(m) => m,
+        Err(resp) => return Post::Refuse((400, resp)),
+    };
+    let modern = headers.protocol_version == Some(MODERN_VERSION);
+    if let Incoming::Request { id, method, params } = &msg
+        && method == "initialize"
+        && !modern
+    {
+        let requested = params
+            .as_ref()
+            .and_then(|p| p.get("protocolVersion"))
+            .and_then(Value::as_str);
+        return Post::Initialize {
+            id: id.clone(),
+            version: negotiate(requested),
+        };
+    }
+    if let Some(sid) = headers.session_id {
+        let message = match msg {
+            Incoming::Request { id, method, params } => {
+                InSession::Call(call(headers, id, method, params))
+            }
+            Incoming::Notification { method, params } if method == "notifications/cancelled" => {
+                match params.as_ref().and_then(|p| p.get("requestId")) {
+                    Some(rid) => InSession::Cancel {
+                        request_id: rid.clone(),
+                    },
+                    None => InSession::Accept,
+                }
+            }
+            Incoming::Notification { .. } | Incoming::Response => InSession::Accept,
+        };
+        return Post::Session {
+            sid: sid.to_owned(),
+            message,
+        };
+    }
+    let id = match &msg {
+        Incoming::Request { id, .. } => id.clone(),
+        _ => Value::Null,
+    };
+    if let Err(refused) = check_stateless_version(headers.protocol_version, &id) {
+        return Post::Refuse(refused);
+    }
+    match msg {
+        Incoming::Response | Incoming::Notification { .. } => Post::Accept,
+        Incoming::Request { id, method, params } => {
+            let lookup = |n: &str| match n {
+                "mcp-method" => headers.mcp_method,
+                "mcp-name" => headers.mcp_name,
+                _ => None,
+            };
+            if let Err(refused) = check_modern_headers(lookup, &id, &method, params.as_ref()) {
+                return Post::Refuse(refused);
+            }
+            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
+                return Post::Refuse((400, body));
+            }
+            Post::Stateless(call(headers, id, method, params))
+        }
+    }
+}
+
+/// The answer to a message naming a session this server does not have (never opened,
+/// expired, closed, or another caller's).
+pub fn unknown_session() -> Refused {
+    (
+        404,
+        error_response(
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "unknown or expired session: initialize again",
+            None,
+        ),
+    )
+}
+
+/// Decides a DELETE of `/mcp`: the session to end, or the refusal.
+pub fn delete(headers: &Headers<'_>) -> Result<String, Refused> {
+    match headers.session_id {
+        Some(sid) if !sid.is_empty() => Ok(sid.to_owned()),
+        _ => Err((
+            400,
+            error_response(
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "missing Mcp-Session-Id: DELETE ends a legacy session and needs its id",
+                None,
+            ),
+        )),
+    }
+}
+
+/// The `Allow` header of `/mcp`.
+pub const ALLOW: &str = "POST, DELETE";
+
+/// The answer to any other method on `/mcp` (send it with `Allow:` [`ALLOW`]).
+pub fn method_not_allowed(method: &str) -> (u16, Value) {
+    (
+        405,
+        serde_json::json!({"error": format!(
+            "{method} is not supported on /mcp: this server sends no unsolicited messages; use POST (or DELETE to end a session)"
+        )}),
+    )
+}
+
+#[cfg(test)]
+mod tests;
