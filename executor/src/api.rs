@@ -27,6 +27,7 @@ use shared::executor_api::{
 use shared::op::Op;
 
 use crate::computers::{ComputerError, Computers, SessionHost};
+use crate::place::Place;
 use crate::progress::Progress;
 
 /// Largest request body (stdin is at most 2 MiB of UTF-8, as JSON).

@@ -131,7 +131,8 @@ pub struct Cli {
     pub extended_tool_instruction: Option<String>,
 
     // ---- docker backend options ----
-    /// Container engine: docker or podman.
+    /// Container engine: docker or podman. Choosing podman asks for containers: without
+    /// --backend it waits for Podman instead of falling back to WebAssembly computers.
     #[arg(
         long,
         default_value = "docker",

@@ -11,6 +11,8 @@ use shared::providers::computers::{
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::ExecOutcome;
 
+use crate::place::{BackendError, Failure, Place};
+use crate::progress::Progress;
 use crate::spec::{ContainerRecord, ExecSpec};
 
 /// One provider account's computers, for this server.
@@ -40,52 +42,77 @@ impl<C: CloudComputers> Cloud<C> {
     pub fn inner(&self) -> &C {
         &self.inner
     }
+}
 
-    pub fn instance(&self) -> &str {
+/// How a provider's error reads to the registry (what is not "no such computer" or "try
+/// later" is a failure of the provider).
+impl From<ComputersError> for BackendError {
+    fn from(e: ComputersError) -> Self {
+        use shared::providers::{e2b::E2bError, fly::FlyError};
+        let failure = match &e {
+            ComputersError::NotFound(_) => Failure::NotFound,
+            ComputersError::Fly(FlyError::Transport(_) | FlyError::RateLimited)
+            | ComputersError::Fly(FlyError::Capacity(_))
+            | ComputersError::E2b(E2bError::Transport(_) | E2bError::RateLimited)
+            | ComputersError::E2b(E2bError::Capacity(_)) => Failure::Unavailable,
+            ComputersError::Fly(_) | ComputersError::E2b(_) => Failure::Failed,
+        };
+        BackendError::new(failure, e)
+    }
+}
+
+/// Fly Machines and E2B sandboxes. Teams are kept apart by the key alone (`team` unused).
+impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
+    fn name(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn instance(&self) -> &str {
         &self.instance
     }
 
-    pub async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, ComputersError> {
-        self.inner.find(id).await
+    async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError> {
+        Ok(self.inner.find(id).await?)
     }
 
-    pub async fn list(&self) -> Result<Vec<ContainerRecord>, ComputersError> {
-        self.inner.list("").await
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError> {
+        Ok(self.inner.list("").await?)
     }
 
-    pub async fn create(
+    async fn create(
         &self,
         id: &str,
         temporary: bool,
-    ) -> Result<ContainerRecord, ComputersError> {
-        self.inner.create(id, temporary).await
+        _team: Option<&str>,
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(self.inner.create(id, temporary).await?)
     }
 
-    pub async fn start(&self, id: &str) -> Result<(), ComputersError> {
-        self.inner.start(id).await
+    async fn start(&self, id: &str) -> Result<(), BackendError> {
+        Ok(self.inner.start(id).await?)
     }
 
-    pub async fn restart(&self, id: &str) -> Result<(), ComputersError> {
-        self.inner.restart(id).await
+    async fn restart(&self, id: &str) -> Result<(), BackendError> {
+        Ok(self.inner.restart(id).await?)
     }
 
-    pub async fn remove(&self, id: &str) -> Result<(), ComputersError> {
-        self.inner.remove(id).await
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        Ok(self.inner.remove(id).await?)
     }
 
-    pub async fn factory_reset(
+    async fn factory_reset(
         &self,
         id: &str,
         temporary: bool,
-    ) -> Result<ContainerRecord, ComputersError> {
-        self.inner.factory_reset(id, temporary).await
+        _team: Option<&str>,
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(self.inner.factory_reset(id, temporary).await?)
     }
 
     /// Runs one command; a cancelled call (this future dropped) kills it on the provider.
-    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ComputersError>
-    where
-        C: Send + Sync + 'static,
-    {
+    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         let ex = provider_exec(spec);
         let mut guard = KillOnDrop {
             inner: self.inner.clone(),
@@ -94,7 +121,7 @@ impl<C: CloudComputers> Cloud<C> {
         };
         let out = self.inner.exec(id, &ex).await;
         guard.ex = None;
-        out
+        Ok(out?)
     }
 }
 
@@ -195,5 +222,31 @@ impl HttpTransport for Reqwest {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::providers::{e2b::E2bError, fly::FlyError};
+
+    #[test]
+    fn provider_errors_are_classified() {
+        for (e, want) in [
+            (ComputersError::NotFound("a".into()), Failure::NotFound),
+            (FlyError::RateLimited.into(), Failure::Unavailable),
+            (
+                E2bError::Transport("reset".into()).into(),
+                Failure::Unavailable,
+            ),
+            (FlyError::Unauthorized.into(), Failure::Failed),
+            // A provider's own 404 is the provider's failure, not "no such computer": the
+            // computers layer says that with ComputersError::NotFound.
+            (FlyError::NotFound("m".into()).into(), Failure::Failed),
+        ] {
+            let words = e.to_string();
+            let b = BackendError::from(e);
+            assert_eq!((b.failure, b.to_string()), (want, words));
+        }
     }
 }

@@ -26,7 +26,7 @@ use shared::validate::{ExecRequest, Program, ToolCall};
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::docker::DockerError;
+use crate::place::{Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{ContainerRecord, ExecSpec};
 use tokio::sync::mpsc::UnboundedSender;
@@ -169,7 +169,7 @@ impl Computers {
             && let Err(e) = self.backend.start(id).await
         {
             let Ok(()) = self.registry().forget(id);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(record.temporary)
     }
@@ -204,17 +204,14 @@ impl Computers {
         let started_ms = now_ms();
         let span = tracing::info_span!("exec", computer_id = key, backend = self.backend.name());
         let mut result = self.backend.exec(key, &spec).instrument(span.clone()).await;
-        if matches!(
-            result,
-            Err(ComputerError::Docker(DockerError::NotRunning(_)))
-        ) {
+        if matches!(&result, Err(e) if e.failure == Failure::NotRunning) {
             // Stopped behind our back (engine restart, `docker stop`): start it, try once more.
             tracing::info!(computer_id = key, "computer was stopped; starting it again");
             if self.backend.start(key).await.is_ok() {
                 result = self.backend.exec(key, &spec).instrument(span).await;
             }
         }
-        match result {
+        match result.map_err(ComputerError::from) {
             Ok(outcome) => {
                 let command = match &req.program {
                     Program::Shell(c) => describe(Some(c), None),

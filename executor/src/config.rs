@@ -417,6 +417,8 @@ impl Config {
     /// Checks the flags; `lifecycle_env` is the value of `ENABLE_LIFECYCLE_TOOLS`.
     pub fn from_cli(cli: &Cli, lifecycle_env: Option<&str>) -> Result<Self, ConfigError> {
         let backend = match cli.backend {
+            // `--engine podman` asks for containers: no quiet fallback to WASM.
+            None if cli.engine.trim() != "docker" => BackendChoice::Docker,
             None => BackendChoice::Auto,
             Some(BackendArg::Docker) => BackendChoice::Docker,
             Some(BackendArg::E2b) => BackendChoice::E2b(Box::new(e2b_config(cli)?)),
@@ -610,6 +612,10 @@ mod tests {
     #[test]
     fn wasm_backends_and_their_flags() {
         assert_eq!(cfg(&[]).unwrap().backend, BackendChoice::Auto);
+        assert_eq!(
+            cfg(&["--engine", "podman"]).unwrap().backend,
+            BackendChoice::Docker
+        );
         assert_eq!(
             cfg(&["--backend", "docker"]).unwrap().backend,
             BackendChoice::Docker

@@ -1,24 +1,19 @@
-//! What a tool call or executor operation can end in: the registry's errors and each
-//! backend's, with the one place that says which of them mean "not found" or "conflict".
+//! What a tool call or executor operation can end in: the registry's errors, a backend's
+//! (classified by `place::Failure`), and the one place that says which of them mean "not
+//! found" or "conflict".
 
 use std::convert::Infallible;
 
 use shared::registry::RegistryError;
 
-use crate::docker::DockerError;
+use crate::place::{BackendError, Failure};
 
 /// Errors a tool call can end in (each becomes an `isError` result).
 #[derive(Debug, thiserror::Error)]
 pub enum ComputerError {
+    /// The backend's (Docker, WASM, Fly, E2B, Modal), in its words.
     #[error(transparent)]
-    Docker(#[from] DockerError),
-    #[error(transparent)]
-    Wasm(#[from] crate::wasm::WasmError),
-    /// Fly Machines or E2B.
-    #[error(transparent)]
-    Cloud(#[from] shared::providers::computers::ComputersError),
-    #[error(transparent)]
-    Modal(#[from] crate::modal::ModalBackendError),
+    Backend(#[from] BackendError),
     /// The registry's answer: not yours, the other `temporary`, or no such computer.
     #[error(transparent)]
     Registry(#[from] RegistryError<Infallible>),
@@ -36,16 +31,18 @@ impl ComputerError {
         ComputerError::Registry(RegistryError::Unknown(id.to_owned()))
     }
 
+    /// The backend's kind of failure, if the backend failed.
+    pub fn failure(&self) -> Option<Failure> {
+        match self {
+            ComputerError::Backend(e) => Some(e.failure),
+            _ => None,
+        }
+    }
+
     /// Is it "no such computer", whatever the backend?
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            ComputerError::Registry(RegistryError::Unknown(_))
-                | ComputerError::Docker(DockerError::NotFound(_))
-                | ComputerError::Wasm(crate::wasm::WasmError::NotFound(_))
-                | ComputerError::Cloud(shared::providers::computers::ComputersError::NotFound(_))
-                | ComputerError::Modal(crate::modal::ModalBackendError::NotFound(_))
-        )
+        matches!(self, ComputerError::Registry(RegistryError::Unknown(_)))
+            || self.failure() == Some(Failure::NotFound)
     }
 
     /// Does it contradict the computer's state or ownership (the other `temporary`
@@ -53,9 +50,7 @@ impl ComputerError {
     pub fn is_conflict(&self) -> bool {
         matches!(
             self,
-            ComputerError::Registry(RegistryError::Policy(_))
-                | ComputerError::Taken(_)
-                | ComputerError::Docker(DockerError::NotOurs { .. })
-        )
+            ComputerError::Registry(RegistryError::Policy(_)) | ComputerError::Taken(_)
+        ) || self.failure() == Some(Failure::Conflict)
     }
 }

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use shared::result::ExecOutcome;
 
+use crate::place::{BackendError, Failure, Place};
+use crate::progress::Progress;
 use crate::spec::{ContainerRecord, ExecSpec};
 
 /// Errors of the WASM backend.
@@ -33,37 +35,57 @@ pub async fn open(
     Err(WasmError::NotBuilt)
 }
 
-impl Wasm {
-    pub fn name(&self) -> &'static str {
+impl From<WasmError> for BackendError {
+    fn from(e: WasmError) -> Self {
+        let failure = match &e {
+            WasmError::NotFound(_) => Failure::NotFound,
+            WasmError::NotBuilt => Failure::Unavailable,
+        };
+        BackendError::new(failure, e)
+    }
+}
+
+impl Place for Wasm {
+    fn name(&self) -> &'static str {
         match *self {}
     }
-    pub fn instance(&self) -> &str {
+    fn instance(&self) -> &str {
         match *self {}
     }
-    pub async fn find(&self, _id: &str) -> Result<Option<ContainerRecord>, WasmError> {
+    async fn find(&self, _id: &str) -> Result<Option<ContainerRecord>, BackendError> {
         match *self {}
     }
-    pub async fn list(&self) -> Result<Vec<ContainerRecord>, WasmError> {
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError> {
         match *self {}
     }
-    pub async fn create(
+    async fn create(
         &self,
         _id: &str,
         _temporary: bool,
         _team: Option<&str>,
-    ) -> Result<ContainerRecord, WasmError> {
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
         match *self {}
     }
-    pub async fn remove(&self, _id: &str) -> Result<(), WasmError> {
+    async fn start(&self, _id: &str) -> Result<(), BackendError> {
         match *self {}
     }
-    pub async fn restart(&self, _id: &str) -> Result<(), WasmError> {
+    async fn remove(&self, _id: &str) -> Result<(), BackendError> {
         match *self {}
     }
-    pub async fn factory_reset(&self, _id: &str) -> Result<ContainerRecord, WasmError> {
+    async fn restart(&self, _id: &str) -> Result<(), BackendError> {
         match *self {}
     }
-    pub async fn exec(&self, _id: &str, _spec: &ExecSpec) -> Result<ExecOutcome, WasmError> {
+    async fn factory_reset(
+        &self,
+        _id: &str,
+        _temporary: bool,
+        _team: Option<&str>,
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        match *self {}
+    }
+    async fn exec(&self, _id: &str, _spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         match *self {}
     }
 }

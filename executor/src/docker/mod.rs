@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod flags;
+mod place;
 pub mod settings;
 pub mod supervised;
 

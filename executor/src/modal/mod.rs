@@ -13,6 +13,7 @@
 //! gone with its files (said in the tool description).
 
 pub mod client;
+mod place;
 
 use std::collections::HashMap;
 use std::path::Path;

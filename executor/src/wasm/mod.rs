@@ -17,6 +17,7 @@
 
 pub mod capture;
 pub mod engine;
+mod place;
 pub mod shell;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,101 @@
+//! Docker and Podman containers as a [`Place`]; [`DockerError`]s classified once.
+
+use shared::result::ExecOutcome;
+
+use super::{Docker, DockerError, container_name};
+use crate::place::{BackendError, Failure, Place};
+use crate::progress::Progress;
+use crate::spec::{ContainerRecord, ExecSpec};
+
+impl From<DockerError> for BackendError {
+    fn from(e: DockerError) -> Self {
+        let failure = match &e {
+            DockerError::NotFound(_) => Failure::NotFound,
+            DockerError::NotRunning(_) => Failure::NotRunning,
+            DockerError::NotOurs { .. } => Failure::Conflict,
+            DockerError::Unreachable(_)
+            | DockerError::ImageUnavailable { .. }
+            | DockerError::SupervisorUnavailable(_) => Failure::Unavailable,
+            DockerError::Engine(_) | DockerError::Stream(_) | DockerError::Supervisor(_) => {
+                Failure::Failed
+            }
+        };
+        BackendError::new(failure, e)
+    }
+}
+
+// `Docker::f(self, ..)` below is the inherent method (inherent methods win over the trait's).
+impl Place for Docker {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn instance(&self) -> &str {
+        Docker::instance(self)
+    }
+
+    async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError> {
+        Ok(Docker::find(self, id).await?)
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError> {
+        Ok(Docker::list(self).await?)
+    }
+
+    async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Docker::create(self, id, temporary, team, progress).await?)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), BackendError> {
+        Ok(Docker::start(self, id).await?)
+    }
+
+    async fn restart(&self, id: &str) -> Result<(), BackendError> {
+        Ok(Docker::restart(self, id).await?)
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        Docker::remove(self, id).await?;
+        Ok(())
+    }
+
+    async fn factory_reset(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Docker::factory_reset(self, id, temporary, team, progress).await?)
+    }
+
+    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
+        Ok(Docker::exec(self, &container_name(id), spec).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_errors_are_classified_in_their_own_words() {
+        for (e, want) in [
+            (DockerError::NotFound("a".into()), Failure::NotFound),
+            (DockerError::NotRunning("a".into()), Failure::NotRunning),
+            (DockerError::NotOurs { name: "a".into() }, Failure::Conflict),
+            (DockerError::Unreachable("x".into()), Failure::Unavailable),
+            (DockerError::Engine("500: x".into()), Failure::Failed),
+        ] {
+            let words = e.to_string();
+            let b = BackendError::from(e);
+            assert_eq!((b.failure, b.to_string()), (want, words));
+        }
+    }
+}

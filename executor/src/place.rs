@@ -1,0 +1,78 @@
+//! The backend trait: what every place computers live (Docker/Podman, WASM, Fly, E2B,
+//! Modal) does, with neutral types (`spec`) and one neutral error. `backend::Backend`
+//! picks one per server; the registry above never asks which.
+//!
+//! Each backend keeps its own error enum for its own logic, and classifies it once, in
+//! its module, into a [`BackendError`] of one [`Failure`] kind: the only thing callers
+//! above the backends decide on (retry a stopped computer, forget a vanished one, answer
+//! 404 or 409).
+
+use shared::result::ExecOutcome;
+
+use crate::progress::Progress;
+use crate::spec::{ContainerRecord, ExecSpec};
+
+/// What kind of failure a backend's error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// No such computer.
+    NotFound,
+    /// It exists but is stopped (start it and try again).
+    NotRunning,
+    /// The name is held by something that is not ours, or the state forbids it.
+    Conflict,
+    /// The engine, provider or module cannot be reached or used now.
+    Unavailable,
+    /// Anything else the backend refused or failed at.
+    Failed,
+}
+
+/// A backend's error: its kind, in its own words (the message is the backend's).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    pub failure: Failure,
+    message: String,
+}
+
+impl BackendError {
+    pub fn new(failure: Failure, error: impl std::fmt::Display) -> Self {
+        Self {
+            failure,
+            message: error.to_string(),
+        }
+    }
+}
+
+/// One place computers live. Ids are backend keys (`shared::teams::key`).
+#[allow(async_fn_in_trait)] // called on concrete types only (`Backend`), so Send is inferred
+pub trait Place {
+    /// The name shown in `computer_list` items.
+    fn name(&self) -> &'static str;
+    /// This server's instance label (owner of its temporaries).
+    fn instance(&self) -> &str;
+    async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError>;
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError>;
+    /// Creates computer `id`. Backends that keep labels record `team` (the cloud ones keep
+    /// teams apart by the key alone).
+    async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError>;
+    /// Makes sure computer `id` runs.
+    async fn start(&self, id: &str) -> Result<(), BackendError>;
+    async fn restart(&self, id: &str) -> Result<(), BackendError>;
+    async fn remove(&self, id: &str) -> Result<(), BackendError>;
+    /// A fresh computer under the same id, files gone.
+    async fn factory_reset(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError>;
+    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError>;
+}

@@ -1,0 +1,77 @@
+//! WebAssembly computers as a [`Place`]; [`WasmError`]s classified once.
+
+use shared::result::ExecOutcome;
+
+use super::{Wasm, WasmError};
+use crate::place::{BackendError, Failure, Place};
+use crate::progress::Progress;
+use crate::spec::{ContainerRecord, ExecSpec};
+
+impl From<WasmError> for BackendError {
+    fn from(e: WasmError) -> Self {
+        let failure = match &e {
+            WasmError::NotFound(_) => Failure::NotFound,
+            WasmError::Module(_) | WasmError::NoToolbox => Failure::Unavailable,
+            WasmError::Storage(_) | WasmError::Engine(_) => Failure::Failed,
+        };
+        BackendError::new(failure, e)
+    }
+}
+
+// `Wasm::f(self, ..)` below is the inherent method (inherent methods win over the trait's).
+impl Place for Wasm {
+    fn name(&self) -> &'static str {
+        Wasm::name(self)
+    }
+
+    fn instance(&self) -> &str {
+        Wasm::instance(self)
+    }
+
+    async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError> {
+        Ok(Wasm::find(self, id).await?)
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError> {
+        Ok(Wasm::list(self).await?)
+    }
+
+    /// Nothing to download or boot: `progress` has nothing to report.
+    async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Wasm::create(self, id, temporary, team).await?)
+    }
+
+    /// A WASM computer runs whenever a command does: there is nothing to start.
+    async fn start(&self, _id: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn restart(&self, id: &str) -> Result<(), BackendError> {
+        Ok(Wasm::restart(self, id).await?)
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), BackendError> {
+        Ok(Wasm::remove(self, id).await?)
+    }
+
+    /// The computer keeps its `temporary` flag and team (stored with it).
+    async fn factory_reset(
+        &self,
+        id: &str,
+        _temporary: bool,
+        _team: Option<&str>,
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Wasm::factory_reset(self, id).await?)
+    }
+
+    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
+        Ok(Wasm::exec(self, id, spec).await?)
+    }
+}
