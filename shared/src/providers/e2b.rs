@@ -7,8 +7,8 @@
 //! the spec's names: `templateID`, `autoPause`, `envVars`, ...), authentication (`X-API-Key`
 //! on the control plane, `X-Access-Token: <envdAccessToken>` on envd), the envd host
 //! (`https://49983-{id}.{domain}`, or one shared host plus `E2b-Sandbox-Id` /
-//! `E2b-Sandbox-Port` headers), the Connect envelope framing, the retry policy (the Fly
-//! client's [`RetryPolicy`]: 429 always, 5xx and transport failures only for idempotent
+//! `E2b-Sandbox-Port` headers), the Connect envelope framing, the retry policy
+//! (`providers::send`'s [`RetryPolicy`], as the Fly client's: 429 always, 5xx and transport failures only for idempotent
 //! requests, capacity errors twice), and the mapping of failures to [`E2bError`]. Bytes move
 //! through the caller's [`HttpTransport`]; backoff sleeps through it too.
 //!
@@ -18,7 +18,7 @@
 //! wrapping the command in `/bin/bash -c` with the bytes passed base64-encoded as arguments
 //! (see [`E2bClient::run`]). Messages never contain the API key or an envd access token.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine as _;
@@ -26,8 +26,12 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::fly::{Decision, Outcome, RetryPolicy};
+use super::send::{self, RetryPolicy, excerpt};
+
+mod envd;
+mod wire;
 use super::{HttpRequest, HttpResponse, HttpTransport, encode_component};
+use wire::*;
 
 /// The public control-plane endpoint.
 pub const DEFAULT_API_URL: &str = "https://api.e2b.app";
@@ -59,9 +63,6 @@ const LIST_PAGE_LIMIT: u32 = 100;
 
 /// Safety stop for a server that keeps handing out cursors.
 const MAX_LIST_PAGES: usize = 200;
-
-/// Longest error-body excerpt quoted in an error message.
-const MAX_EXCERPT: usize = 300;
 
 /// `Error.error_code` values that mean "no capacity for a sandbox right now".
 const CAPACITY_ERROR_CODES: [&str; 1] = ["sandbox_capacity_unavailable"];
@@ -281,348 +282,6 @@ pub enum E2bError {
 }
 
 // ---------------------------------------------------------------------------------------
-// Wire types (request bodies: only fields of the spec's schemas)
-// ---------------------------------------------------------------------------------------
-
-/// `NewSandbox`.
-#[derive(Serialize)]
-struct NewSandboxBody<'a> {
-    #[serde(rename = "templateID")]
-    template_id: &'a str,
-    timeout: i32,
-    #[serde(rename = "autoPause")]
-    auto_pause: bool,
-    secure: bool,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    metadata: BTreeMap<&'a str, &'a str>,
-    #[serde(rename = "envVars", skip_serializing_if = "BTreeMap::is_empty")]
-    env_vars: BTreeMap<&'a str, &'a str>,
-}
-
-/// `ConnectSandbox` and `SandboxTimeoutRequest` (both `{timeout}`).
-#[derive(Serialize)]
-struct TimeoutBody {
-    timeout: i32,
-}
-
-/// `process.StartRequest` in proto3 JSON.
-#[derive(Serialize)]
-struct StartRequestBody<'a> {
-    process: ProcessConfigBody<'a>,
-    stdin: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tag: Option<&'a str>,
-}
-
-/// `process.ProcessConfig` in proto3 JSON (empty `args`/`envs` omitted, as proto3 does).
-#[derive(Serialize)]
-struct ProcessConfigBody<'a> {
-    cmd: &'a str,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    args: &'a [String],
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    envs: BTreeMap<&'a str, &'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cwd: Option<&'a str>,
-}
-
-// Response types: every field optional, unknown fields ignored.
-
-/// `Sandbox`, `SandboxDetail` and `ListedSandbox` (the fields we use).
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawSandbox {
-    #[serde(rename = "sandboxID")]
-    sandbox_id: Option<String>,
-    #[serde(rename = "templateID")]
-    template_id: Option<String>,
-    #[serde(rename = "envdAccessToken")]
-    envd_access_token: Option<String>,
-    domain: Option<String>,
-    state: Option<String>,
-    metadata: Option<BTreeMap<String, Value>>,
-    #[serde(rename = "startedAt")]
-    started_at: Option<String>,
-    #[serde(rename = "endAt")]
-    end_at: Option<String>,
-}
-
-/// `Error` (any content type; missing fields allowed).
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ErrorBody {
-    /// An integer on the control plane, a string (the Connect code) from envd.
-    code: Option<Value>,
-    message: Option<String>,
-    error_code: Option<String>,
-}
-
-/// `process.StartResponse`.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawStartResponse {
-    event: Option<RawEvent>,
-}
-
-/// `process.ProcessEvent` (a oneof: one field is set).
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawEvent {
-    start: Option<Value>,
-    data: Option<RawData>,
-    end: Option<RawEnd>,
-}
-
-/// `ProcessEvent.DataEvent`: base64 bytes.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawData {
-    stdout: Option<String>,
-    stderr: Option<String>,
-}
-
-/// `ProcessEvent.EndEvent`.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawEnd {
-    #[serde(rename = "exitCode", alias = "exit_code")]
-    exit_code: Option<Value>,
-    error: Option<String>,
-}
-
-/// The Connect end-of-stream message.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawEndStream {
-    error: Option<RawConnectError>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawConnectError {
-    code: Option<String>,
-    message: Option<String>,
-}
-
-impl RawSandbox {
-    fn id(&mut self) -> Result<String, E2bError> {
-        self.sandbox_id
-            .take()
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| E2bError::Decode("a sandbox without a `sandboxID`".into()))
-    }
-
-    fn into_sandbox(mut self) -> Result<Sandbox, E2bError> {
-        Ok(Sandbox {
-            sandbox_id: self.id()?,
-            template_id: self.template_id.unwrap_or_default(),
-            envd_access_token: self.envd_access_token.filter(|t| !t.is_empty()),
-            domain: self.domain.filter(|d| !d.is_empty()),
-        })
-    }
-
-    fn into_listed(mut self) -> Result<ListedSandbox, E2bError> {
-        Ok(ListedSandbox {
-            sandbox_id: self.id()?,
-            template_id: self.template_id.unwrap_or_default(),
-            state: self.state.unwrap_or_default(),
-            metadata: metadata_map(self.metadata),
-            started_at: self.started_at.filter(|s| !s.is_empty()),
-            end_at: self.end_at.filter(|s| !s.is_empty()),
-        })
-    }
-
-    fn into_detail(mut self) -> Result<SandboxDetail, E2bError> {
-        Ok(SandboxDetail {
-            sandbox_id: self.id()?,
-            template_id: self.template_id.unwrap_or_default(),
-            state: self.state.unwrap_or_default(),
-            metadata: metadata_map(self.metadata),
-            started_at: self.started_at.filter(|s| !s.is_empty()),
-            end_at: self.end_at.filter(|s| !s.is_empty()),
-            envd_access_token: self.envd_access_token.filter(|t| !t.is_empty()),
-            domain: self.domain.filter(|d| !d.is_empty()),
-        })
-    }
-}
-
-fn metadata_map(raw: Option<BTreeMap<String, Value>>) -> BTreeMap<String, String> {
-    raw.unwrap_or_default()
-        .into_iter()
-        .filter_map(|(k, v)| match v {
-            Value::String(s) => Some((k, s)),
-            Value::Null => None,
-            other => Some((k, other.to_string())),
-        })
-        .collect()
-}
-
-// ---------------------------------------------------------------------------------------
-// Connect framing and the command stream
-// ---------------------------------------------------------------------------------------
-
-/// One Connect envelope: `[flags u8][length u32 big-endian][payload]`.
-pub fn connect_envelope(flags: u8, payload: &[u8]) -> Result<Vec<u8>, E2bError> {
-    let len = u32::try_from(payload.len())
-        .map_err(|_| E2bError::Decode("a Connect message over 4 GiB".into()))?;
-    let mut out = Vec::with_capacity(payload.len() + 5);
-    out.push(flags);
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(payload);
-    Ok(out)
-}
-
-/// The `metadata` query value of `GET /v2/sandboxes`, encoded as the E2B SDK does: each key
-/// and value percent-encoded, then form-encoded again as `k=v&k2=v2` (the API unescapes the
-/// whole value, then each key and value). The URL encodes the result once more.
-pub fn metadata_query(metadata: &[(&str, &str)]) -> String {
-    metadata
-        .iter()
-        .map(|(k, v)| {
-            format!(
-                "{}={}",
-                encode_component(&encode_component(k)),
-                encode_component(&encode_component(v))
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-/// Program and arguments that run `cmd args...` with `input` on its stdin: `/bin/bash -c
-/// <script> e2b-stdin <n> <chunk>... <cmd> <args>...`, the chunks being the base64 of
-/// `input`. Nothing is interpolated into the script, so no quoting is involved.
-fn stdin_wrapper(cmd: &str, args: &[String], input: &[u8]) -> (String, Vec<String>) {
-    let b64 = STANDARD.encode(input);
-    // Base64 is ASCII, so byte chunks are valid UTF-8.
-    let chunks: Vec<String> = b64
-        .as_bytes()
-        .chunks(STDIN_CHUNK_CHARS)
-        .map(|c| String::from_utf8_lossy(c).into_owned())
-        .collect();
-    let mut argv = Vec::with_capacity(chunks.len() + args.len() + 5);
-    argv.push("-c".to_owned());
-    argv.push(STDIN_SCRIPT.to_owned());
-    argv.push(STDIN_SCRIPT_NAME.to_owned());
-    argv.push(chunks.len().to_string());
-    argv.extend(chunks);
-    argv.push(cmd.to_owned());
-    argv.extend(args.iter().cloned());
-    ("/bin/bash".to_owned(), argv)
-}
-
-/// Proto3 JSON `bytes`: standard or URL-safe base64, padding optional.
-fn decode_bytes(s: &str) -> Result<Vec<u8>, String> {
-    let trimmed = s.trim_end_matches('=');
-    let res = if trimmed.contains(['-', '_']) {
-        URL_SAFE_NO_PAD.decode(trimmed)
-    } else {
-        STANDARD_NO_PAD.decode(trimmed)
-    };
-    res.map_err(|e| format!("invalid base64 in command output: {e}"))
-}
-
-/// Appends at most `limit - out.len()` bytes; says whether anything was dropped.
-fn append_limited(out: &mut Vec<u8>, bytes: &[u8], limit: usize) -> bool {
-    let room = limit.saturating_sub(out.len());
-    let take = bytes.len().min(room);
-    out.extend_from_slice(&bytes[..take]);
-    take < bytes.len()
-}
-
-/// An integer that proto3 JSON may write as a number or a string.
-fn json_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// What a `process.Process/Start` response stream said.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct StartStream {
-    started: bool,
-    /// The process id from the `start` event.
-    pid: Option<u32>,
-    /// The `end` event's exit code (missing `exitCode` = 0), if an `end` event came.
-    exit_code: Option<i64>,
-    end_error: Option<String>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    truncated: bool,
-    /// The end-of-stream message came.
-    finished: bool,
-    /// Its error, as (code, message).
-    stream_error: Option<(String, String)>,
-}
-
-/// Parses a whole buffered `application/connect+json` server stream. Errors only on
-/// malformed frames or JSON; a body cut short ends the parse (reported by the caller).
-fn parse_start_stream(body: &[u8], output_limit: usize) -> Result<StartStream, String> {
-    let mut s = StartStream::default();
-    let mut rest = body;
-    while rest.len() >= 5 {
-        let flags = rest[0];
-        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
-        let Some(payload) = rest.get(5..5 + len) else {
-            break; // cut short
-        };
-        rest = &rest[5 + len..];
-        if flags & FLAG_COMPRESSED != 0 {
-            return Err("a compressed Connect message (compression was not requested)".into());
-        }
-        if flags & FLAG_END_STREAM != 0 {
-            let end: RawEndStream = if payload.iter().all(u8::is_ascii_whitespace) {
-                RawEndStream::default()
-            } else {
-                serde_json::from_slice(payload)
-                    .map_err(|e| format!("end-of-stream message: {e}"))?
-            };
-            s.finished = true;
-            s.stream_error = end.error.map(|e| {
-                (
-                    e.code
-                        .filter(|c| !c.is_empty())
-                        .unwrap_or_else(|| "unknown".into()),
-                    e.message.unwrap_or_default(),
-                )
-            });
-            break;
-        }
-        let msg: RawStartResponse =
-            serde_json::from_slice(payload).map_err(|e| format!("stream message: {e}"))?;
-        let Some(event) = msg.event else { continue };
-        if let Some(start) = &event.start {
-            s.started = true;
-            s.pid = start
-                .get("pid")
-                .and_then(json_int)
-                .and_then(|p| u32::try_from(p).ok());
-        }
-        if let Some(data) = event.data {
-            if let Some(out) = data.stdout {
-                let bytes = decode_bytes(&out)?;
-                s.truncated |= append_limited(&mut s.stdout, &bytes, output_limit);
-            }
-            if let Some(err) = data.stderr {
-                let bytes = decode_bytes(&err)?;
-                s.truncated |= append_limited(&mut s.stderr, &bytes, output_limit);
-            }
-        }
-        if let Some(end) = event.end {
-            let code = match &end.exit_code {
-                None | Some(Value::Null) => 0,
-                Some(v) => json_int(v).ok_or_else(|| format!("an exitCode of {v}"))?,
-            };
-            s.exit_code = Some(code);
-            s.end_error = end.error.filter(|e| !e.is_empty());
-        }
-    }
-    Ok(s)
-}
-
-// ---------------------------------------------------------------------------------------
 // The client
 // ---------------------------------------------------------------------------------------
 
@@ -761,10 +420,8 @@ impl<T: HttpTransport> E2bClient<T> {
         metadata: &[(&str, &str)],
         states: &[&str],
     ) -> Result<Vec<ListedSandbox>, E2bError> {
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        let mut next: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
+        let mut pages = send::Pages::new(MAX_LIST_PAGES);
+        while let Some(next) = pages.next_cursor() {
             // Already-encoded `k=v` parts, in the SDK's order.
             let mut query: Vec<String> = Vec::new();
             if !metadata.is_empty() {
@@ -788,20 +445,18 @@ impl<T: HttpTransport> E2bClient<T> {
                 .await?;
             let resp = self.ok(sent, &Subject::Sandboxes)?;
             let page: Option<Vec<RawSandbox>> = decode(&resp, "sandbox list")?;
-            for raw in page.unwrap_or_default() {
-                let sbx = raw.into_listed()?;
-                if seen.insert(sbx.sandbox_id.clone()) {
-                    out.push(sbx);
-                }
-            }
-            match resp.header("x-next-token").map(str::trim) {
-                Some(token) if !token.is_empty() && next.as_deref() != Some(token) => {
-                    next = Some(token.to_owned());
-                }
-                _ => return Ok(out),
-            }
+            let listed = page
+                .unwrap_or_default()
+                .into_iter()
+                .map(RawSandbox::into_listed)
+                .collect::<Result<Vec<_>, _>>()?;
+            pages.add(
+                listed,
+                |s| s.sandbox_id.clone(),
+                resp.header("x-next-token"),
+            );
         }
-        Ok(out)
+        Ok(pages.into_items())
     }
 
     /// `GET /sandboxes/{id}`; `None` on 404 (killed, timed out, or never existed).
@@ -872,295 +527,6 @@ impl<T: HttpTransport> E2bClient<T> {
         decode::<RawSandbox>(&resp, "connected sandbox")?.into_sandbox()
     }
 
-    /// Runs `cmd` with `args` (exec'd directly, no shell: pass `/bin/bash`, `["-l", "-c",
-    /// line]` for a shell line, as the SDK does) through envd `process.Process/Start`.
-    ///
-    /// - `envs` are added to the sandbox's environment; `cwd` `None` = the user's home.
-    /// - `stdin`: envd's Start only takes a "keep stdin open" flag (input would need separate
-    ///   `SendInput`/`CloseStdin` calls while the stream is open, which a buffered transport
-    ///   cannot do). So the process always starts with stdin closed, and non-empty input is
-    ///   fed by running `/bin/bash -c <fixed script> e2b-stdin <n> <base64 chunks...> cmd
-    ///   args...`: the script pipes the decoded chunks (`base64 -d`, coreutils) into
-    ///   `exec cmd args...`. Nothing is interpolated into the script, so any bytes are safe;
-    ///   the exit code is the program's. Input is limited to [`MAX_STDIN_BYTES`] (the
-    ///   command line's size limit); more is refused with an `invalid_argument`
-    ///   [`E2bError::Rpc`] before anything is sent.
-    /// - `timeout_ms` goes to `Connect-Timeout-Ms` (0 = none); envd then ends the stream
-    ///   with `deadline_exceeded` (in [`RunOutput::error`], exit code -1). The process may
-    ///   keep running in the sandbox after that.
-    /// - At most `output_limit` bytes of each of stdout and stderr are kept
-    ///   ([`RunOutput::truncated`] says when more was dropped).
-    ///
-    /// Only 429s are retried (the command may have run otherwise). A stream that fails
-    /// before the process started is an [`E2bError::Rpc`]; once it started, failures are
-    /// reported in [`RunOutput::error`] along with the output so far.
-    #[allow(clippy::too_many_arguments)] // the brief's signature: one call, all of a command
-    pub async fn run(
-        &self,
-        sandbox: &Sandbox,
-        cmd: &str,
-        args: &[String],
-        envs: &[(String, String)],
-        cwd: Option<&str>,
-        stdin: Option<&[u8]>,
-        timeout_ms: u64,
-        output_limit: usize,
-    ) -> Result<RunOutput, E2bError> {
-        let io = RunIo {
-            stdin,
-            timeout_ms,
-            output_limit,
-            tag: None,
-        };
-        self.run_tagged(sandbox, cmd, args, envs, cwd, io).await
-    }
-
-    /// [`E2bClient::run`] with the process tagged (`StartRequest.tag`), so that it can be
-    /// killed by its tag ([`E2bClient::kill_tagged`]) before its pid is known.
-    pub async fn run_tagged(
-        &self,
-        sandbox: &Sandbox,
-        cmd: &str,
-        args: &[String],
-        envs: &[(String, String)],
-        cwd: Option<&str>,
-        io: RunIo<'_>,
-    ) -> Result<RunOutput, E2bError> {
-        let RunIo {
-            stdin,
-            timeout_ms,
-            output_limit,
-            tag,
-        } = io;
-        let wrapped = match stdin {
-            Some(input) if input.len() > MAX_STDIN_BYTES => {
-                return Err(E2bError::Rpc {
-                    code: "invalid_argument".into(),
-                    message: format!(
-                        "stdin of {} bytes is over the {MAX_STDIN_BYTES}-byte limit for E2B \
-                         commands: write the data to a file in the sandbox first",
-                        input.len()
-                    ),
-                });
-            }
-            Some(input) if !input.is_empty() => Some(stdin_wrapper(cmd, args, input)),
-            _ => None,
-        };
-        let (cmd, args) = match &wrapped {
-            Some((c, a)) => (c.as_str(), a.as_slice()),
-            None => (cmd, args),
-        };
-        let body = json_body(&StartRequestBody {
-            process: ProcessConfigBody {
-                cmd,
-                args,
-                envs: envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
-                cwd,
-            },
-            stdin: false,
-            tag,
-        })?;
-        let req = self.start_request(sandbox, connect_envelope(0, &body)?, timeout_ms)?;
-        let token = sandbox.envd_access_token.as_deref();
-        let resp = self
-            .execute_with(req, false, Target::Envd { token })
-            .await?;
-        if !resp.is_success() {
-            return Err(self.envd_error(&resp, &sandbox.sandbox_id, token));
-        }
-        let stream = parse_start_stream(&resp.body, output_limit).map_err(|e| {
-            E2bError::Decode(self.redact(
-                format!(
-                    "command stream (HTTP {}): {e}; body starts {:?}",
-                    resp.status,
-                    excerpt(&resp.body)
-                ),
-                token,
-            ))
-        })?;
-        self.run_output(stream, &resp, token)
-    }
-
-    /// Kills process `pid` in the sandbox (`process.Process/SendSignal`, SIGKILL; a unary
-    /// Connect call with a plain JSON body). A process that is already gone is not an error.
-    pub async fn kill_process(&self, sandbox: &Sandbox, pid: u32) -> Result<(), E2bError> {
-        self.kill_selected(sandbox, serde_json::json!({"pid": pid}))
-            .await
-    }
-
-    /// Kills the process started with `tag` ([`E2bClient::run_tagged`]); one that is gone
-    /// (or never started) is not an error.
-    pub async fn kill_tagged(&self, sandbox: &Sandbox, tag: &str) -> Result<(), E2bError> {
-        self.kill_selected(sandbox, serde_json::json!({"tag": tag}))
-            .await
-    }
-
-    async fn kill_selected(
-        &self,
-        sandbox: &Sandbox,
-        selector: serde_json::Value,
-    ) -> Result<(), E2bError> {
-        let body = serde_json::to_vec(&serde_json::json!({
-            "process": selector,
-            "signal": "SIGNAL_SIGKILL",
-        }))
-        .map_err(|e| E2bError::Decode(e.to_string()))?;
-        let mut req = self.start_request(sandbox, body, 0)?;
-        req.url = req
-            .url
-            .replace("/process.Process/Start", "/process.Process/SendSignal");
-        for (k, v) in &mut req.headers {
-            if k.eq_ignore_ascii_case("content-type") {
-                *v = "application/json".to_owned();
-            }
-        }
-        req.headers
-            .retain(|(k, _)| !k.eq_ignore_ascii_case("keepalive-ping-interval"));
-        let token = sandbox.envd_access_token.as_deref();
-        let resp = self.execute_with(req, true, Target::Envd { token }).await?;
-        if resp.is_success() || resp.status == 404 {
-            return Ok(());
-        }
-        Err(self.envd_error(&resp, &sandbox.sandbox_id, token))
-    }
-
-    // -- plumbing --------------------------------------------------------------------
-
-    fn run_output(
-        &self,
-        s: StartStream,
-        resp: &HttpResponse,
-        token: Option<&str>,
-    ) -> Result<RunOutput, E2bError> {
-        if !s.started && s.exit_code.is_none() {
-            return Err(match s.stream_error {
-                Some((code, message)) => E2bError::Rpc {
-                    code,
-                    message: self.redact(message, token),
-                },
-                None => E2bError::Decode(self.redact(
-                    format!(
-                        "the command stream (HTTP {}) ended before the process started; body \
-                         starts {:?}",
-                        resp.status,
-                        excerpt(&resp.body)
-                    ),
-                    token,
-                )),
-            });
-        }
-        let error = match (&s.stream_error, &s.end_error, s.exit_code) {
-            (Some((code, message)), _, _) => Some(format!("{code}: {message}")),
-            (None, Some(e), _) => Some(e.clone()),
-            (None, None, None) => Some(if s.finished {
-                "the command stream ended without the process's end event".to_owned()
-            } else {
-                "the command stream was cut off before the process ended (connection lost?)"
-                    .to_owned()
-            }),
-            (None, None, Some(_)) => None,
-        };
-        Ok(RunOutput {
-            pid: s.pid,
-            exit_code: s.exit_code.unwrap_or(-1),
-            stdout: s.stdout,
-            stderr: s.stderr,
-            truncated: s.truncated,
-            error: error.map(|e| self.redact(e, token)),
-        })
-    }
-
-    fn sandbox_path(&self, id: &str, suffix: &str) -> String {
-        format!(
-            "{}/sandboxes/{}{suffix}",
-            self.api_url,
-            encode_component(id)
-        )
-    }
-
-    fn api_request(&self, method: &'static str, url: String, body: Option<Vec<u8>>) -> HttpRequest {
-        HttpRequest::json(method, url, ("X-API-Key", &self.api_key), body)
-    }
-
-    /// The sandbox domain when the sandbox names none: the API host without its `api.`
-    /// prefix (`https://api.e2b.dev` → `e2b.dev`), else [`DEFAULT_DOMAIN`].
-    fn default_domain(&self) -> String {
-        let rest = self
-            .api_url
-            .split_once("://")
-            .map_or(self.api_url.as_str(), |(_, r)| r);
-        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        match host.strip_prefix("api.") {
-            Some(domain) if !domain.is_empty() => domain.to_owned(),
-            _ => DEFAULT_DOMAIN.to_owned(),
-        }
-    }
-
-    /// `POST {envd}/process.Process/Start` with the Connect streaming headers.
-    fn start_request(
-        &self,
-        sandbox: &Sandbox,
-        body: Vec<u8>,
-        timeout_ms: u64,
-    ) -> Result<HttpRequest, E2bError> {
-        let id = sandbox.sandbox_id.as_str();
-        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err(E2bError::NotFound(format!(
-                "E2B sandbox {id:?} (not a valid sandbox ID)"
-            )));
-        }
-        let mut headers = Vec::new();
-        let base = match &self.sandbox_url {
-            Some(url) => {
-                headers.push(("E2b-Sandbox-Id".to_owned(), id.to_owned()));
-                headers.push(("E2b-Sandbox-Port".to_owned(), ENVD_PORT.to_string()));
-                url.clone()
-            }
-            None => {
-                let domain = sandbox
-                    .domain
-                    .as_deref()
-                    .map(str::trim)
-                    .filter(|d| !d.is_empty())
-                    .map_or_else(|| self.default_domain(), str::to_owned);
-                if !domain
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b':'))
-                {
-                    return Err(E2bError::Decode(format!(
-                        "the sandbox domain {domain:?} is not a host name"
-                    )));
-                }
-                format!("https://{ENVD_PORT}-{id}.{domain}")
-            }
-        };
-        headers.push((
-            "Content-Type".to_owned(),
-            "application/connect+json".to_owned(),
-        ));
-        headers.push(("Connect-Protocol-Version".to_owned(), "1".to_owned()));
-        if timeout_ms > 0 {
-            headers.push(("Connect-Timeout-Ms".to_owned(), timeout_ms.to_string()));
-        }
-        headers.push((
-            "Keepalive-Ping-Interval".to_owned(),
-            KEEPALIVE_PING_INTERVAL_SECS.to_string(),
-        ));
-        if let Some(token) = sandbox
-            .envd_access_token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-        {
-            headers.push(("X-Access-Token".to_owned(), token.to_owned()));
-        }
-        Ok(HttpRequest {
-            method: "POST",
-            url: format!("{base}/process.Process/Start"),
-            headers,
-            body: Some(body),
-        })
-    }
-
     async fn execute(&self, req: HttpRequest, idempotent: bool) -> Result<HttpResponse, E2bError> {
         self.execute_with(req, idempotent, Target::ControlPlane)
             .await
@@ -1175,35 +541,12 @@ impl<T: HttpTransport> E2bClient<T> {
         idempotent: bool,
         target: Target<'_>,
     ) -> Result<HttpResponse, E2bError> {
-        let mut attempts = 0u32;
-        let mut capacity_failures = 0u32;
-        loop {
-            attempts += 1;
-            let (outcome, failure) = match self.transport.send(req.clone()).await {
-                Ok(resp) if resp.is_success() => return Ok(resp),
-                Ok(resp) => {
-                    let capacity = matches!(target, Target::ControlPlane) && is_capacity(&resp);
-                    capacity_failures += u32::from(capacity);
-                    let outcome = Outcome::Status {
-                        status: resp.status,
-                        retry_after_ms: retry_after_ms(&resp),
-                        capacity,
-                    };
-                    (outcome, Ok(resp))
-                }
-                Err(e) => (
-                    Outcome::Transport,
-                    Err(E2bError::Transport(self.redact(e, target.token()))),
-                ),
-            };
-            match self
-                .retry
-                .decide(idempotent, attempts, capacity_failures, outcome)
-            {
-                Decision::Retry { after_ms } => self.transport.sleep(after_ms).await,
-                Decision::GiveUp => return failure,
-            }
-        }
+        let control_plane = matches!(target, Target::ControlPlane);
+        let capacity = |resp: &HttpResponse| control_plane && is_capacity(resp);
+        send::send(&self.transport, &self.retry, req, idempotent, capacity)
+            .await
+            .map(|sent| sent.resp)
+            .map_err(|e| E2bError::Transport(self.redact(e, target.token())))
     }
 
     /// The response if it is a success, else its [`E2bError`].
@@ -1274,17 +617,11 @@ fn pairs_map(pairs: &[(String, String)]) -> BTreeMap<&str, &str> {
 }
 
 fn json_body<B: Serialize>(body: &B) -> Result<Vec<u8>, E2bError> {
-    serde_json::to_vec(body).map_err(|e| E2bError::Decode(format!("encoding a request: {e}")))
+    send::json_body(body).map_err(E2bError::Decode)
 }
 
 fn decode<D: serde::de::DeserializeOwned>(resp: &HttpResponse, what: &str) -> Result<D, E2bError> {
-    serde_json::from_slice(&resp.body).map_err(|e| {
-        E2bError::Decode(format!(
-            "{what} (HTTP {}): {e}; body starts {:?}",
-            resp.status,
-            excerpt(&resp.body)
-        ))
-    })
+    send::decode(resp, what).map_err(E2bError::Decode)
 }
 
 fn error_body(resp: &HttpResponse) -> ErrorBody {
@@ -1307,30 +644,6 @@ fn is_capacity(resp: &HttpResponse) -> bool {
         || body
             .message
             .is_some_and(|m| m.to_ascii_lowercase().contains("capacity"))
-}
-
-/// `retry-after` in its delay-seconds form (an HTTP date cannot be read without a clock).
-fn retry_after_ms(resp: &HttpResponse) -> Option<u64> {
-    let v = resp.header("retry-after")?.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(secs.saturating_mul(1000));
-    }
-    let secs = v.parse::<f64>().ok()?;
-    // Truncation is intended: a finite, non-negative number of seconds to whole ms.
-    (secs.is_finite() && secs >= 0.0).then(|| (secs * 1000.0).min(u64::MAX as f64) as u64)
-}
-
-/// The start of a body as text, for messages.
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() {
-        return "(empty body)".to_owned();
-    }
-    match text.char_indices().nth(MAX_EXCERPT) {
-        Some((cut, _)) => format!("{}...", &text[..cut]),
-        None => text.to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //!
 //! Owns: the request shapes (written against `specs/fly-machines-openapi.json`; every body
 //! carries only fields that document declares), the `Authorization` scheme (`FlyV1` for
-//! macaroon tokens, `Bearer` otherwise), the retry policy ([`RetryPolicy::decide`]), the
-//! mapping of Fly error responses to [`FlyError`], and lenient decoding of machines and exec
+//! macaroon tokens, `Bearer` otherwise), the retry policy ([`RetryPolicy::decide`], shared
+//! with E2B in `providers::send`, as are the list pages), the mapping of Fly error responses to [`FlyError`], and lenient decoding of machines and exec
 //! results. Bytes move through the caller's [`HttpTransport`]; backoff sleeps through it too.
 //!
 //! Rate limits (Fly docs): about 1 request/s per action and machine (burst 3), 5/s for
@@ -11,13 +11,17 @@
 //! Synchronous requests should finish within Fly's 60 s proxy limit: [`FlyClient::wait`]
 //! asks for at most 60 s per request and loops; long commands belong in the background.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::send::{self, Sent, excerpt};
+
+mod wire;
 use super::{HttpRequest, HttpResponse, HttpTransport, encode_component, query_string};
+use wire::*;
 
 /// The public Machines API endpoint.
 pub const DEFAULT_BASE_URL: &str = "https://api.machines.dev";
@@ -30,9 +34,6 @@ const LIST_PAGE_LIMIT: u32 = 500;
 
 /// Safety stop for a server that keeps handing out cursors.
 const MAX_LIST_PAGES: usize = 200;
-
-/// Longest error-body excerpt quoted in an error message.
-const MAX_EXCERPT: usize = 300;
 
 /// Prefixes of Fly macaroon tokens, which use the `FlyV1` scheme.
 const MACAROON_PREFIXES: [&str; 3] = ["fm1r_", "fm1a_", "fm2_"];
@@ -157,123 +158,7 @@ pub enum FlyError {
 // Retry policy
 // ---------------------------------------------------------------------------------------
 
-/// When and how long to wait before sending a request again.
-///
-/// - 429: always retried (the request was not processed), honouring `retry-after`.
-/// - capacity errors (`ErrorResponse.status` `insufficient_capacity` /
-///   `volume_placement_capacity`, any HTTP status): retried `capacity_retries` times.
-/// - 5xx and transport errors: retried only for idempotent requests (GET, wait,
-///   start/stop/restart/destroy, list), never for create/exec (they may have run).
-/// - anything else: not retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Total tries of one request, the first included.
-    pub max_attempts: u32,
-    /// Delay before the first retry; doubles each retry ...
-    pub initial_backoff_ms: u64,
-    /// ... up to this.
-    pub max_backoff_ms: u64,
-    /// Cap on a server's `retry-after`.
-    pub max_retry_after_ms: u64,
-    /// Retries of a capacity error before giving up with [`FlyError::Capacity`].
-    pub capacity_retries: u32,
-}
-
-impl Default for RetryPolicy {
-    /// 100 ms doubling to 2 s, 6 tries, `retry-after` capped at 30 s, 2 capacity retries.
-    fn default() -> Self {
-        Self {
-            max_attempts: 6,
-            initial_backoff_ms: 100,
-            max_backoff_ms: 2_000,
-            max_retry_after_ms: 30_000,
-            capacity_retries: 2,
-        }
-    }
-}
-
-/// What happened to one try of a request (successes are never passed to the policy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// No response arrived.
-    Transport,
-    /// A non-2xx response.
-    Status {
-        status: u16,
-        /// Parsed `retry-after` (seconds form), in milliseconds.
-        retry_after_ms: Option<u64>,
-        /// The body said `insufficient_capacity` / `volume_placement_capacity`.
-        capacity: bool,
-    },
-}
-
-/// The policy's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Retry { after_ms: u64 },
-    GiveUp,
-}
-
-impl RetryPolicy {
-    /// Decides after a failed try. `attempts` = tries made so far (1 after the first);
-    /// `capacity_failures` = capacity errors so far, this one included.
-    pub fn decide(
-        &self,
-        idempotent: bool,
-        attempts: u32,
-        capacity_failures: u32,
-        outcome: Outcome,
-    ) -> Decision {
-        if attempts >= self.max_attempts {
-            return Decision::GiveUp;
-        }
-        let backoff = self.backoff_ms(attempts);
-        match outcome {
-            Outcome::Transport if idempotent => Decision::Retry { after_ms: backoff },
-            Outcome::Transport => Decision::GiveUp,
-            Outcome::Status { capacity: true, .. } => {
-                if capacity_failures <= self.capacity_retries {
-                    Decision::Retry { after_ms: backoff }
-                } else {
-                    Decision::GiveUp
-                }
-            }
-            Outcome::Status {
-                status,
-                retry_after_ms,
-                ..
-            } => {
-                let retryable = status == 429 || (idempotent && (500..600).contains(&status));
-                if !retryable {
-                    return Decision::GiveUp;
-                }
-                let after_ms = retry_after_ms
-                    .map(|ms| ms.min(self.max_retry_after_ms))
-                    .unwrap_or(backoff);
-                Decision::Retry { after_ms }
-            }
-        }
-    }
-
-    /// `initial * 2^(attempts-1)`, capped.
-    fn backoff_ms(&self, attempts: u32) -> u64 {
-        let shift = attempts.saturating_sub(1).min(32);
-        self.initial_backoff_ms
-            .saturating_mul(1u64 << shift)
-            .min(self.max_backoff_ms)
-    }
-}
-
-/// `retry-after` in its delay-seconds form (an HTTP date cannot be read without a clock).
-fn retry_after_ms(resp: &HttpResponse) -> Option<u64> {
-    let v = resp.header("retry-after")?.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(secs.saturating_mul(1000));
-    }
-    let secs = v.parse::<f64>().ok()?;
-    // Truncation is intended: a finite, non-negative number of seconds to whole ms.
-    (secs.is_finite() && secs >= 0.0).then(|| (secs * 1000.0).min(u64::MAX as f64) as u64)
-}
+pub use super::send::{Decision, Outcome, RetryPolicy};
 
 // ---------------------------------------------------------------------------------------
 // Names and tokens
@@ -329,183 +214,6 @@ fn strip_scheme(token: &str) -> &str {
 }
 
 // ---------------------------------------------------------------------------------------
-// Wire types (request bodies: only fields of the spec's schemas)
-// ---------------------------------------------------------------------------------------
-
-/// `CreateAppRequest`.
-#[derive(Serialize)]
-struct CreateAppBody<'a> {
-    name: &'a str,
-    org_slug: &'a str,
-}
-
-/// `CreateMachineRequest`.
-#[derive(Serialize)]
-struct CreateMachineBody<'a> {
-    #[serde(skip_serializing_if = "str::is_empty")]
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    region: Option<&'a str>,
-    config: MachineConfigBody<'a>,
-}
-
-/// `fly.MachineConfig` (the subset we set).
-#[derive(Serialize)]
-struct MachineConfigBody<'a> {
-    image: &'a str,
-    guest: GuestBody<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rootfs: Option<RootfsBody<'a>>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    metadata: BTreeMap<&'a str, &'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    init: Option<InitBody<'a>>,
-}
-
-/// `fly.MachineGuest`.
-#[derive(Serialize)]
-struct GuestBody<'a> {
-    cpu_kind: &'a str,
-    cpus: u32,
-    memory_mb: u32,
-}
-
-/// `fly.MachineRootfs`.
-#[derive(Serialize)]
-struct RootfsBody<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    persist: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    size_gb: Option<u32>,
-}
-
-/// `fly.MachineInit`.
-#[derive(Serialize)]
-struct InitBody<'a> {
-    exec: &'a [String],
-}
-
-/// `MachineExecRequest`.
-#[derive(Serialize)]
-struct ExecBody<'a> {
-    command: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stdin: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout: Option<u64>,
-}
-
-// Response types: every field optional, unknown fields ignored.
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawMachine {
-    id: Option<String>,
-    name: Option<String>,
-    state: Option<String>,
-    region: Option<String>,
-    created_at: Option<String>,
-    config: Option<RawConfig>,
-    image_ref: Option<RawImageRef>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawConfig {
-    image: Option<String>,
-    metadata: Option<BTreeMap<String, Value>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawImageRef {
-    registry: Option<String>,
-    repository: Option<String>,
-    tag: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawApp {
-    id: Option<String>,
-    name: Option<String>,
-    status: Option<String>,
-    machine_count: Option<i64>,
-    organization: Option<RawOrg>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawOrg {
-    slug: Option<String>,
-}
-
-/// `flydv1.ExecResponse`.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawExec {
-    exit_code: Option<i64>,
-    exit_signal: Option<i64>,
-    stdout: Option<String>,
-    stderr: Option<String>,
-}
-
-/// `WaitMachineResponse`.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct RawWait {
-    ok: Option<bool>,
-}
-
-impl RawMachine {
-    fn into_machine(self) -> Result<Machine, FlyError> {
-        let id = self
-            .id
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| FlyError::Decode("a machine without an `id`".into()))?;
-        let config = self.config.unwrap_or_default();
-        let image = config
-            .image
-            .filter(|i| !i.is_empty())
-            .or_else(|| self.image_ref.and_then(RawImageRef::reference));
-        let metadata = config
-            .metadata
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(k, v)| match v {
-                Value::String(s) => Some((k, s)),
-                Value::Null => None,
-                other => Some((k, other.to_string())),
-            })
-            .collect();
-        Ok(Machine {
-            id,
-            name: self.name.unwrap_or_default(),
-            state: self.state.unwrap_or_default(),
-            region: self.region.filter(|r| !r.is_empty()),
-            image,
-            metadata,
-            created_at: self.created_at.filter(|c| !c.is_empty()),
-        })
-    }
-}
-
-impl RawImageRef {
-    fn reference(self) -> Option<String> {
-        let repo = self.repository.filter(|r| !r.is_empty())?;
-        let mut s = match self.registry.filter(|r| !r.is_empty()) {
-            Some(reg) => format!("{reg}/{repo}"),
-            None => repo,
-        };
-        if let Some(tag) = self.tag.filter(|t| !t.is_empty()) {
-            s.push(':');
-            s.push_str(&tag);
-        }
-        Some(s)
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // The client
 // ---------------------------------------------------------------------------------------
 
@@ -524,12 +232,6 @@ impl Subject<'_> {
             Subject::NewMachine { app, .. } => format!("Fly app {app:?}"),
         }
     }
-}
-
-/// A final response and how many tries it took.
-struct Sent {
-    resp: HttpResponse,
-    attempts: u32,
 }
 
 /// Fly Machines API client over a caller-supplied transport.
@@ -676,17 +378,15 @@ impl<T: HttpTransport> FlyClient<T> {
         app: &str,
         metadata: &[(&str, &str)],
     ) -> Result<Vec<Machine>, FlyError> {
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
+        let mut pages = send::Pages::new(MAX_LIST_PAGES);
+        while let Some(cursor) = pages.next_cursor() {
             let mut query: Vec<(String, String)> = metadata
                 .iter()
                 .map(|(k, v)| (format!("metadata.{k}"), (*v).to_owned()))
                 .collect();
             query.push(("limit".into(), LIST_PAGE_LIMIT.to_string()));
-            if let Some(c) = &cursor {
-                query.push(("cursor".into(), c.clone()));
+            if let Some(c) = cursor {
+                query.push(("cursor".into(), c));
             }
             let url = format!(
                 "{}/v1/apps/{}/machines{}",
@@ -697,20 +397,14 @@ impl<T: HttpTransport> FlyClient<T> {
             let sent = self.execute(self.request("GET", url, None), true).await?;
             let resp = self.ok(sent, &Subject::App(app))?;
             let page: Option<Vec<RawMachine>> = decode(&resp, "machine list")?;
-            for raw in page.unwrap_or_default() {
-                let m = raw.into_machine()?;
-                if seen.insert(m.id.clone()) {
-                    out.push(m);
-                }
-            }
-            match resp.header("fly-next-cursor").map(str::trim) {
-                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
-                    cursor = Some(next.to_owned());
-                }
-                _ => return Ok(out),
-            }
+            let machines = page
+                .unwrap_or_default()
+                .into_iter()
+                .map(RawMachine::into_machine)
+                .collect::<Result<Vec<_>, _>>()?;
+            pages.add(machines, |m| m.id.clone(), resp.header("fly-next-cursor"));
         }
-        Ok(out)
+        Ok(pages.into_items())
     }
 
     /// `GET /v1/apps/{app}/machines/{id}/wait?state=...&timeout=...`, repeated in requests of
@@ -865,32 +559,9 @@ impl<T: HttpTransport> FlyClient<T> {
 
     /// Sends with retries; returns the first success or the last failure response.
     async fn execute(&self, req: HttpRequest, idempotent: bool) -> Result<Sent, FlyError> {
-        let mut attempts = 0u32;
-        let mut capacity_failures = 0u32;
-        loop {
-            attempts += 1;
-            let (outcome, failure) = match self.transport.send(req.clone()).await {
-                Ok(resp) if resp.is_success() => return Ok(Sent { resp, attempts }),
-                Ok(resp) => {
-                    let capacity = is_capacity(&resp);
-                    capacity_failures += u32::from(capacity);
-                    let outcome = Outcome::Status {
-                        status: resp.status,
-                        retry_after_ms: retry_after_ms(&resp),
-                        capacity,
-                    };
-                    (outcome, Ok(Sent { resp, attempts }))
-                }
-                Err(e) => (Outcome::Transport, Err(FlyError::Transport(self.redact(e)))),
-            };
-            match self
-                .retry
-                .decide(idempotent, attempts, capacity_failures, outcome)
-            {
-                Decision::Retry { after_ms } => self.transport.sleep(after_ms).await,
-                Decision::GiveUp => return failure,
-            }
-        }
+        send::send(&self.transport, &self.retry, req, idempotent, is_capacity)
+            .await
+            .map_err(|e| FlyError::Transport(self.redact(e)))
     }
 
     /// The response if it is a success, else its [`FlyError`].
@@ -981,17 +652,11 @@ fn create_machine_body(spec: &MachineSpec) -> CreateMachineBody<'_> {
 }
 
 fn json_body<B: Serialize>(body: &B) -> Result<Vec<u8>, FlyError> {
-    serde_json::to_vec(body).map_err(|e| FlyError::Decode(format!("encoding a request: {e}")))
+    send::json_body(body).map_err(FlyError::Decode)
 }
 
 fn decode<D: serde::de::DeserializeOwned>(resp: &HttpResponse, what: &str) -> Result<D, FlyError> {
-    serde_json::from_slice(&resp.body).map_err(|e| {
-        FlyError::Decode(format!(
-            "{what} (HTTP {}): {e}; body starts {:?}",
-            resp.status,
-            excerpt(&resp.body)
-        ))
-    })
+    send::decode(resp, what).map_err(FlyError::Decode)
 }
 
 /// `flydv1.ExecResponse` as JSON (declared as `application/json` and
@@ -1038,19 +703,6 @@ fn is_capacity(resp: &HttpResponse) -> bool {
     error_body(resp)
         .status
         .is_some_and(|s| CAPACITY_STATUSES.contains(&s.as_str()))
-}
-
-/// The start of a body as text, for messages.
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() {
-        return "(empty body)".to_owned();
-    }
-    match text.char_indices().nth(MAX_EXCERPT) {
-        Some((cut, _)) => format!("{}...", &text[..cut]),
-        None => text.to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::maybe_send::{MaybeSend, MaybeSync};
 pub mod computers;
 pub mod e2b;
 pub mod fly;
+pub mod send;
 
 /// One HTTP request, fully built by a client.
 #[derive(Clone, PartialEq, Eq)]
