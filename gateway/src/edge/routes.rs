@@ -178,7 +178,11 @@ pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Res
     .await
     {
         Ok(_) => Ok(Response::empty()?.with_status(204)),
-        Err(_) => refused(route::unknown_session()),
+        Err(GatewayError::Inventory { status: 404, .. }) => refused(route::unknown_session()),
+        Err(e) => json_response(
+            500,
+            &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
+        ),
     }
 }
 
@@ -218,15 +222,24 @@ pub(crate) async fn mcp_post(
             return Ok(r);
         }
         Post::Session { sid, message } => {
-            let Ok(session) = team_call(
+            let session = match team_call(
                 env,
                 &team,
                 "/session/get",
                 &json!({"sid": sid, "subject": caller.subject}),
             )
             .await
-            else {
-                return refused(route::unknown_session());
+            {
+                Ok(s) => s,
+                Err(GatewayError::Inventory { status: 404, .. }) => {
+                    return refused(route::unknown_session());
+                }
+                Err(e) => {
+                    return json_response(
+                        500,
+                        &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
+                    );
+                }
             };
             // Each request is its own fetch here: there is no running request of this
             // isolate to cancel, so a cancellation is accepted like any notification.
