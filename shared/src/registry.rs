@@ -82,15 +82,19 @@ pub trait InventoryStore {
     fn remove(&mut self, id: &str) -> Result<(), Self::Error>;
     /// Every entry, in id order.
     fn entries(&self) -> Result<Vec<Entry>, Self::Error>;
-    /// Records a use; a store may do it in one write.
-    fn touch(&mut self, id: &str, now_ms: u64) -> Result<(), Self::Error> {
+    /// Changes the entry `id` in place, if there is one; a store may do it without a copy.
+    fn update(&mut self, id: &str, change: impl FnOnce(&mut Entry)) -> Result<(), Self::Error> {
         match self.get(id)? {
             Some(mut e) => {
-                e.last_used_ms = now_ms;
+                change(&mut e);
                 self.put(&e)
             }
             None => Ok(()),
         }
+    }
+    /// Records a use; a store may do it in one write.
+    fn touch(&mut self, id: &str, now_ms: u64) -> Result<(), Self::Error> {
+        self.update(id, |e| e.last_used_ms = now_ms)
     }
 }
 
@@ -107,17 +111,6 @@ pub enum RegistryError<E> {
     Unknown(String),
     #[error("computer inventory: {0}")]
     Store(E),
-}
-
-impl RegistryError<Infallible> {
-    /// The error of an in-memory registry as the error of any store.
-    pub fn widen<E>(self) -> RegistryError<E> {
-        match self {
-            RegistryError::Policy(p) => RegistryError::Policy(p),
-            RegistryError::Unknown(id) => RegistryError::Unknown(id),
-            RegistryError::Store(never) => match never {},
-        }
-    }
 }
 
 /// Which computer a command names.
@@ -271,7 +264,7 @@ impl<S: InventoryStore> Registry<S> {
     /// May `owner` see a computer with this `id` and `temporary` flag (from the store, or
     /// from a backend's list)? Unknown temporaries are nobody's to see.
     pub fn may_see(&self, id: &str, temporary: bool, owner: &str) -> Result<bool, S::Error> {
-        let known = (self.store.get(id))?;
+        let known = self.store.get(id)?;
         let existing = Existing {
             computer_id: id,
             temporary,
@@ -290,7 +283,7 @@ impl<S: InventoryStore> Registry<S> {
 
     /// What `owner` sees: every permanent computer and its own temporaries, in id order.
     pub fn list(&self, owner: &str) -> Result<Vec<Entry>, S::Error> {
-        let mut all = (self.store.entries())?;
+        let mut all = self.store.entries()?;
         all.retain(|e| visible_to(&e.existing(), owner));
         Ok(all)
     }
@@ -322,7 +315,7 @@ impl<S: InventoryStore> Registry<S> {
     }
 
     fn select(&self, keep: impl Fn(&Entry) -> bool) -> Result<Vec<Entry>, S::Error> {
-        let mut all = (self.store.entries())?;
+        let mut all = self.store.entries()?;
         all.retain(|e| keep(e));
         Ok(all)
     }
@@ -334,28 +327,26 @@ impl<S: InventoryStore> Registry<S> {
 
     /// A command starts (`true`) or ends (`false`) on `id`: a use, and the running count.
     pub fn running(&mut self, id: &str, starting: bool, now_ms: u64) -> Result<(), S::Error> {
-        if let Some(mut e) = (self.store.get(id))? {
+        self.store.update(id, |e| {
             e.running = if starting {
                 e.running + 1
             } else {
                 e.running.saturating_sub(1)
             };
             e.last_used_ms = now_ms;
-            (self.store.put(&e))?;
-        }
-        Ok(())
+        })
     }
 
     /// Computers known and commands running now (`/v1/health`).
     pub fn load(&self) -> Result<(u64, u64), S::Error> {
-        let all = (self.store.entries())?;
+        let all = self.store.entries()?;
         let running = all.iter().map(|e| u64::from(e.running)).sum();
         Ok((all.len() as u64, running))
     }
 
     /// Records a command that ran on a known computer.
     pub fn ran(&mut self, id: &str, entry: HistoryEntry) -> Result<(), S::Error> {
-        if (self.store.get(id))?.is_some() {
+        if self.store.get(id)?.is_some() {
             self.history.entry(id.to_owned()).or_default().push(entry);
         }
         Ok(())
@@ -395,9 +386,9 @@ impl InventoryStore for MemoryStore {
         Ok(self.0.values().cloned().collect())
     }
 
-    fn touch(&mut self, id: &str, now_ms: u64) -> Result<(), Infallible> {
+    fn update(&mut self, id: &str, change: impl FnOnce(&mut Entry)) -> Result<(), Infallible> {
         if let Some(e) = self.0.get_mut(id) {
-            e.last_used_ms = now_ms;
+            change(e);
         }
         Ok(())
     }
