@@ -66,6 +66,21 @@ fn kill_group(pgid: i32, signal: Signal) {
     }
 }
 
+/// Waits (at most a second) until a killed group has no live member, so a job's exit is
+/// reported only once its tree is gone. Members killed outright die within milliseconds;
+/// the cap keeps a member stuck in the kernel from holding the answer.
+fn settle_group(pgid: i32) {
+    let Some(pid) = Pid::from_raw(pgid) else {
+        return;
+    };
+    for _ in 0..500 {
+        if rustix::process::test_kill_process_group(pid).is_err() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn reaper(state: Arc<State>) {
     let (count, wake) = &state.spawned;
     loop {
@@ -319,6 +334,7 @@ fn start_job(
             // The group may still hold children (e.g. `cmd &` whose output was closed).
             if timed_out.load(Ordering::SeqCst) || truncated.load(Ordering::SeqCst) {
                 kill_group(pgid, Signal::KILL);
+                settle_group(pgid);
             }
             lock(&state.groups).remove(&pgid);
             lock(&jobs).remove(&job);
@@ -431,6 +447,11 @@ pub fn run(socket: &Path) -> io::Result<()> {
     }
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket)?;
+    // PID 1 reaps every orphan anyway; anywhere else (tests, a nested init), become the
+    // subreaper so a job's orphaned children are still ours to reap.
+    if rustix::process::getpid().as_raw_nonzero().get() != 1 {
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    }
     let state = Arc::new(State::default());
     {
         let state = state.clone();
