@@ -3,6 +3,7 @@
 //! implements [`Place`]; `computers` applies the registry on top and never asks which one
 //! it talks to, except for the `backend` name it shows.
 
+use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
 use crate::docker::Docker;
@@ -11,7 +12,7 @@ use crate::fly::Fly;
 use crate::modal::Modal;
 use crate::place::{BackendError, Place};
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec};
+use crate::spec::{ContainerRecord, ExecSpec, JobPoll, JobStart};
 use crate::wasm::Wasm;
 
 /// Where this server's computers live.
@@ -89,5 +90,27 @@ impl Place for Backend {
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         each!(self, p => Place::exec(p, id, spec).await)
+    }
+
+    async fn job_start(
+        &self,
+        id: &str,
+        spec: &ExecSpec,
+        job: &JobStart,
+    ) -> Result<(), BackendError> {
+        each!(self, p => Place::job_start(p, id, spec, job).await)
+    }
+
+    async fn job_poll(
+        &self,
+        id: &str,
+        job_id: &str,
+        poll: &JobPoll,
+    ) -> Result<JobOutput, BackendError> {
+        each!(self, p => Place::job_poll(p, id, job_id, poll).await)
+    }
+
+    async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
+        each!(self, p => Place::job_list(p, id).await)
     }
 }

@@ -112,6 +112,11 @@ pub struct Cli {
     /// Rename the exec tool (e.g. sandbox_exec, the older project's name).
     #[arg(long, default_value = shared::catalogue::EXEC_TOOL, help_heading = "core options")]
     pub tool_name: String,
+    /// Tool groups to serve, comma-separated: exec (always on), jobs (terminal_job and
+    /// `yield_ms` for long-running commands), lifecycle (the computer_* tools and the
+    /// dashboard; ENABLE_LIFECYCLE_TOOLS=true adds it too), or all. Default: exec.
+    #[arg(long, env = "MCP_SANDBOX_TOOLS", value_parser = any_string, help_heading = "core options")]
+    pub tools: Option<String>,
     /// Where fly.json, permanent WASM computers and caches live.
     #[arg(long, env = "MCP_SANDBOX_STATE_DIR", help_heading = "core options")]
     pub state_dir: Option<PathBuf>,

@@ -155,7 +155,7 @@ fn provider_exec(spec: &ExecSpec) -> ProviderExec {
         None => Program::Argv(&spec.argv),
     };
     ProviderExec {
-        argv: program_argv(spec.working_directory.as_deref(), program),
+        argv: program_argv(spec.working_directory.as_deref(), &spec.env, program),
         stdin: spec.stdin.clone(),
         timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
         output_limit: spec.output_limit,

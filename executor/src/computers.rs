@@ -33,6 +33,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use crate::error::ComputerError;
 
+mod jobs;
+
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
 /// A team's computers carry its key prefix, and its label where the backend keeps one
 /// (computers of older executors have none).
@@ -53,6 +55,8 @@ pub struct ExecDefaults {
     pub output_limit: usize,
     pub shell: Option<String>,
     pub session_timeout_secs: u64,
+    /// The `jobs` group is on: `computer_list` items show each computer's jobs.
+    pub list_jobs: bool,
 }
 
 fn now_ms() -> u64 {
@@ -90,6 +94,8 @@ pub struct Computers {
     /// Keyed by backend name (`shared::teams::key`).
     registry: Mutex<Registry<MemoryStore>>,
     id_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The jobs this server started, by job id.
+    jobs: Mutex<HashMap<String, jobs::JobRecord>>,
 }
 
 impl Computers {
@@ -100,6 +106,7 @@ impl Computers {
             host,
             registry: Mutex::new(Registry::new(MemoryStore::default())),
             id_locks: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -198,9 +205,23 @@ impl Computers {
             working_directory: req.working_directory.clone(),
             timeout: Duration::from_secs(timeout),
             output_limit: self.defaults.output_limit,
+            env: req.env.clone(),
         };
         // Held across the command, also when the call is cancelled and this future dropped.
         let _in_use = InUse::new(self, key);
+        let command = match &req.program {
+            Program::Shell(c) => describe(Some(c), None),
+            Program::Argv(a) => describe(None, Some(a)),
+        };
+        if let Some(yield_ms) = req.yield_ms {
+            let r = self
+                .start_job_on(key, id, temporary, &spec, command, yield_ms)
+                .await;
+            if matches!(&r, Err(e) if e.failure() == Some(Failure::NotFound)) {
+                let Ok(()) = self.registry().forget(key);
+            }
+            return r;
+        }
         let started_ms = now_ms();
         let span = tracing::info_span!("exec", computer_id = key, backend = self.backend.name());
         let mut result = self.backend.exec(key, &spec).instrument(span.clone()).await;
@@ -213,10 +234,6 @@ impl Computers {
         }
         match result.map_err(ComputerError::from) {
             Ok(outcome) => {
-                let command = match &req.program {
-                    Program::Shell(c) => describe(Some(c), None),
-                    Program::Argv(a) => describe(None, Some(a)),
-                };
                 let entry = HistoryEntry {
                     command,
                     started_at: rfc3339_utc(started_ms),
@@ -250,6 +267,7 @@ impl Computers {
             image: r.image.clone(),
             created_at: r.created_at.clone(),
             history: self.registry().history(&r.computer_id),
+            jobs: None,
         }
     }
 
@@ -281,6 +299,17 @@ impl Computers {
         let mut all = self.backend.list().await?;
         all.retain(|r| of_team(r, team) && self.visible(r, owner));
         let mut items: Vec<ComputerInfo> = all.iter().map(|r| self.info(r, team)).collect();
+        if self.defaults.list_jobs {
+            let lists = all.iter().map(|r| async move {
+                if r.state != "running" {
+                    return Some(Vec::new());
+                }
+                self.backend.job_list(&r.computer_id).await.ok()
+            });
+            for (item, jobs) in items.iter_mut().zip(join_all(lists).await) {
+                item.jobs = jobs;
+            }
+        }
         items.sort_by(|a, b| a.computer_id.cmp(&b.computer_id));
         Ok(items)
     }
@@ -304,6 +333,7 @@ impl Computers {
         for id in &ids {
             let Ok(()) = registry.forget(id);
             locks.remove(id);
+            self.forget_jobs_of(id);
         }
     }
 
@@ -320,7 +350,10 @@ impl Computers {
     /// Removes stateless callers' temporaries unused for `--session-timeout`.
     pub async fn reap_idle(&self) {
         let timeout = self.defaults.session_timeout_secs;
-        let Ok(idle) = self.registry().idle(now_ms(), timeout);
+        let now = now_ms();
+        let Ok(mut idle) = self.registry().idle(now, timeout);
+        // A job still within its timeout is a use, even when nobody polls it.
+        idle.retain(|e| !self.runs_jobs(&e.id, now));
         if !idle.is_empty() {
             self.remove_ids(Self::ids(idle)).await;
         }
@@ -436,6 +469,10 @@ impl SessionHost {
     ) -> Result<serde_json::Value, ComputerError> {
         match call {
             ToolCall::Exec(req) => self.exec(req, progress).await,
+            ToolCall::Job(call) => {
+                let span = tracing::info_span!("job", computer_id = call.computer_id());
+                self.job(call).instrument(span).await
+            }
             other => {
                 let span = tracing::info_span!("lifecycle", tool = ?other);
                 async {
@@ -450,7 +487,7 @@ impl SessionHost {
                             self.factory_reset(&computer_id, progress).await
                         }
                         ToolCall::Delete { computer_id } => self.delete(&computer_id).await,
-                        ToolCall::Exec(_) => Ok(json!({})),
+                        ToolCall::Exec(_) | ToolCall::Job(_) => Ok(json!({})),
                     }
                 }
                 .instrument(span)
@@ -557,6 +594,7 @@ impl SessionHost {
         let c = &self.computers;
         let r = c.visible_record(id, &self.owner, self.team()).await?;
         c.backend.restart(&self.key(id)).await?;
+        c.forget_jobs_of(&self.key(id));
         Ok(self.created(id, &r))
     }
 
@@ -574,6 +612,7 @@ impl SessionHost {
             .backend
             .factory_reset(&key, r.temporary, self.team(), progress)
             .await?;
+        c.forget_jobs_of(&key);
         Ok(self.created(id, &fresh))
     }
 
@@ -585,6 +624,7 @@ impl SessionHost {
         let _held = lock.lock().await;
         c.backend.remove(&key).await?;
         let Ok(()) = c.registry().forget(&key);
+        c.forget_jobs_of(&key);
         let mut default = self.default.lock().await;
         if default.as_deref() == Some(id) {
             *default = None;

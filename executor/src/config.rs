@@ -24,6 +24,8 @@ pub const DEFAULT_SHELL: &str = "/bin/bash";
 pub enum ConfigError {
     #[error(transparent)]
     Description(#[from] DescriptionError),
+    #[error("--tools: {0}")]
+    Tools(String),
     #[error(
         "--backend wasm needs --wasm-path FILE.wasm (a WASI command module); for the built-in toolbox use --backend go_busybox"
     )]
@@ -122,6 +124,8 @@ pub struct Config {
     pub shell: Option<String>,
     pub tool_name: String,
     pub lifecycle_tools: bool,
+    /// The `jobs` tool group (SPEC §3.8).
+    pub jobs_tools: bool,
     /// The exec tool's description for the backend in use (`run` picks the WASM one
     /// when it starts on WASM).
     pub exec_description: String,
@@ -429,6 +433,8 @@ impl Config {
                 BackendChoice::Custom(cli.wasm_path.clone().ok_or(ConfigError::WasmPathMissing)?)
             }
         };
+        let groups = shared::catalogue::Groups::parse(cli.tools.as_deref().unwrap_or(""))
+            .map_err(ConfigError::Tools)?;
         if cli.wasm_path.is_some() && !matches!(backend, BackendChoice::Custom(_)) {
             return Err(ConfigError::WasmPathUnused);
         }
@@ -573,7 +579,8 @@ Files persist between calls on the same computer and across computer_restart (a 
             auth_token,
             shell: cli.shell.clone(),
             tool_name: cli.tool_name.clone(),
-            lifecycle_tools: lifecycle_enabled(lifecycle_env),
+            lifecycle_tools: groups.lifecycle || lifecycle_enabled(lifecycle_env),
+            jobs_tools: groups.jobs,
             exec_description,
             other_description,
             backend,

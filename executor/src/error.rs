@@ -42,7 +42,7 @@ impl ComputerError {
     /// Is it "no such computer", whatever the backend?
     pub fn is_not_found(&self) -> bool {
         matches!(self, ComputerError::Registry(RegistryError::Unknown(_)))
-            || self.failure() == Some(Failure::NotFound)
+            || matches!(self.failure(), Some(Failure::NotFound | Failure::NoSuchJob))
     }
 
     /// Does it contradict the computer's state or ownership (the other `temporary`

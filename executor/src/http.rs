@@ -462,6 +462,7 @@ async fn root(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Respon
         "version": state.dispatcher.config().version,
         "mcp_endpoint": "/mcp",
         "health": "/healthz",
+        "tool_groups": state.dispatcher.config().names.groups().names(),
     });
     if state.lifecycle {
         info["dashboard_resource"] = json!(shared::catalogue::DASHBOARD_URI);

@@ -7,10 +7,21 @@
 //! above the backends decide on (retry a stopped computer, forget a vanished one, answer
 //! 404 or 409).
 
+use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec};
+use crate::spec::{ContainerRecord, ExecSpec, JobPoll, JobStart};
+
+/// The answer of a backend that does not keep jobs.
+fn no_jobs(backend: &str) -> BackendError {
+    BackendError::new(
+        Failure::Unsupported,
+        format!(
+            "the {backend} backend does not keep jobs yet: run the command in the foreground (without `yield_ms`), or use the Docker backend for long-running commands"
+        ),
+    )
+}
 
 /// What kind of failure a backend's error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +36,10 @@ pub enum Failure {
     Unavailable,
     /// Anything else the backend refused or failed at.
     Failed,
+    /// The computer has no such job (never started, or ended and read).
+    NoSuchJob,
+    /// This backend or computer cannot do what was asked (e.g. keep a job).
+    Unsupported,
 }
 
 /// A backend's error: its kind, in its own words (the message is the backend's).
@@ -75,4 +90,30 @@ pub trait Place {
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError>;
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError>;
+    /// Starts `spec` on computer `id` as a job (SPEC §3.8) that outlives this call; its
+    /// stdin stays open until closed.
+    async fn job_start(
+        &self,
+        id: &str,
+        spec: &ExecSpec,
+        job: &JobStart,
+    ) -> Result<(), BackendError> {
+        let _ = (id, spec, job);
+        Err(no_jobs(self.name()))
+    }
+    /// Writes, closes, signals, then waits and reads job `job_id`, as `poll` says.
+    async fn job_poll(
+        &self,
+        id: &str,
+        job_id: &str,
+        poll: &JobPoll,
+    ) -> Result<JobOutput, BackendError> {
+        let _ = (id, job_id, poll);
+        Err(no_jobs(self.name()))
+    }
+    /// The jobs computer `id` keeps, oldest first.
+    async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
+        let _ = id;
+        Err(no_jobs(self.name()))
+    }
 }

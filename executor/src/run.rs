@@ -48,16 +48,26 @@ pub enum RunError {
 
 /// The dispatcher for a configuration.
 pub fn dispatcher(config: &Config) -> Dispatcher {
+    let groups = shared::catalogue::Groups {
+        jobs: config.jobs_tools,
+        lifecycle: config.lifecycle_tools,
+    };
+    let mut instructions = String::from(
+        "Each computer is an isolated Linux machine with a stable id. Run commands with the exec tool; \
+         omit computer_id to use this session's default computer.",
+    );
+    if groups.jobs {
+        instructions.push_str(
+            " For builds, test suites, servers and interactive programs, pass `yield_ms`: a command still running then becomes a job that terminal_job follows (output, stdin, signals).",
+        );
+    }
+    instructions.push_str(&format!(" Tool groups: {}.", groups.names().join(", ")));
     Dispatcher::new(ServerConfig {
         name: "mcp-sandbox-computer-vm-for-ai".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        names: ToolNames::new(config.tool_name.clone(), config.lifecycle_tools),
+        names: ToolNames::with_groups(config.tool_name.clone(), groups),
         exec_description: config.exec_description.clone(),
-        instructions: Some(
-            "Each computer is an isolated Linux machine with a stable id. Run commands with the exec tool; \
-             omit computer_id to use this session's default computer."
-                .into(),
-        ),
+        instructions: Some(instructions),
         dashboard_html: Some(shared::dashboard::HTML.into()),
     })
 }
@@ -170,6 +180,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
             output_limit: usize::try_from(config.output_limit).unwrap_or(usize::MAX),
             shell: config.shell.clone(),
             session_timeout_secs: config.session_timeout_secs,
+            list_jobs: config.jobs_tools,
         },
         host_name(),
     ));

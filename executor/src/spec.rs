@@ -18,6 +18,50 @@ pub struct ExecSpec {
     pub working_directory: Option<String>,
     pub timeout: Duration,
     pub output_limit: usize,
+    /// Added to the computer's environment for this command (validated: SPEC §3.10).
+    pub env: Vec<(String, String)>,
+}
+
+impl ExecSpec {
+    /// `env` as `NAME=value` strings.
+    pub fn env_pairs(&self) -> Vec<String> {
+        self.env.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    }
+
+    /// The argv to start: `args`, or `[shell, "-c", command]` with `auto_shell` standing
+    /// for "bash if the image has it, else /bin/sh".
+    pub fn program(&self, auto_shell: &str) -> Vec<String> {
+        match &self.shell_command {
+            Some((shell, command)) => vec![
+                shell.clone().unwrap_or_else(|| auto_shell.to_owned()),
+                "-c".to_owned(),
+                command.clone(),
+            ],
+            None => self.argv.clone(),
+        }
+    }
+}
+
+/// Where a command the registry starts as a job (SPEC §3.8) goes.
+#[derive(Debug, Clone)]
+pub struct JobStart {
+    /// The server's unguessable id for it.
+    pub job_id: String,
+    /// The command line, as lists show it.
+    pub command: String,
+}
+
+/// What one read of a job does: write, close, signal (in that order), then wait and read.
+#[derive(Debug, Clone, Default)]
+pub struct JobPoll {
+    pub stdin: Option<Vec<u8>>,
+    pub close_stdin: bool,
+    pub signal: Option<i32>,
+    pub wait: Duration,
+    /// Wait for the exit (a `yield_ms` start), not just for news.
+    pub until_exit: bool,
+    /// Most output bytes to take.
+    pub max_bytes: usize,
 }
 
 /// WASM backend settings.

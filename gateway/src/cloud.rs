@@ -313,6 +313,7 @@ impl<C: CloudComputers> Cloud<C> {
             image: c.image.clone(),
             created_at: c.created_at.clone(),
             history: Vec::new(),
+            jobs: None,
         }
     }
 }
@@ -351,7 +352,7 @@ pub fn provider_exec(req: &ExecRequest) -> ProviderExec {
         nonce = fnv(format!("{req:?}").as_bytes()).to_le_bytes();
     }
     ProviderExec {
-        argv: program_argv(req.working_directory.as_deref(), program),
+        argv: program_argv(req.working_directory.as_deref(), &req.env, program),
         stdin: req.stdin.clone(),
         timeout_ms: req
             .timeout_secs
@@ -475,6 +476,8 @@ mod tests {
             timeout_secs: None,
             computer_id: Some("box".into()),
             temporary: None,
+            env: Vec::new(),
+            yield_ms: None,
         }
     }
 

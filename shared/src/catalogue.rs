@@ -18,6 +18,7 @@ pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolKind {
     Exec,
+    Job,
     Dashboard,
     List,
     Create,
@@ -47,11 +48,69 @@ pub const LIFECYCLE_TOOLS: &[(&str, ToolKind)] = &[
     ("computer_delete", ToolKind::Delete),
 ];
 
+/// The tool groups of SPEC §3.7 beyond `exec` (which is always on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Groups {
+    /// `terminal_job`, and `yield_ms` on the exec tool.
+    pub jobs: bool,
+    /// The `computer_*` tools and the dashboard.
+    pub lifecycle: bool,
+}
+
+/// Every group name, in listing order.
+pub const GROUP_NAMES: &[&str] = &["exec", "jobs", "files", "lifecycle"];
+
+impl Groups {
+    /// Every group this build serves.
+    pub const ALL: Groups = Groups {
+        jobs: true,
+        lifecycle: true,
+    };
+
+    /// Parses `--tools`: group names separated by commas (`exec,jobs,lifecycle`), or `all`.
+    pub fn parse(list: &str) -> Result<Groups, String> {
+        let mut groups = Groups::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name.to_ascii_lowercase().as_str() {
+                "exec" => {}
+                "jobs" => groups.jobs = true,
+                "lifecycle" => groups.lifecycle = true,
+                "all" => groups = Groups::ALL,
+                "files" => {
+                    return Err(
+                        "the `files` tool group is not served by this version yet; use exec, jobs, lifecycle or all".into(),
+                    );
+                }
+                other => {
+                    return Err(format!(
+                        "unknown tool group {other:?} in --tools; the groups are {} (or all)",
+                        GROUP_NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(groups)
+    }
+
+    /// The names of the groups that are on (`exec` first).
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut out = vec!["exec"];
+        if self.jobs {
+            out.push("jobs");
+        }
+        if self.lifecycle {
+            out.push("lifecycle");
+        }
+        out
+    }
+}
+
 /// Which tools are exposed and under which names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolNames {
     pub exec: String,
     pub lifecycle: bool,
+    pub jobs: bool,
 }
 
 impl ToolNames {
@@ -59,6 +118,23 @@ impl ToolNames {
         Self {
             exec: exec.into(),
             lifecycle,
+            jobs: false,
+        }
+    }
+
+    /// The exec tool under `exec`, and the tools of `groups`.
+    pub fn with_groups(exec: impl Into<String>, groups: Groups) -> Self {
+        Self {
+            exec: exec.into(),
+            lifecycle: groups.lifecycle,
+            jobs: groups.jobs,
+        }
+    }
+
+    pub fn groups(&self) -> Groups {
+        Groups {
+            jobs: self.jobs,
+            lifecycle: self.lifecycle,
         }
     }
 }
@@ -67,6 +143,9 @@ impl ToolNames {
 pub fn tool_kind(names: &ToolNames, name: &str) -> Option<ToolKind> {
     if name == names.exec {
         return Some(ToolKind::Exec);
+    }
+    if names.jobs && name == crate::jobs::JOB_TOOL {
+        return Some(ToolKind::Job);
     }
     if !names.lifecycle {
         return None;
@@ -169,9 +248,9 @@ fn computer_id_schema(what: &str) -> Value {
     })
 }
 
-/// The exec tool's input schema.
-pub fn exec_input_schema() -> Value {
-    json!({
+/// The exec tool's input schema; `yield_ms` only with the `jobs` group.
+pub fn exec_input_schema(jobs: bool) -> Value {
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "Shell command line, run with the configured shell's -c."},
@@ -179,16 +258,33 @@ pub fn exec_input_schema() -> Value {
             "stdin": {"type": "string", "maxLength": MAX_STDIN_BYTES, "description": "Text written to the command's standard input (at most 2 MiB)."},
             "working_directory": {"type": "string", "description": "Absolute directory to run in."},
             "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "description": "Seconds before the command and its children are killed."},
+            "env": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "propertyNames": {"pattern": ENV_NAME_PATTERN},
+                "maxProperties": MAX_ENV_ENTRIES,
+                "description": "Environment variables added for this command only (names like PATH or MY_VAR; at most 256, 64 KiB in all).",
+            },
             "computer_id": computer_id_schema("Computer to run on (1-63 lowercase letters, digits, hyphens). Omit to use this session's default computer."),
             "temporary": {"type": "boolean", "default": true, "description": "true: removed when the session ends. false: kept until deleted, reattachable by id."},
         },
         "additionalProperties": false,
-    })
+    });
+    if jobs {
+        schema["properties"]["yield_ms"] = json!({
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_TIMEOUT_SECS * 1000,
+            "description": "Wait at most this many milliseconds. If the command still runs then, return its output so far with `running: true` and a `job_id`; it keeps running (its whole life still bounded by `timeout`) and terminal_job reads the rest, writes its stdin and signals it. Its stdin stays open until closed with terminal_job.",
+        });
+    }
+    schema
 }
 
-/// The exec tool's output schema (SPEC §3.5).
-pub fn exec_output_schema() -> Value {
-    json!({
+/// The exec tool's output schema (SPEC §3.5); with the `jobs` group a result may be a
+/// running job's (no exit code yet).
+pub fn exec_output_schema(jobs: bool) -> Value {
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "computer_id": {"type": "string"},
@@ -203,8 +299,82 @@ pub fn exec_output_schema() -> Value {
             "stderr_base64": {"type": "string", "description": "Exact stderr bytes when they are not valid UTF-8."},
         },
         "required": ["computer_id", "temporary", "stdout", "stderr", "exit_code", "exec_duration_ms"],
+    });
+    if jobs {
+        schema["properties"]["running"] = json!({"type": "boolean", "description": "Still running after `yield_ms`: read the rest with terminal_job."});
+        schema["properties"]["job_id"] = json!({"type": "string", "description": "The running command's job, for terminal_job."});
+        schema["properties"]["dropped_bytes"] = json!({"type": "integer", "minimum": 0, "description": "Oldest output dropped because the job's buffer was full."});
+        schema["required"] = json!([
+            "computer_id",
+            "temporary",
+            "stdout",
+            "stderr",
+            "exec_duration_ms"
+        ]);
+    }
+    schema
+}
+
+fn job_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "job_id": {"type": "string", "description": "The job terminal_execute returned (required unless `list`)."},
+            "computer_id": computer_id_schema("The computer the job runs on. Omit for the one this session started it on, else this session's default computer."),
+            "stdin": {"type": "string", "description": "Text written to the job's stdin (before any wait)."},
+            "stdin_base64": {"type": "string", "description": "Bytes written to the job's stdin, base64 (instead of `stdin`)."},
+            "close_stdin": {"type": "boolean", "description": "Close the job's stdin (end of input) after writing."},
+            "signal": {"oneOf": [{"type": "string", "enum": ["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"]}, {"type": "integer", "minimum": 1, "maximum": 64}], "description": "Signal sent to the job's whole process group."},
+            "wait_ms": {"type": "integer", "minimum": 0, "maximum": crate::jobs::MAX_WAIT_MS, "default": crate::jobs::DEFAULT_WAIT_MS, "description": "Wait up to this long for new output or the exit."},
+            "list": {"type": "boolean", "description": "List the computer's jobs (running and recently ended) instead."},
+        },
+        "additionalProperties": false,
     })
 }
+
+fn job_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "computer_id": {"type": "string"},
+            "job_id": {"type": "string"},
+            "running": {"type": "boolean", "description": "False once the job ended and this read took the last of its output."},
+            "stdout": {"type": "string", "description": "Output since the previous read."},
+            "stderr": {"type": "string"},
+            "exit_code": {"type": "integer"},
+            "exec_duration_ms": {"type": "integer", "minimum": 0},
+            "dropped_bytes": {"type": "integer", "minimum": 0, "description": "Oldest output dropped since the previous read (the job's buffer was full)."},
+            "timed_out": {"type": "boolean"},
+            "stdout_base64": {"type": "string"},
+            "stderr_base64": {"type": "string"},
+            "jobs": {
+                "type": "array",
+                "description": "With `list`: the computer's jobs.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "job_id": {"type": "string"},
+                        "command": {"type": "string"},
+                        "running": {"type": "boolean"},
+                        "started_at": {"type": "string"},
+                        "exit_code": {"type": "integer"},
+                    },
+                    "required": ["job_id", "command", "running", "started_at"],
+                },
+            },
+            "count": {"type": "integer", "minimum": 0},
+            "error": {"type": "string"},
+        },
+        "required": ["computer_id"],
+    })
+}
+
+/// Names of environment variables (SPEC §3.10).
+pub const ENV_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
+/// Most `env` entries per call.
+pub const MAX_ENV_ENTRIES: usize = 256;
+/// Most bytes of `env` (names and values) per call.
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
 
 fn computer_item_schema() -> Value {
     json!({
@@ -269,13 +439,25 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
     let mut exec = Tool::new(
         names.exec.clone(),
         exec_description.to_owned(),
-        object(exec_input_schema()),
+        object(exec_input_schema(names.jobs)),
     );
     exec.title = Some("Run a command on a sandbox computer".into());
-    exec.output_schema = Some(object(exec_output_schema()));
+    exec.output_schema = Some(object(exec_output_schema(names.jobs)));
     exec.annotations = Some(annotations("Run a command", false, true, false));
     exec.meta = Some(ui_meta(false));
     let mut list = vec![exec];
+    if names.jobs {
+        let mut job = Tool::new(
+            crate::jobs::JOB_TOOL,
+            "Follow a command that terminal_execute left running (it returned `running: true` and a `job_id`): read its new output (waiting up to `wait_ms` for some), write to its stdin (`stdin`, `stdin_base64`, `close_stdin`), or send its whole process group a `signal` (INT, TERM, KILL, HUP or a number). Each call returns only what is new since the previous one; `exit_code` comes with the last output. `list: true` shows the computer's jobs. A job ends with its timeout, a signal, or computer_restart/_factory_reset/_delete; an ended job's output is kept 10 minutes or until read, and a computer keeps at most 64 jobs.",
+            object(job_input_schema()),
+        );
+        job.title = Some("Follow a running command".into());
+        job.output_schema = Some(object(job_output_schema()));
+        job.annotations = Some(annotations("Follow a running command", false, true, false));
+        job.meta = Some(ui_meta(false));
+        list.push(job);
+    }
     if !names.lifecycle {
         return list;
     }
@@ -352,7 +534,7 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
                 true,
                 true,
             ),
-            ToolKind::Exec => continue,
+            ToolKind::Exec | ToolKind::Job => continue,
         };
         let mut tool = Tool::new(*name, description, input);
         tool.title = Some(title.into());
@@ -404,6 +586,39 @@ mod tests {
         let dash = serde_json::to_value(&t[1]).unwrap();
         assert_eq!(dash["title"], "Sandbox Computer Dashboard");
         assert_eq!(dash["_meta"]["ui"]["resourceUri"], DASHBOARD_URI);
+    }
+
+    #[test]
+    fn groups_choose_the_tools() {
+        assert_eq!(Groups::parse(""), Ok(Groups::default()));
+        assert_eq!(Groups::parse("exec"), Ok(Groups::default()));
+        assert_eq!(
+            Groups::parse(" exec, Jobs "),
+            Ok(Groups {
+                jobs: true,
+                lifecycle: false
+            })
+        );
+        assert_eq!(Groups::parse("all"), Ok(Groups::ALL));
+        assert_eq!(Groups::ALL.names(), ["exec", "jobs", "lifecycle"]);
+        assert!(
+            Groups::parse("exec,bogus")
+                .unwrap_err()
+                .contains("unknown tool group")
+        );
+        assert!(Groups::parse("files").unwrap_err().contains("not served"));
+        let plain = tools(&ToolNames::with_groups(EXEC_TOOL, Groups::default()), "d");
+        let v = serde_json::to_value(&plain[0]).unwrap();
+        assert!(v["inputSchema"]["properties"].get("yield_ms").is_none());
+        assert!(v["inputSchema"]["properties"].get("env").is_some());
+        let jobs = Groups::parse("jobs").unwrap();
+        let t = tools(&ToolNames::with_groups(EXEC_TOOL, jobs), "d");
+        let names: Vec<_> = t.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, [EXEC_TOOL, crate::jobs::JOB_TOOL]);
+        let v = serde_json::to_value(&t[0]).unwrap();
+        assert!(v["inputSchema"]["properties"]["yield_ms"].is_object());
+        let all = tools(&ToolNames::with_groups(EXEC_TOOL, Groups::ALL), "d");
+        assert_eq!(all.len(), 8);
     }
 
     #[test]

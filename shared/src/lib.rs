@@ -11,6 +11,7 @@ pub mod dashboard;
 pub mod executor_api;
 pub mod history;
 pub mod ids;
+pub mod jobs;
 pub mod lifecycle;
 pub mod maybe_send;
 pub mod mcp;

@@ -129,6 +129,14 @@ impl Op {
                 if let Some(t) = r.temporary {
                     b.insert("temporary".into(), json!(t));
                 }
+                if !r.env.is_empty() {
+                    let env: Map<String, Value> =
+                        r.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+                    b.insert("env".into(), Value::Object(env));
+                }
+                if let Some(y) = r.yield_ms {
+                    b.insert("yield_ms".into(), json!(y));
+                }
                 (
                     "POST",
                     format!("/computers/{id}/exec"),
@@ -182,10 +190,11 @@ impl Op {
                         "request body: `computer_id` belongs in the path, not the body",
                     ));
                 }
-                let request = parse_exec("terminal_execute", Some(&args)).map_err(|e| match e {
-                    ValidationError::Invalid(m) => bad(m),
-                    other => ApiError::new(ErrorCode::Internal, other.to_string()),
-                })?;
+                let request =
+                    parse_exec("terminal_execute", Some(&args), true).map_err(|e| match e {
+                        ValidationError::Invalid(m) => bad(m),
+                        other => ApiError::new(ErrorCode::Internal, other.to_string()),
+                    })?;
                 Ok(Op::exec(&computer_id, request))
             }
             ("POST", ["computers", raw, "restart"]) => {
@@ -247,6 +256,8 @@ mod tests {
             timeout_secs: None,
             computer_id: None,
             temporary: None,
+            env: Vec::new(),
+            yield_ms: None,
         }
     }
 
@@ -264,6 +275,8 @@ mod tests {
         full.working_directory = Some("/tmp".into());
         full.timeout_secs = Some(7);
         full.temporary = Some(false);
+        full.env = vec![("B".into(), "2".into()), ("A".into(), "1".into())];
+        full.yield_ms = Some(0);
         round_trip(Op::exec("box", full));
         for computer_id in ["box".to_owned(), long] {
             round_trip(Op::Restart {

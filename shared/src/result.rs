@@ -230,6 +230,38 @@ pub struct ComputerInfo {
     /// required fields; the dashboard shows it).
     #[serde(default)]
     pub history: Vec<crate::history::HistoryEntry>,
+    /// Its jobs, running and recently ended (with the `jobs` group; SPEC §3.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<Vec<JobInfo>>,
+}
+
+/// A job as lists show it (`terminal_job` with `list`, and `computer_list` items).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub job_id: String,
+    pub command: String,
+    pub running: bool,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+}
+
+impl JobInfo {
+    pub fn new(
+        job_id: String,
+        command: String,
+        running: bool,
+        started_at_ms: u64,
+        exit: Option<i64>,
+    ) -> Self {
+        Self {
+            job_id,
+            command,
+            running,
+            started_at: crate::history::rfc3339_utc(started_at_ms),
+            exit_code: exit,
+        }
+    }
 }
 
 /// `{"computers": [...], "count": n}`.

@@ -7,9 +7,12 @@
 
 use serde_json::{Map, Value};
 
-pub use crate::catalogue::{MAX_STDIN_BYTES, MAX_TIMEOUT_SECS, ToolKind};
+pub use crate::catalogue::{
+    MAX_ENV_BYTES, MAX_ENV_ENTRIES, MAX_STDIN_BYTES, MAX_TIMEOUT_SECS, ToolKind,
+};
 use crate::catalogue::{ToolNames, tool_kind};
 use crate::ids::validate_computer_id;
+use crate::jobs::{DEFAULT_WAIT_MS, JobCall, JobPoll, MAX_WAIT_MS, parse_signal, validate_job_id};
 
 /// What the agent asked a computer to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +34,11 @@ pub struct ExecRequest {
     pub computer_id: Option<String>,
     /// `None`: not given (the default, temporary, applies).
     pub temporary: Option<bool>,
+    /// Added to the computer's environment for this command only (SPEC §3.10), in the
+    /// order given.
+    pub env: Vec<(String, String)>,
+    /// `jobs` group: wait at most this long, then leave the command running as a job.
+    pub yield_ms: Option<u64>,
 }
 
 /// A validated tool call, ready for a host.
@@ -53,6 +61,8 @@ pub enum ToolCall {
     Delete {
         computer_id: String,
     },
+    /// `terminal_job` (group `jobs`).
+    Job(crate::jobs::JobCall),
 }
 
 /// Why a call was refused before anything ran.
@@ -192,8 +202,21 @@ const EXEC_ARGS: &[&str] = &[
     "stdin",
     "working_directory",
     "timeout",
+    "env",
     "computer_id",
     "temporary",
+    "yield_ms",
+];
+
+const JOB_ARGS: &[&str] = &[
+    "job_id",
+    "computer_id",
+    "stdin",
+    "stdin_base64",
+    "close_stdin",
+    "signal",
+    "wait_ms",
+    "list",
 ];
 
 /// Validates a `tools/call` for one of the tools in `names`.
@@ -204,7 +227,8 @@ pub fn parse_tool_call(
 ) -> Result<ToolCall, ValidationError> {
     let kind = tool_kind(names, name).ok_or_else(|| ValidationError::UnknownTool(name.into()))?;
     match kind {
-        ToolKind::Exec => parse_exec(name, arguments).map(ToolCall::Exec),
+        ToolKind::Exec => parse_exec(name, arguments, names.jobs).map(ToolCall::Exec),
+        ToolKind::Job => parse_job(name, arguments).map(ToolCall::Job),
         ToolKind::List => Args::new(arguments, &[], name).map(|_| ToolCall::List),
         ToolKind::Dashboard => Args::new(arguments, &[], name).map(|_| ToolCall::Dashboard),
         ToolKind::Create => {
@@ -226,9 +250,167 @@ pub fn parse_tool_call(
     }
 }
 
-/// Validates the arguments of the exec tool (named `tool` in messages).
-pub fn parse_exec(tool: &str, arguments: Option<&Value>) -> Result<ExecRequest, ValidationError> {
-    let args = Args::new(arguments, EXEC_ARGS, tool)?;
+/// A whole number from `min` to `max` (a float with no fraction counts), or a message.
+fn whole(
+    args: &Args,
+    key: &str,
+    min: u64,
+    max: u64,
+    what: &str,
+) -> Result<Option<u64>, ValidationError> {
+    let fail = |got: String| {
+        invalid(format!(
+            "`{key}` must be a whole number of {what} from {min} to {max}, got {got}"
+        ))
+    };
+    match args.map.get(key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => {
+            let v = n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            });
+            match v {
+                Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
+                _ => Err(fail(n.to_string())),
+            }
+        }
+        Some(other) => Err(fail(json_type(other))),
+    }
+}
+
+/// The `env` argument (SPEC §3.10).
+fn parse_env(args: &Args) -> Result<Vec<(String, String)>, ValidationError> {
+    let map = match args.map.get("env") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(invalid(format!(
+                "`env` must be an object of names to strings, like {{\"MY_VAR\": \"1\"}}, got {}",
+                json_type(other)
+            )));
+        }
+    };
+    if map.len() > MAX_ENV_ENTRIES {
+        return Err(invalid(format!(
+            "`env` has {} entries; at most {MAX_ENV_ENTRIES} are accepted",
+            map.len()
+        )));
+    }
+    let mut total = 0;
+    let mut env = Vec::with_capacity(map.len());
+    for (name, value) in map {
+        let mut bytes = name.bytes();
+        let good_name = bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !good_name {
+            return Err(invalid(format!(
+                "`env` name {:?} is not a variable name: use letters, digits and _, not starting with a digit",
+                truncate_for_message(name)
+            )));
+        }
+        let Value::String(value) = value else {
+            return Err(invalid(format!(
+                "`env.{name}` must be a string, got {}",
+                json_type(value)
+            )));
+        };
+        if value.contains('\0') {
+            return Err(invalid(format!(
+                "`env.{name}` must not contain NUL characters"
+            )));
+        }
+        total += name.len() + value.len();
+        env.push((name.clone(), value.clone()));
+    }
+    if total > MAX_ENV_BYTES {
+        return Err(invalid(format!(
+            "`env` holds {total} bytes; at most {MAX_ENV_BYTES} (64 KiB) of names and values are accepted"
+        )));
+    }
+    Ok(env)
+}
+
+/// Validates the arguments of `terminal_job`.
+pub fn parse_job(tool: &str, arguments: Option<&Value>) -> Result<JobCall, ValidationError> {
+    let args = Args::new(arguments, JOB_ARGS, tool)?;
+    let computer_id = args.computer_id()?;
+    let job_id = args.string("job_id")?;
+    if args.boolean("list")? == Some(true) {
+        let extra: Vec<&str> = JOB_ARGS
+            .iter()
+            .copied()
+            .filter(|k| *k != "list" && *k != "computer_id" && args.map.contains_key(*k))
+            .collect();
+        if !extra.is_empty() {
+            return Err(invalid(format!(
+                "`list` takes only `computer_id`; drop {}",
+                extra.join(", ")
+            )));
+        }
+        return Ok(JobCall::List { computer_id });
+    }
+    let job_id = job_id.ok_or_else(|| {
+        invalid(format!(
+            "{tool} needs `job_id` (the id terminal_execute returned with `running: true`), or `list: true` to see the computer's jobs"
+        ))
+    })?;
+    validate_job_id(&job_id).map_err(invalid)?;
+    let stdin = match (args.string("stdin")?, args.string("stdin_base64")?) {
+        (Some(_), Some(_)) => {
+            return Err(invalid("pass `stdin` or `stdin_base64`, not both"));
+        }
+        (Some(text), None) => Some(text.into_bytes()),
+        (None, Some(b64)) => {
+            use base64::Engine;
+            Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .map_err(|e| invalid(format!("`stdin_base64` is not base64: {e}")))?,
+            )
+        }
+        (None, None) => None,
+    };
+    if let Some(bytes) = &stdin
+        && bytes.len() > MAX_STDIN_BYTES
+    {
+        return Err(invalid(format!(
+            "`stdin` is {} bytes; at most {MAX_STDIN_BYTES} bytes (2 MiB) per call are accepted: write it in several calls",
+            bytes.len()
+        )));
+    }
+    let signal = match args.map.get("signal") {
+        None => None,
+        Some(raw) => Some(parse_signal(raw).map_err(invalid)?),
+    };
+    Ok(JobCall::Poll(JobPoll {
+        job_id,
+        computer_id,
+        stdin,
+        close_stdin: args.boolean("close_stdin")?.unwrap_or(false),
+        signal,
+        wait_ms: whole(&args, "wait_ms", 0, MAX_WAIT_MS, "milliseconds")?
+            .unwrap_or(DEFAULT_WAIT_MS),
+    }))
+}
+
+/// Validates the arguments of the exec tool (named `tool` in messages); `jobs`: the
+/// `jobs` group is on (`yield_ms` is accepted).
+pub fn parse_exec(
+    tool: &str,
+    arguments: Option<&Value>,
+    jobs: bool,
+) -> Result<ExecRequest, ValidationError> {
+    // `yield_ms` is an argument only where the `jobs` group is listed.
+    let allowed: Vec<&str> = EXEC_ARGS
+        .iter()
+        .copied()
+        .filter(|k| jobs || *k != "yield_ms")
+        .collect();
+    let args = Args::new(arguments, &allowed, tool)?;
     let command = args.string("command")?;
     let argv = match args.map.get("args") {
         None => None,
@@ -294,30 +476,9 @@ pub fn parse_exec(tool: &str, arguments: Option<&Value>) -> Result<ExecRequest, 
             truncate_for_message(dir)
         )));
     }
-    let timeout_secs = match args.map.get("timeout") {
-        None => None,
-        Some(Value::Number(n)) => {
-            let secs = n.as_u64().or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                    .map(|f| f as u64)
-            });
-            match secs {
-                Some(s) if (1..=MAX_TIMEOUT_SECS).contains(&s) => Some(s),
-                _ => {
-                    return Err(invalid(format!(
-                        "`timeout` must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}, got {n}"
-                    )));
-                }
-            }
-        }
-        Some(other) => {
-            return Err(invalid(format!(
-                "`timeout` must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}, got {}",
-                json_type(other)
-            )));
-        }
-    };
+    let timeout_secs = whole(&args, "timeout", 1, MAX_TIMEOUT_SECS, "seconds")?;
+    let limit_ms = timeout_secs.unwrap_or(MAX_TIMEOUT_SECS) * 1000;
+    let yield_ms = whole(&args, "yield_ms", 0, limit_ms, "milliseconds")?;
     Ok(ExecRequest {
         program,
         stdin,
@@ -325,6 +486,8 @@ pub fn parse_exec(tool: &str, arguments: Option<&Value>) -> Result<ExecRequest, 
         timeout_secs,
         computer_id: args.computer_id()?,
         temporary: args.boolean("temporary")?,
+        env: parse_env(&args)?,
+        yield_ms,
     })
 }
 
@@ -414,6 +577,104 @@ mod tests {
     }
 
     #[test]
+    fn env_and_yield() {
+        let jobs = ToolNames::with_groups(
+            "terminal_execute",
+            crate::catalogue::Groups {
+                jobs: true,
+                lifecycle: false,
+            },
+        );
+        let parse = |args: Value| match parse_tool_call(&jobs, "terminal_execute", Some(&args)) {
+            Ok(ToolCall::Exec(r)) => Ok(r),
+            Ok(other) => Err(format!("unexpected {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        let r =
+            parse(json!({"command": "x", "env": {"B": "2", "A_1": ""}, "yield_ms": 0})).unwrap();
+        assert_eq!(
+            r.env,
+            [("B".into(), "2".into()), ("A_1".into(), String::new())]
+        );
+        assert_eq!(r.yield_ms, Some(0));
+        assert_eq!(
+            parse(json!({"command": "x", "timeout": 2, "yield_ms": 2000}))
+                .unwrap()
+                .yield_ms,
+            Some(2000)
+        );
+        let many: Map<String, Value> = (0..257).map(|i| (format!("V{i}"), json!("x"))).collect();
+        for (args, needle) in [
+            (
+                json!({"command": "x", "timeout": 2, "yield_ms": 2001}),
+                "`yield_ms`",
+            ),
+            (json!({"command": "x", "yield_ms": -1}), "`yield_ms`"),
+            (
+                json!({"command": "x", "env": {"9A": "x"}}),
+                "not a variable name",
+            ),
+            (
+                json!({"command": "x", "env": {"": "x"}}),
+                "not a variable name",
+            ),
+            (
+                json!({"command": "x", "env": {"A": null}}),
+                "must be a string",
+            ),
+            (json!({"command": "x", "env": {"A": "a\u{0}"}}), "NUL"),
+            (
+                json!({"command": "x", "env": Value::Object(many)}),
+                "at most 256",
+            ),
+            (
+                json!({"command": "x", "env": {"BIG": "x".repeat(MAX_ENV_BYTES)}}),
+                "64 KiB",
+            ),
+        ] {
+            let e = parse(args.clone()).unwrap_err();
+            assert!(e.contains(needle), "{args}: {e}");
+        }
+        // Without the jobs group, `yield_ms` is not an argument at all.
+        assert!(
+            exec(json!({"command": "x", "yield_ms": 5}))
+                .unwrap_err()
+                .contains("unknown argument \"yield_ms\"")
+        );
+        assert!(exec(json!({"command": "x", "env": {"A": "1"}})).is_ok());
+    }
+
+    #[test]
+    fn job_calls() {
+        let ok = |args: Value| parse_job("terminal_job", Some(&args));
+        assert_eq!(
+            ok(json!({"list": true, "computer_id": "box"})).unwrap(),
+            JobCall::List {
+                computer_id: Some("box".into())
+            }
+        );
+        let JobCall::Poll(p) = ok(json!({"job_id": "job-1", "stdin_base64": "AAE=", "signal": "TERM", "close_stdin": true})).unwrap() else {
+            panic!("a poll");
+        };
+        assert_eq!(
+            (p.stdin, p.signal, p.close_stdin, p.wait_ms),
+            (Some(vec![0, 1]), Some(15), true, DEFAULT_WAIT_MS)
+        );
+        for (args, needle) in [
+            (json!({}), "needs `job_id`"),
+            (json!({"job_id": "x", "wait_ms": 60_001}), "`wait_ms`"),
+            (json!({"job_id": "x", "stdin_base64": "!!"}), "not base64"),
+            (json!({"job_id": "x", "signal": 0}), "`signal`"),
+            (json!({"job_id": "x/y"}), "`job_id`"),
+            (json!({"list": true, "stdin": "a"}), "`list` takes only"),
+            (json!({"job_id": "x", "bogus": 1}), "unknown argument"),
+        ] {
+            let e = ok(args.clone()).unwrap_err().to_string();
+            assert!(e.contains(needle), "{args}: {e}");
+        }
+    }
+
+    #[test]
     fn arguments_must_be_an_object() {
         let err = parse_tool_call(&names(), "terminal_execute", Some(&json!([1]))).unwrap_err();
         assert!(err.to_string().contains("JSON object"));
@@ -464,6 +725,15 @@ mod tests {
             json!(u64::MAX),
             json!("\u{0}"),
         ];
+        for key in JOB_ARGS.iter() {
+            for v in &values {
+                let mut m = Map::new();
+                m.insert((*key).to_owned(), v.clone());
+                let _ = parse_job("terminal_job", Some(&Value::Object(m.clone())));
+                m.insert("job_id".into(), json!("job-1"));
+                let _ = parse_job("terminal_job", Some(&Value::Object(m)));
+            }
+        }
         for key in EXEC_ARGS.iter().chain(["other"].iter()) {
             for v in &values {
                 let mut m = Map::new();

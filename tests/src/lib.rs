@@ -361,6 +361,15 @@ pub async fn call(client: &Client, tool: &str, arguments: Value) -> Result<CallT
     Ok(client.call_tool(params).await?)
 }
 
+/// The item of computer `id` in a `computer_list` result, if listed.
+pub fn listed(list: &Value, id: &str) -> Option<Value> {
+    list["computers"]
+        .as_array()?
+        .iter()
+        .find(|i| i["computer_id"] == id)
+        .cloned()
+}
+
 /// Calls the exec tool and returns its structured content (fails on `isError`).
 pub async fn exec(client: &Client, arguments: Value) -> Result<Value> {
     let r = call(client, "terminal_execute", arguments.clone()).await?;

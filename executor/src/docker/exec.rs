@@ -284,7 +284,7 @@ impl Docker {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
-            env: Some(Vec::new()),
+            env: Some(spec.env_pairs()),
             cmd: Some(wrapper_cmd(spec, &nonce)),
             ..Default::default()
         };
@@ -500,6 +500,7 @@ mod tests {
             working_directory: Some("/tmp".into()),
             timeout: Duration::from_secs(1),
             output_limit: 1,
+            env: vec![],
         };
         let cmd = wrapper_cmd(&spec, "n1");
         assert_eq!(

@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod flags;
+mod jobs;
 mod place;
 pub mod settings;
 pub mod supervised;
@@ -82,6 +83,15 @@ pub enum DockerError {
         "the computer's supervisor failed during the command ({0}); run it again: the next call reconnects, or uses Engine API exec"
     )]
     Supervisor(String),
+    /// The supervisor has no such job.
+    #[error("{0}")]
+    NoSuchJob(String),
+    /// The supervisor refused a job request (e.g. the 64-job cap), in its words.
+    #[error("{0}")]
+    Job(String),
+    /// This computer cannot keep jobs, and why.
+    #[error("{0}")]
+    NoJobs(String),
 }
 
 impl DockerError {

@@ -1,11 +1,12 @@
 //! Docker and Podman containers as a [`Place`]; [`DockerError`]s classified once.
 
+use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
 use super::{Docker, DockerError, container_name};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec};
+use crate::spec::{ContainerRecord, ExecSpec, JobPoll, JobStart};
 
 impl From<DockerError> for BackendError {
     fn from(e: DockerError) -> Self {
@@ -16,9 +17,12 @@ impl From<DockerError> for BackendError {
             DockerError::Unreachable(_)
             | DockerError::ImageUnavailable { .. }
             | DockerError::SupervisorUnavailable(_) => Failure::Unavailable,
-            DockerError::Engine(_) | DockerError::Stream(_) | DockerError::Supervisor(_) => {
-                Failure::Failed
-            }
+            DockerError::Engine(_)
+            | DockerError::Stream(_)
+            | DockerError::Supervisor(_)
+            | DockerError::Job(_) => Failure::Failed,
+            DockerError::NoSuchJob(_) => Failure::NoSuchJob,
+            DockerError::NoJobs(_) => Failure::Unsupported,
         };
         BackendError::new(failure, e)
     }
@@ -77,6 +81,28 @@ impl Place for Docker {
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         Ok(Docker::exec(self, &container_name(id), spec).await?)
+    }
+
+    async fn job_start(
+        &self,
+        id: &str,
+        spec: &ExecSpec,
+        job: &JobStart,
+    ) -> Result<(), BackendError> {
+        Ok(Docker::job_start(self, &container_name(id), spec, job).await?)
+    }
+
+    async fn job_poll(
+        &self,
+        id: &str,
+        job_id: &str,
+        poll: &JobPoll,
+    ) -> Result<JobOutput, BackendError> {
+        Ok(Docker::job_poll(self, &container_name(id), job_id, poll).await?)
+    }
+
+    async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
+        Ok(Docker::job_list(self, &container_name(id)).await?)
     }
 }
 

@@ -18,7 +18,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use shared::result::{ExecOutcome, OutputCollector, Stream};
-use supervisor::frame::{ExitInfo, Frame, Kind, MAX_FRAME, StartSpec};
+use supervisor::frame::{ExitInfo, Frame, Kind, MAX_FRAME, PONG_JOBS, StartSpec};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -82,9 +82,12 @@ type Input = std::pin::Pin<Box<dyn AsyncWrite + Send>>;
 /// One relay connection to one computer's supervisor.
 pub struct Connection {
     input: tokio::sync::Mutex<Input>,
-    jobs: Mutex<HashMap<u32, mpsc::UnboundedSender<Frame>>>,
-    next_job: AtomicU32,
+    /// Where frames for each request number go.
+    pub(super) jobs: Mutex<HashMap<u32, mpsc::UnboundedSender<Frame>>>,
+    pub(super) next_job: AtomicU32,
     alive: AtomicBool,
+    /// The supervisor serves kept jobs (it answered the ping with `PONG_JOBS`).
+    pub(super) serves_jobs: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -98,12 +101,12 @@ impl std::fmt::Debug for Connection {
 /// Relay connections of this server, by container name.
 pub type Connections = Mutex<HashMap<String, Arc<Connection>>>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Connection {
-    async fn send(&self, frame: &Frame) -> Result<(), DockerError> {
+    pub(super) async fn send(&self, frame: &Frame) -> Result<(), DockerError> {
         let mut input = self.input.lock().await;
         let r = async {
             input.write_all(&frame.encode()).await?;
@@ -257,7 +260,7 @@ impl Docker {
     }
 
     /// The relay connection to `container`'s supervisor, opened on first use.
-    async fn connection(&self, container: &str) -> Result<Arc<Connection>, DockerError> {
+    pub(super) async fn connection(&self, container: &str) -> Result<Arc<Connection>, DockerError> {
         if let Some(c) = lock(&self.connections).get(container)
             && c.alive.load(Ordering::SeqCst)
         {
@@ -303,6 +306,7 @@ impl Docker {
             jobs: Mutex::new(HashMap::new()),
             next_job: AtomicU32::new(1),
             alive: AtomicBool::new(true),
+            serves_jobs: AtomicBool::new(false),
         });
         let reader = conn.clone();
         let name = container.to_owned();
@@ -348,7 +352,10 @@ impl Docker {
         let pong = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
         lock(&conn.jobs).remove(&0);
         match pong {
-            Ok(Some(f)) if f.kind == Kind::Pong => {}
+            Ok(Some(f)) if f.kind == Kind::Pong => {
+                conn.serves_jobs
+                    .store(f.payload == PONG_JOBS, Ordering::SeqCst);
+            }
             _ => {
                 conn.close();
                 return Err(DockerError::Supervisor(
@@ -396,7 +403,7 @@ impl Docker {
         let start = StartSpec {
             argv,
             cwd: spec.working_directory.clone(),
-            env: Vec::new(),
+            env: spec.env_pairs(),
             stdin: spec.stdin.is_some(),
             timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             output_limit: spec.output_limit as u64,

@@ -282,7 +282,7 @@ impl Modal {
             },
             None => Program::Argv(&spec.argv),
         };
-        let argv = program_argv(spec.working_directory.as_deref(), program);
+        let argv = program_argv(spec.working_directory.as_deref(), &spec.env, program);
         let stdin = spec.stdin.as_deref().map(str::as_bytes);
         let started = std::time::Instant::now();
         let run = |sandbox: String| {

@@ -22,12 +22,18 @@ pub enum Kind {
     StdinClose = 3,
     Kill = 4,
     Ping = 5,
+    /// A request about kept jobs (JSON [`JobControl`]); answered by `Done` or `Error`.
+    Job = 6,
+    /// Bytes for a kept job's stdin: `[id length: u8][job id][bytes]`; answered by `Done`.
+    JobStdin = 7,
     Started = 16,
     Stdout = 17,
     Stderr = 18,
     Exit = 19,
     Error = 20,
     Pong = 21,
+    /// The answer to a `Job` or `JobStdin` request (JSON, after any output frames).
+    Done = 22,
 }
 
 impl Kind {
@@ -38,12 +44,15 @@ impl Kind {
             3 => Kind::StdinClose,
             4 => Kind::Kill,
             5 => Kind::Ping,
+            6 => Kind::Job,
+            7 => Kind::JobStdin,
             16 => Kind::Started,
             17 => Kind::Stdout,
             18 => Kind::Stderr,
             19 => Kind::Exit,
             20 => Kind::Error,
             21 => Kind::Pong,
+            22 => Kind::Done,
             _ => return None,
         })
     }
@@ -150,9 +159,106 @@ pub struct ExitInfo {
     pub truncated: bool,
 }
 
+/// What a supervisor that serves kept jobs answers to a ping (older ones echo the ping).
+pub const PONG_JOBS: &[u8] = b"msc-supervisor jobs/1";
+
+/// A request about kept jobs: jobs that outlive the connection that started them, with
+/// their output in a bounded buffer until it is read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum JobControl {
+    /// Starts `spec` as kept job `job_id` (the server's unguessable id). Its output goes to a
+    /// buffer of `buffer_bytes`; `spec.output_limit` is ignored. Answer: `Done` with its
+    /// [`JobStatus`].
+    Start {
+        job_id: String,
+        /// What to show in lists (the command line).
+        command: String,
+        spec: StartSpec,
+        buffer_bytes: u64,
+    },
+    /// Output not read yet (at most `max_bytes`): answered at once when there is some or
+    /// the job ended, else when some arrives or after `wait_ms`; with `until_exit`, only
+    /// when the job ends or after `wait_ms`. Answer: `Stdout`/`Stderr` frames, then `Done`
+    /// with the [`JobStatus`]. A status with `exit` is the last: the job is then forgotten.
+    Read {
+        job_id: String,
+        wait_ms: u64,
+        #[serde(default)]
+        until_exit: bool,
+        max_bytes: u64,
+    },
+    CloseStdin {
+        job_id: String,
+    },
+    /// Sends `signal` to the job's whole process group.
+    Signal {
+        job_id: String,
+        signal: i32,
+    },
+    /// Answer: `Done` with a JSON array of [`JobStatus`], oldest first.
+    List {},
+}
+
+/// A kept job as the supervisor sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub job_id: String,
+    pub command: String,
+    /// Unix milliseconds.
+    pub started_at_ms: u64,
+    /// So far, or in all once it ended.
+    pub duration_ms: u64,
+    /// False once it ended and all its output was read.
+    pub running: bool,
+    /// How it ended; set on the read that took its last output.
+    #[serde(default)]
+    pub exit: Option<ExitInfo>,
+    /// Output dropped (the oldest) since the previous read.
+    #[serde(default)]
+    pub dropped_bytes: u64,
+    /// Unread output, in bytes.
+    #[serde(default)]
+    pub unread_bytes: u64,
+    /// The job's timeout (what a timed-out exit says it hit).
+    #[serde(default)]
+    pub timeout_ms: u64,
+}
+
+/// The payload of a `JobStdin` frame.
+pub fn job_stdin_payload(job_id: &str, bytes: &[u8]) -> Vec<u8> {
+    let id = &job_id.as_bytes()[..job_id.len().min(255)];
+    let mut out = Vec::with_capacity(1 + id.len() + bytes.len());
+    out.push(id.len() as u8);
+    out.extend_from_slice(id);
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// Splits a `JobStdin` payload into the job id and the bytes.
+pub fn split_job_stdin(payload: &[u8]) -> Option<(&str, &[u8])> {
+    let (&n, rest) = payload.split_first()?;
+    let n = usize::from(n);
+    if rest.len() < n {
+        return None;
+    }
+    let id = std::str::from_utf8(&rest[..n]).ok()?;
+    Some((id, &rest[n..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_stdin_payloads() {
+        let p = job_stdin_payload("job-1", b"abc");
+        assert_eq!(split_job_stdin(&p), Some(("job-1", &b"abc"[..])));
+        assert_eq!(split_job_stdin(&[]), None);
+        assert_eq!(split_job_stdin(&[9, b'a']), None);
+        assert_eq!(split_job_stdin(&[1, 0xff]), None);
+        assert_eq!(split_job_stdin(&[0]), Some(("", &b""[..])));
+    }
 
     #[test]
     fn round_trip() {

@@ -1,9 +1,12 @@
 //! `supervisor`: the process supervisor that runs as PID 1 inside a computer.
 //!
 //! [`frame`] is the protocol both sides speak (the server uses it as a library);
-//! [`server`] is the supervisor itself. The binary `msc-supervisor` is built static for
+//! [`server`] is the supervisor itself, `jobs` its table of kept jobs (jobs that outlive
+//! their connection) and [`ring`] their bounded output buffer. The binary `msc-supervisor` is built static for
 //! `x86_64-unknown-linux-musl`, so it needs nothing from the image. Other architectures
 //! have no supervisor: the server falls back to plain Engine API exec there.
 
 pub mod frame;
+mod jobs;
+pub mod ring;
 pub mod server;

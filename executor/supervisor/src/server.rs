@@ -22,14 +22,16 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, WaitOptions};
 
-use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, Kind, StartSpec};
+use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, JobControl, Kind, PONG_JOBS, StartSpec};
+use crate::jobs::{Jobs, Kept};
+use crate::ring::Stream;
 
 /// argv[0] marker: run bash if the image has it, else /bin/sh.
 pub const AUTO_SHELL: &str = "@auto-shell";
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -41,7 +43,9 @@ struct Reaped {
 
 /// Shared state of the supervisor.
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
+    /// Kept jobs: they outlive the connection that started them.
+    pub(crate) kept: Jobs,
     reaped: Mutex<Reaped>,
     /// Wakes the reaper when it has no children and a job was just spawned.
     spawned: (Mutex<u64>, std::sync::Condvar),
@@ -60,7 +64,7 @@ fn shell_code(status: rustix::process::WaitStatus) -> i32 {
     }
 }
 
-fn kill_group(pgid: i32, signal: Signal) {
+pub(crate) fn kill_group(pgid: i32, signal: Signal) {
     if let Some(pid) = Pid::from_raw(pgid) {
         let _ = rustix::process::kill_process_group(pid, signal);
     }
@@ -130,61 +134,88 @@ fn resolve(program: &str) -> Result<PathBuf, (i32, String)> {
 }
 
 /// One connection's writer, shared by the threads that answer on it.
-type Writer = Arc<Mutex<UnixStream>>;
+pub(crate) type Writer = Arc<Mutex<UnixStream>>;
 
-fn send(w: &Writer, frame: &Frame) {
+pub(crate) fn send(w: &Writer, frame: &Frame) {
     let _ = frame.write_to(&mut *lock(w));
 }
 
 /// Feeds a job's stdin: `Some(bytes)` to write, `None` (or dropping it) to close.
-type StdinTx = Sender<Option<Vec<u8>>>;
+pub(crate) type StdinTx = Sender<Option<Vec<u8>>>;
 
-/// A running job, as its connection sees it.
-struct JobCtl {
-    pgid: i32,
-    stdin: Option<StdinTx>,
+/// The foreground jobs of one connection, by the connection's job number.
+pub(crate) type ConnJobs = Arc<Mutex<HashMap<u32, JobCtl>>>;
+
+/// A running job's controls: its process group and its stdin.
+pub(crate) struct JobCtl {
+    pub(crate) pgid: i32,
+    pub(crate) stdin: Option<StdinTx>,
 }
 
-fn finish(w: &Writer, job: u32, code: i32, stderr_note: Option<&str>) {
-    if let Some(note) = stderr_note {
-        send(
-            w,
-            &Frame::new(Kind::Stderr, job, format!("{note}\n").into_bytes()),
-        );
+/// Where a job's output and exit go.
+#[derive(Clone)]
+pub(crate) enum Sink {
+    /// Streamed as frames to the connection that started it (a foreground command), which
+    /// holds its controls in `jobs` until it ends.
+    Stream { w: Writer, job: u32, jobs: ConnJobs },
+    /// Kept in the job's bounded buffer until read (a kept job).
+    Kept(Arc<Kept>),
+}
+
+impl Sink {
+    fn output(&self, kind: Kind, bytes: &[u8]) {
+        match self {
+            Sink::Stream { w, job, .. } => send(w, &Frame::new(kind, *job, bytes.to_vec())),
+            Sink::Kept(k) => k.push(
+                if kind == Kind::Stderr {
+                    Stream::Stderr
+                } else {
+                    Stream::Stdout
+                },
+                bytes,
+            ),
+        }
     }
-    let info = ExitInfo {
+
+    fn exit(&self, info: ExitInfo) {
+        match self {
+            Sink::Stream { w, job, .. } => send(
+                w,
+                &Frame::new(
+                    Kind::Exit,
+                    *job,
+                    serde_json::to_vec(&info).unwrap_or_default(),
+                ),
+            ),
+            Sink::Kept(k) => k.end(info),
+        }
+    }
+}
+
+fn finish(sink: &Sink, code: i32, stderr_note: Option<&str>) {
+    if let Some(note) = stderr_note {
+        sink.output(Kind::Stderr, format!("{note}\n").as_bytes());
+    }
+    sink.exit(ExitInfo {
         code,
         timed_out: false,
         truncated: false,
-    };
-    send(
-        w,
-        &Frame::new(
-            Kind::Exit,
-            job,
-            serde_json::to_vec(&info).unwrap_or_default(),
-        ),
-    );
+    });
 }
 
-/// Starts a job and the threads that serve it. Returns its control handle.
-fn start_job(
-    state: &Arc<State>,
-    w: &Writer,
-    job: u32,
-    spec: StartSpec,
-    jobs: &Arc<Mutex<HashMap<u32, JobCtl>>>,
-) -> Option<JobCtl> {
+/// Starts a job and the threads that serve it. A streamed job's controls go to its
+/// connection's map; a kept job's are returned. `None` also when it could not start (the
+/// sink then has the shell's answer: 126, 127).
+pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Option<JobCtl> {
     let Some(program) = spec.argv.first() else {
-        finish(w, job, 127, Some("msc-supervisor: empty argv"));
+        finish(&sink, 127, Some("msc-supervisor: empty argv"));
         return None;
     };
     if let Some(cwd) = &spec.cwd
         && !Path::new(cwd).is_dir()
     {
         finish(
-            w,
-            job,
+            &sink,
             126,
             Some(&format!("cd: {cwd}: No such file or directory")),
         );
@@ -203,7 +234,7 @@ fn start_job(
     let path = match resolve(program) {
         Ok(p) => p,
         Err((code, msg)) => {
-            finish(w, job, code, Some(&msg));
+            finish(&sink, code, Some(&msg));
             return None;
         }
     };
@@ -234,7 +265,7 @@ fn start_job(
             }
             Err(e) => {
                 drop(reaped);
-                finish(w, job, 126, Some(&format!("{program}: {e}")));
+                finish(&sink, 126, Some(&format!("{program}: {e}")));
                 return None;
             }
         }
@@ -246,10 +277,17 @@ fn start_job(
         wake.notify_all();
     }
     lock(&state.groups).insert(pgid, ());
-    send(
-        w,
-        &Frame::new(Kind::Started, job, pgid.to_string().into_bytes()),
-    );
+    if let Sink::Stream { w, job, .. } = &sink {
+        send(
+            w,
+            &Frame::new(Kind::Started, *job, pgid.to_string().into_bytes()),
+        );
+    }
+    // A kept job's buffer bounds its output; only a streamed one is stopped at the limit.
+    let limit = match &sink {
+        Sink::Stream { .. } => spec.output_limit,
+        Sink::Kept(_) => u64::MAX,
+    };
 
     let used = Arc::new(AtomicU64::new(0));
     let truncated = Arc::new(AtomicBool::new(false));
@@ -272,12 +310,7 @@ fn start_job(
         ),
     ] {
         let Some(mut pipe) = pipe else { continue };
-        let (w, used, truncated, limit) = (
-            w.clone(),
-            used.clone(),
-            truncated.clone(),
-            spec.output_limit,
-        );
+        let (sink, used, truncated) = (sink.clone(), used.clone(), truncated.clone());
         readers.push(thread::spawn(move || {
             let mut buf = vec![0u8; CHUNK];
             loop {
@@ -289,7 +322,7 @@ fn start_job(
                 let room = limit.saturating_sub(before) as usize;
                 let keep = n.min(room);
                 if keep > 0 {
-                    send(&w, &Frame::new(kind, job, buf[..keep].to_vec()));
+                    sink.output(kind, &buf[..keep]);
                 }
                 if keep < n {
                     // The limit is enforced here: stop reading and stop the job.
@@ -312,6 +345,18 @@ fn start_job(
         });
         tx
     });
+    let ctl = JobCtl {
+        pgid,
+        stdin: stdin_tx,
+    };
+    // A streamed job's controls go to its connection before anything can end it.
+    let ctl = match &sink {
+        Sink::Stream { job, jobs, .. } => {
+            lock(jobs).insert(*job, ctl);
+            None
+        }
+        Sink::Kept(_) => Some(ctl),
+    };
     let (done_tx, done_rx) = mpsc::channel::<()>();
     {
         let timed_out = timed_out.clone();
@@ -324,7 +369,7 @@ fn start_job(
         });
     }
     {
-        let (w, state, jobs) = (w.clone(), state.clone(), jobs.clone());
+        let state = state.clone();
         thread::spawn(move || {
             for r in readers {
                 let _ = r.join();
@@ -337,8 +382,10 @@ fn start_job(
                 settle_group(pgid);
             }
             lock(&state.groups).remove(&pgid);
-            lock(&jobs).remove(&job);
-            let info = ExitInfo {
+            if let Sink::Stream { job, jobs, .. } = &sink {
+                lock(jobs).remove(job);
+            }
+            sink.exit(ExitInfo {
                 code: if timed_out.load(Ordering::SeqCst) {
                     124
                 } else {
@@ -346,22 +393,11 @@ fn start_job(
                 },
                 timed_out: timed_out.load(Ordering::SeqCst),
                 truncated: truncated.load(Ordering::SeqCst),
-            };
-            send(
-                &w,
-                &Frame::new(
-                    Kind::Exit,
-                    job,
-                    serde_json::to_vec(&info).unwrap_or_default(),
-                ),
-            );
+            });
         });
     }
     drop(child);
-    Some(JobCtl {
-        pgid,
-        stdin: stdin_tx,
-    })
+    ctl
 }
 
 fn serve_connection(state: Arc<State>, stream: UnixStream) {
@@ -369,7 +405,7 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
         return;
     };
     let w: Writer = Arc::new(Mutex::new(write_half));
-    let jobs: Arc<Mutex<HashMap<u32, JobCtl>>> = Arc::default();
+    let jobs: ConnJobs = Arc::default();
     let mut reader = io::BufReader::new(stream);
     loop {
         let frame = match Frame::read_from(&mut reader) {
@@ -391,9 +427,12 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
                 }
                 match serde_json::from_slice::<StartSpec>(&frame.payload) {
                     Ok(spec) => {
-                        if let Some(ctl) = start_job(&state, &w, frame.job, spec, &jobs) {
-                            lock(&jobs).insert(frame.job, ctl);
-                        }
+                        let sink = Sink::Stream {
+                            w: w.clone(),
+                            job: frame.job,
+                            jobs: jobs.clone(),
+                        };
+                        start_job(&state, spec, sink);
                     }
                     Err(e) => send(
                         &w,
@@ -422,7 +461,19 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
                     kill_group(j.pgid, signal);
                 }
             }
-            Kind::Ping => send(&w, &Frame::new(Kind::Pong, frame.job, frame.payload)),
+            Kind::Job => match serde_json::from_slice::<JobControl>(&frame.payload) {
+                Ok(control) => crate::jobs::control(&state, &w, frame.job, control),
+                Err(e) => send(
+                    &w,
+                    &Frame::new(
+                        Kind::Error,
+                        frame.job,
+                        format!("bad job request: {e}").into_bytes(),
+                    ),
+                ),
+            },
+            Kind::JobStdin => crate::jobs::stdin(&state, &w, frame.job, &frame.payload),
+            Kind::Ping => send(&w, &Frame::new(Kind::Pong, frame.job, PONG_JOBS.to_vec())),
             // Supervisor-to-client kinds are not accepted from a client.
             _ => {
                 send(

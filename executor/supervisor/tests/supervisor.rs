@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use supervisor::frame::{ExitInfo, Frame, Kind, StartSpec};
+use supervisor::frame::{
+    ExitInfo, Frame, JobControl, JobStatus, Kind, PONG_JOBS, StartSpec, job_stdin_payload,
+};
 
 struct Sup {
     child: Child,
@@ -255,7 +257,11 @@ fn issue_3_stdin_and_kill_frames() {
     Frame::new(Kind::Ping, 9, b"p".to_vec())
         .write_to(&mut s)
         .unwrap();
-    assert_eq!(Frame::read_from(&mut s).unwrap().kind, Kind::Pong);
+    let pong = Frame::read_from(&mut s).unwrap();
+    assert_eq!(
+        (pong.kind, pong.payload.as_slice()),
+        (Kind::Pong, PONG_JOBS)
+    );
 }
 
 #[test]
@@ -339,4 +345,344 @@ fn issue_3_sigterm_stops_everything() {
     assert!(t.elapsed() < Duration::from_millis(500));
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(group_members(pgid), 0);
+}
+
+// Kept jobs (issue 14): they outlive their connection, and their output waits in a
+// bounded buffer until read.
+
+/// Sends a job request and returns (stdout, stderr, the `Done` payload or the error text).
+fn job(
+    s: &mut UnixStream,
+    req: u32,
+    control: &JobControl,
+) -> (Vec<u8>, Vec<u8>, Result<Vec<u8>, String>) {
+    Frame::new(Kind::Job, req, serde_json::to_vec(control).unwrap())
+        .write_to(s)
+        .unwrap();
+    answer(s, req)
+}
+
+fn answer(s: &mut UnixStream, req: u32) -> (Vec<u8>, Vec<u8>, Result<Vec<u8>, String>) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    loop {
+        let f = Frame::read_from(s).unwrap();
+        assert_eq!(f.job, req, "answers come back under their request's number");
+        match f.kind {
+            Kind::Stdout => out.extend(f.payload),
+            Kind::Stderr => err.extend(f.payload),
+            Kind::Done => return (out, err, Ok(f.payload)),
+            Kind::Error => return (out, err, Err(String::from_utf8_lossy(&f.payload).into())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+fn keep(
+    s: &mut UnixStream,
+    req: u32,
+    id: &str,
+    argv: &[&str],
+    timeout_ms: u64,
+    buffer: u64,
+) -> Result<JobStatus, String> {
+    let mut sp = spec(argv, timeout_ms, 0);
+    sp.stdin = true;
+    let control = JobControl::Start {
+        job_id: id.into(),
+        command: argv.join(" "),
+        spec: sp,
+        buffer_bytes: buffer,
+    };
+    job(s, req, &control)
+        .2
+        .map(|b| serde_json::from_slice(&b).unwrap())
+}
+
+fn read(
+    s: &mut UnixStream,
+    req: u32,
+    id: &str,
+    wait_ms: u64,
+    until_exit: bool,
+) -> (Vec<u8>, Vec<u8>, JobStatus) {
+    let control = JobControl::Read {
+        job_id: id.into(),
+        wait_ms,
+        until_exit,
+        max_bytes: 1 << 20,
+    };
+    let (o, e, done) = job(s, req, &control);
+    (o, e, serde_json::from_slice(&done.unwrap()).unwrap())
+}
+
+fn write_stdin(s: &mut UnixStream, req: u32, id: &str, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    Frame::new(Kind::JobStdin, req, job_stdin_payload(id, bytes))
+        .write_to(s)
+        .unwrap();
+    answer(s, req).2
+}
+
+#[test]
+fn issue_14_a_kept_job_outlives_its_connection() {
+    let sup = start();
+    let mut first = connect(&sup.socket);
+    let st = keep(
+        &mut first,
+        1,
+        "job-a",
+        &["sh", "-c", "echo one; sleep 0.5; echo two; exit 3"],
+        30_000,
+        1 << 20,
+    )
+    .unwrap();
+    assert!(st.running);
+    let (o, _, st) = read(&mut first, 2, "job-a", 5_000, false);
+    assert_eq!(o, b"one\n");
+    assert!(st.running && st.exit.is_none());
+    drop(first);
+    // A new connection (a new server process) finds it and reads what is left.
+    let mut second = connect(&sup.socket);
+    let (o, _, st) = read(&mut second, 1, "job-a", 5_000, true);
+    assert_eq!(o, b"two\n");
+    assert!(!st.running);
+    assert_eq!(st.exit.unwrap().code, 3);
+    // Read to the end, it is forgotten.
+    let (_, _, e) = job(
+        &mut second,
+        2,
+        &JobControl::Read {
+            job_id: "job-a".into(),
+            wait_ms: 0,
+            until_exit: false,
+            max_bytes: 10,
+        },
+    );
+    assert!(e.unwrap_err().contains("no job job-a"));
+}
+
+#[test]
+fn issue_14_stdin_drives_a_repl_and_close_ends_it() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    keep(
+        &mut s,
+        1,
+        "repl",
+        &[
+            "sh",
+            "-c",
+            "while read l; do echo \"got $l\"; done; echo bye",
+        ],
+        30_000,
+        1 << 20,
+    )
+    .unwrap();
+    write_stdin(&mut s, 2, "repl", b"a\n").unwrap();
+    let (o, _, _) = read(&mut s, 3, "repl", 5_000, false);
+    assert_eq!(o, b"got a\n");
+    write_stdin(&mut s, 4, "repl", b"b\n").unwrap();
+    let (o, _, _) = read(&mut s, 5, "repl", 5_000, false);
+    assert_eq!(o, b"got b\n");
+    job(
+        &mut s,
+        6,
+        &JobControl::CloseStdin {
+            job_id: "repl".into(),
+        },
+    )
+    .2
+    .unwrap();
+    let (o, _, st) = read(&mut s, 7, "repl", 5_000, true);
+    assert_eq!(o, b"bye\n");
+    assert_eq!(st.exit.unwrap().code, 0);
+    assert!(
+        write_stdin(&mut s, 8, "repl", b"late")
+            .unwrap_err()
+            .contains("no job")
+    );
+}
+
+#[test]
+fn issue_14_signals_end_the_whole_group() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    keep(
+        &mut s,
+        1,
+        "tree",
+        &["sh", "-c", "sleep 1000 & sleep 1000 & echo $$; wait"],
+        60_000,
+        1 << 20,
+    )
+    .unwrap();
+    let (o, _, _) = read(&mut s, 2, "tree", 5_000, false);
+    let pgid: i32 = String::from_utf8(o).unwrap().trim().parse().unwrap();
+    assert_eq!(group_members(pgid), 3);
+    job(
+        &mut s,
+        3,
+        &JobControl::Signal {
+            job_id: "tree".into(),
+            signal: 15,
+        },
+    )
+    .2
+    .unwrap();
+    let (_, _, st) = read(&mut s, 4, "tree", 5_000, true);
+    assert_eq!(st.exit.unwrap().code, 128 + 15);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while group_members(pgid) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(group_members(pgid), 0, "a child survived TERM");
+    let e = job(
+        &mut s,
+        5,
+        &JobControl::Signal {
+            job_id: "tree".into(),
+            signal: 99,
+        },
+    )
+    .2;
+    assert!(e.unwrap_err().contains("no job"));
+    keep(&mut s, 6, "k", &["sleep", "100"], 60_000, 100).unwrap();
+    assert!(
+        job(
+            &mut s,
+            7,
+            &JobControl::Signal {
+                job_id: "k".into(),
+                signal: 999
+            }
+        )
+        .2
+        .unwrap_err()
+        .contains("not a signal")
+    );
+    job(
+        &mut s,
+        8,
+        &JobControl::Signal {
+            job_id: "k".into(),
+            signal: 9,
+        },
+    )
+    .2
+    .unwrap();
+    assert_eq!(read(&mut s, 9, "k", 5_000, true).2.exit.unwrap().code, 137);
+}
+
+#[test]
+fn issue_14_the_buffer_drops_the_oldest_and_says_how_much() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    keep(
+        &mut s,
+        1,
+        "loud",
+        &[
+            "sh",
+            "-c",
+            "head -c 100000 /dev/zero | tr '\\0' x; echo END",
+        ],
+        30_000,
+        1000,
+    )
+    .unwrap();
+    let (o, _, st) = read(&mut s, 2, "loud", 5_000, true);
+    assert_eq!(st.exit.unwrap().code, 0);
+    assert_eq!(o.len(), 1000, "the buffer's size is what is left");
+    assert!(o.ends_with(b"xxxEND\n"), "the newest bytes are kept");
+    assert_eq!(st.dropped_bytes, 100_004 - 1000);
+}
+
+#[test]
+fn issue_14_at_most_64_jobs_and_lists_show_them() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    for i in 0..64 {
+        keep(
+            &mut s,
+            i + 1,
+            &format!("j{i}"),
+            &["sleep", "100"],
+            60_000,
+            100,
+        )
+        .unwrap();
+    }
+    let e = keep(&mut s, 100, "j64", &["sleep", "100"], 60_000, 100).unwrap_err();
+    assert!(e.contains("64 jobs"), "{e}");
+    assert!(
+        keep(&mut s, 101, "j0", &["true"], 1000, 100)
+            .unwrap_err()
+            .contains("in use")
+    );
+    let (_, _, list) = job(&mut s, 102, &JobControl::List {});
+    let list: Vec<JobStatus> = serde_json::from_slice(&list.unwrap()).unwrap();
+    assert_eq!(list.len(), 64);
+    assert_eq!(list[0].job_id, "j0");
+    assert!(list.iter().all(|j| j.running && j.command == "sleep 100"));
+    // Ending one and reading it to the end makes room.
+    job(
+        &mut s,
+        103,
+        &JobControl::Signal {
+            job_id: "j5".into(),
+            signal: 9,
+        },
+    )
+    .2
+    .unwrap();
+    read(&mut s, 104, "j5", 5_000, true);
+    keep(&mut s, 105, "j64", &["true"], 1000, 100).unwrap();
+    assert_eq!(
+        read(&mut s, 107, "j64", 5_000, true).2.exit.unwrap().code,
+        0
+    );
+    // A missing program is an ended job with the shell's answer, not a failed request.
+    keep(&mut s, 106, "nope", &["/no/such/program"], 1000, 100).unwrap_err_or_exit(&mut s);
+}
+
+trait ExitOr {
+    fn unwrap_err_or_exit(self, s: &mut UnixStream);
+}
+
+impl ExitOr for Result<JobStatus, String> {
+    fn unwrap_err_or_exit(self, s: &mut UnixStream) {
+        let st = self.expect("a start that cannot run still makes a job");
+        let (_, e, st2) = read(s, 200, &st.job_id, 1000, true);
+        assert_eq!(st2.exit.unwrap().code, 127);
+        assert!(String::from_utf8_lossy(&e).contains("No such file"));
+    }
+}
+
+#[test]
+fn issue_14_hostile_job_requests_are_refused() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    for bad in [
+        &b"{}"[..],
+        b"{\"op\":\"read\"}",
+        b"{\"op\":\"list\",\"x\":1}",
+        b"\xff",
+    ] {
+        Frame::new(Kind::Job, 1, bad.to_vec())
+            .write_to(&mut s)
+            .unwrap();
+        assert!(answer(&mut s, 1).2.is_err());
+    }
+    for bad in [&b""[..], &[200u8, b'a'][..], &[1u8, 0xff][..]] {
+        Frame::new(Kind::JobStdin, 2, bad.to_vec())
+            .write_to(&mut s)
+            .unwrap();
+        assert!(answer(&mut s, 2).2.is_err());
+    }
+    assert!(keep(&mut s, 3, "", &["true"], 1000, 100).is_err());
+    assert!(keep(&mut s, 4, &"x".repeat(200), &["true"], 1000, 100).is_err());
+    // The connection still works.
+    assert_eq!(
+        run(&mut s, 5, &spec(&["echo", "ok"], 1000, 1000)).stdout,
+        b"ok\n"
+    );
 }

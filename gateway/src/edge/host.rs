@@ -197,6 +197,10 @@ impl Host {
                 }
                 Ok(v)
             }
+            // The gateway does not list the `jobs` group yet, so this is never parsed.
+            ToolCall::Job(_) => Err(GatewayError::Config(
+                "the gateway does not serve the jobs tool group yet".into(),
+            )),
             ToolCall::List | ToolCall::Dashboard => {
                 let v = team_call(&self.env, &team, "/list", &json!({"owner": self.owner})).await?;
                 let records: Vec<Record> = serde_json::from_value(v["computers"].clone())
@@ -275,6 +279,7 @@ fn describe(call: &ToolCall) -> (&'static str, Option<&str>) {
         ToolCall::Restart { computer_id } => ("restart", Some(computer_id)),
         ToolCall::FactoryReset { computer_id } => ("factory_reset", Some(computer_id)),
         ToolCall::Delete { computer_id } => ("delete", Some(computer_id)),
+        ToolCall::Job(j) => ("job", j.computer_id()),
     }
 }
 

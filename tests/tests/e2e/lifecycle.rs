@@ -174,13 +174,7 @@ async fn issue_2_lifecycle_tools() -> anyhow::Result<()> {
     ] {
         assert!(ids.contains(&want), "{want} not in {ids:?}");
     }
-    let item = list["computers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["computer_id"] == id.as_str())
-        .unwrap()
-        .clone();
+    let item = listed(&list, &id).unwrap();
     for key in [
         "computer_id",
         "sandbox_id",
@@ -251,12 +245,7 @@ async fn issue_2_permanent_found_again_after_server_restart() -> anyhow::Result<
         .await?
         .structured_content
         .unwrap();
-    let item = list["computers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["computer_id"] == id.as_str())
-        .cloned();
+    let item = listed(&list, &id);
     assert_eq!(
         item.expect("permanent computer listed after restart")["temporary"],
         false

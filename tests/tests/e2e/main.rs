@@ -10,6 +10,7 @@
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
+//! - `jobs`: long-running commands as jobs (`yield_ms`, `terminal_job`) and per-call `env`
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
@@ -29,6 +30,7 @@ mod gateway_cloud;
 mod http;
 mod image;
 mod images;
+mod jobs;
 mod lifecycle;
 mod modal;
 mod parity;

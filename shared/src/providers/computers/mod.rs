@@ -97,9 +97,15 @@ pub struct ProviderExec {
 /// Runs the program in `$2…` in directory `$1` (126 with the reason when it is missing).
 const CD_WRAPPER: &str = "cd -- \"$1\" 2>/dev/null || { echo \"cd: $1: No such file or directory\" >&2; exit 126; }; shift; exec \"$@\"";
 
-/// The argv run on the machine: the cd wrapper, then the program (`bash -c` for a shell
-/// command when the image has bash, else `sh -c`; or the caller's argv).
-pub fn program_argv(working_directory: Option<&str>, program: Program<'_>) -> Vec<String> {
+/// The argv run on the machine: the cd wrapper, `env NAME=value…` when the call adds to
+/// the environment (names are validated, so none looks like an option of `env`), then the
+/// program (`bash -c` for a shell command when the image has bash, else `sh -c`; or the
+/// caller's argv).
+pub fn program_argv(
+    working_directory: Option<&str>,
+    env: &[(String, String)],
+    program: Program<'_>,
+) -> Vec<String> {
     let mut argv = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
@@ -110,6 +116,10 @@ pub fn program_argv(working_directory: Option<&str>, program: Program<'_>) -> Ve
             .unwrap_or("/")
             .to_owned(),
     ];
+    if !env.is_empty() {
+        argv.push("env".to_owned());
+        argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    }
     match program {
         Program::Shell {
             shell: Some(shell),
@@ -215,6 +225,7 @@ mod tests {
     fn program_argv_wraps_the_directory_and_the_program() {
         let argv = program_argv(
             Some("/work"),
+            &[],
             Program::Argv(&["ls".to_owned(), "-l".to_owned()]),
         );
         assert_eq!(&argv[..2], &["/bin/sh", "-c"]);
@@ -222,6 +233,7 @@ mod tests {
         assert_eq!(&argv[5..], &["ls", "-l"]);
         let argv = program_argv(
             None,
+            &[],
             Program::Shell {
                 shell: Some("/bin/zsh"),
                 command: "echo hi",
@@ -231,6 +243,7 @@ mod tests {
         assert_eq!(&argv[5..], &["/bin/zsh", "-c", "echo hi"]);
         let argv = program_argv(
             Some(""),
+            &[],
             Program::Shell {
                 shell: None,
                 command: "echo hi",
@@ -238,6 +251,12 @@ mod tests {
         );
         assert_eq!(argv[4], "/");
         assert_eq!(argv.last().map(String::as_str), Some("echo hi"));
+        let env = [
+            ("A".to_owned(), "1 2".to_owned()),
+            ("B_".to_owned(), String::new()),
+        ];
+        let argv = program_argv(None, &env, Program::Argv(&["ls".to_owned()]));
+        assert_eq!(&argv[5..], &["env", "A=1 2", "B_=", "ls"]);
     }
 
     #[test]

@@ -1,0 +1,223 @@
+//! Jobs on this server's computers (SPEC §3.8): a `terminal_execute` with `yield_ms`
+//! that outlives its call, and `terminal_job`, which reads, writes, signals and lists.
+//!
+//! The backend keeps each job (on Docker, the in-computer supervisor), so a job outlives
+//! the call, the session and this process. This module adds only what the server knows:
+//! which computer a job id it handed out runs on (so `terminal_job` needs no
+//! `computer_id` in the session that started it), when its timeout ends it (so an idle
+//! temporary is not reaped under a running job), and the history entry once it ended.
+//! Access is the computer's: whoever may reach the computer may reach its jobs; anyone
+//! else gets "no such job", whatever the id.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shared::history::{HistoryEntry, rfc3339_utc};
+use shared::jobs::{
+    JobCall, JobOutput, job_id_from, job_list_structured, job_structured, yielded_structured,
+};
+use shared::registry::Claimant;
+
+use super::{Computers, SessionHost, now_ms};
+use crate::error::ComputerError;
+use crate::place::{BackendError, Failure, Place};
+use crate::spec::{ExecSpec, JobPoll, JobStart};
+
+/// A job this server started.
+#[derive(Debug, Clone)]
+pub(super) struct JobRecord {
+    /// The computer's backend key and the caller's id for it.
+    key: String,
+    id: String,
+    command: String,
+    started_ms: u64,
+    /// When its timeout ends it, at the latest.
+    deadline_ms: u64,
+}
+
+fn no_such_job(job_id: &str) -> ComputerError {
+    ComputerError::Backend(BackendError::new(
+        Failure::NoSuchJob,
+        format!(
+            "no job {job_id} on this computer (it never existed, is another session's, or ended and was read); pass the `computer_id` it runs on if another session or server process started it"
+        ),
+    ))
+}
+
+impl Computers {
+    fn job_table(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, JobRecord>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets the jobs of computer `key` (it was restarted, reset or removed: they ended).
+    pub(super) fn forget_jobs_of(&self, key: &str) {
+        self.job_table().retain(|_, r| r.key != key);
+    }
+
+    /// Does computer `key` run a job that may still be running (its timeout not passed)?
+    pub(super) fn runs_jobs(&self, key: &str, now: u64) -> bool {
+        self.job_table()
+            .values()
+            .any(|r| r.key == key && r.deadline_ms > now)
+    }
+
+    /// A job ended and its last output was read: record it in the history, forget it.
+    fn job_ended(&self, job_id: &str, out: &JobOutput) {
+        let Some(r) = self.job_table().remove(job_id) else {
+            return;
+        };
+        let entry = HistoryEntry {
+            command: r.command,
+            started_at: rfc3339_utc(r.started_ms),
+            exit_code: out.exit_code.unwrap_or_default(),
+            duration_ms: out.duration_ms,
+            timed_out: out.timed_out_after.is_some(),
+            truncated: false,
+        };
+        let Ok(()) = self.registry().ran(&r.key, entry);
+    }
+
+    /// Starts `spec` on `key` as a job, waits up to `yield_ms` for it to end, and answers
+    /// like an exec when it did, or with its output so far and its `job_id` when not.
+    pub(super) async fn start_job_on(
+        &self,
+        key: &str,
+        id: &str,
+        temporary: bool,
+        spec: &ExecSpec,
+        command: String,
+        yield_ms: u64,
+    ) -> Result<Value, ComputerError> {
+        let job = JobStart {
+            job_id: job_id_from(rand::random::<[u8; 12]>()),
+            command,
+        };
+        let started_ms = now_ms();
+        let mut started = self.backend.job_start(key, spec, &job).await;
+        if matches!(&started, Err(e) if e.failure == Failure::NotRunning)
+            && self.backend.start(key).await.is_ok()
+        {
+            started = self.backend.job_start(key, spec, &job).await;
+        }
+        started?;
+        let timeout_ms = u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX);
+        self.job_table().insert(
+            job.job_id.clone(),
+            JobRecord {
+                key: key.to_owned(),
+                id: id.to_owned(),
+                command: job.command.clone(),
+                started_ms,
+                deadline_ms: started_ms.saturating_add(timeout_ms),
+            },
+        );
+        // Given `stdin` is the whole input, as in the foreground; without it, stdin stays
+        // open for terminal_job.
+        let poll = JobPoll {
+            close_stdin: spec.stdin.is_some(),
+            stdin: spec.stdin.clone().map(String::into_bytes),
+            signal: None,
+            wait: Duration::from_millis(yield_ms.min(timeout_ms)),
+            until_exit: true,
+            max_bytes: self.defaults.output_limit,
+        };
+        let out = self.backend.job_poll(key, &job.job_id, &poll).await?;
+        if !out.running {
+            self.job_ended(&job.job_id, &out);
+        }
+        Ok(yielded_structured(id, temporary, out))
+    }
+}
+
+impl SessionHost {
+    /// The backend key of computer `id` if this caller may reach it (without creating it).
+    async fn reachable(&self, id: &str) -> Result<String, ComputerError> {
+        let c = &self.computers;
+        let key = self.key(id);
+        let claimant = Claimant {
+            requested: None,
+            owner: &self.owner,
+            stateless: self.stateless,
+        };
+        let known = c.registry().check(&key, &claimant)?.is_some();
+        if known {
+            let Ok(()) = c.registry().touch(&key, now_ms());
+        } else {
+            c.visible_record(id, &self.owner, self.team()).await?;
+        }
+        Ok(key)
+    }
+
+    /// The computer a `terminal_job` call is about: the one named, else the one this
+    /// server started the job on (if it is this team's), else the session default.
+    async fn job_computer(
+        &self,
+        named: Option<&str>,
+        job_id: Option<&str>,
+    ) -> Result<String, ComputerError> {
+        if let Some(id) = named {
+            return Ok(id.to_owned());
+        }
+        if let Some(job_id) = job_id {
+            let record = self.computers.job_table().get(job_id).cloned();
+            if let Some(r) = record
+                && shared::teams::id_of(self.team(), &r.key) == Some(r.id.as_str())
+            {
+                return Ok(r.id);
+            }
+        }
+        if let Some(id) = self.default.lock().await.clone() {
+            return Ok(id);
+        }
+        Err(match job_id {
+            Some(job_id) => no_such_job(job_id),
+            None => ComputerError::Backend(BackendError::new(
+                Failure::NotFound,
+                "this session has no computer yet: pass the `computer_id` whose jobs to list",
+            )),
+        })
+    }
+
+    /// Runs a validated `terminal_job` call.
+    pub(super) async fn job(&self, call: JobCall) -> Result<Value, ComputerError> {
+        let job_id = match &call {
+            JobCall::Poll(p) => Some(p.job_id.as_str()),
+            JobCall::List { .. } => None,
+        };
+        let id = self.job_computer(call.computer_id(), job_id).await?;
+        let key = self.reachable(&id).await.map_err(|e| match job_id {
+            // A computer the caller may not reach hides its jobs too.
+            Some(j) if e.is_not_found() => no_such_job(j),
+            _ => e,
+        })?;
+        let c = &self.computers;
+        match call {
+            JobCall::List { .. } => {
+                let jobs = c.backend.job_list(&key).await?;
+                Ok(job_list_structured(&id, &jobs))
+            }
+            JobCall::Poll(p) => {
+                let poll = JobPoll {
+                    stdin: p.stdin,
+                    close_stdin: p.close_stdin,
+                    signal: p.signal,
+                    wait: Duration::from_millis(p.wait_ms),
+                    until_exit: false,
+                    max_bytes: c.defaults.output_limit,
+                };
+                let out = match c.backend.job_poll(&key, &p.job_id, &poll).await {
+                    Ok(out) => out,
+                    Err(e) if e.failure == Failure::NoSuchJob => {
+                        c.job_table().remove(&p.job_id);
+                        return Err(no_such_job(&p.job_id));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if !out.running {
+                    c.job_ended(&p.job_id, &out);
+                }
+                Ok(job_structured(&id, out))
+            }
+        }
+    }
+}

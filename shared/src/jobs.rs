@@ -1,0 +1,316 @@
+//! Long-running commands (SPEC §3.8, group `jobs`): the `terminal_job` call, job ids,
+//! signals, and the shape of job results.
+//!
+//! A command started with `yield_ms` that is still running when the wait ends becomes a
+//! job: it keeps running on its computer, with its output in a bounded buffer there
+//! (the oldest bytes dropped and counted), until it ends and its output is read. Jobs are
+//! reached by id through the computer they run on; whoever may reach the computer may
+//! reach its jobs. Every backend and the gateway use these rules and shapes.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+pub use crate::result::JobInfo;
+use crate::result::{ExecOutcome, exec_structured};
+
+/// The job tool's name.
+pub const JOB_TOOL: &str = "terminal_job";
+/// `wait_ms` when omitted.
+pub const DEFAULT_WAIT_MS: u64 = 1_000;
+/// The longest `wait_ms`.
+pub const MAX_WAIT_MS: u64 = 60_000;
+/// Most jobs a computer keeps (running, or ended with output not read yet).
+pub const MAX_JOBS: usize = 64;
+/// Each job's output buffer.
+pub const BUFFER_BYTES: u64 = 8 << 20;
+/// Longest job id accepted.
+const MAX_JOB_ID: usize = 64;
+
+/// A job id from 12 random bytes (96 bits): `job-` and 24 hex digits.
+pub fn job_id_from(random: [u8; 12]) -> String {
+    let mut id = String::with_capacity(28);
+    id.push_str("job-");
+    for b in random {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
+
+/// Checks the shape of a job id an agent passed (it may still name no job).
+pub fn validate_job_id(id: &str) -> Result<(), String> {
+    if id.is_empty()
+        || id.len() > MAX_JOB_ID
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "`job_id` must be the id terminal_execute returned (like \"job-1f2e…\"), got {:?}",
+            crate::history::cut(id, 40)
+        ));
+    }
+    Ok(())
+}
+
+/// The signal a name or number means: `INT`, `TERM`, `KILL`, `HUP` (also with `SIG`,
+/// any case, and a few more), or a number from 1 to 64.
+pub fn parse_signal(raw: &Value) -> Result<i32, String> {
+    let fail = || {
+        format!(
+            "`signal` must be INT, TERM, KILL, HUP (or QUIT, USR1, USR2, STOP, CONT) or a signal number from 1 to 64, got {raw}"
+        )
+    };
+    match raw {
+        Value::Number(n) => n
+            .as_u64()
+            .filter(|n| (1..=64).contains(n))
+            .map(|n| n as i32)
+            .ok_or_else(fail),
+        Value::String(s) => {
+            let upper = s.trim().to_ascii_uppercase();
+            let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+            if let Ok(n) = name.parse::<u64>() {
+                return parse_signal(&json!(n));
+            }
+            Ok(match name {
+                "HUP" => 1,
+                "INT" => 2,
+                "QUIT" => 3,
+                "KILL" => 9,
+                "USR1" => 10,
+                "USR2" => 12,
+                "TERM" => 15,
+                "CONT" => 18,
+                "STOP" => 19,
+                _ => return Err(fail()),
+            })
+        }
+        _ => Err(fail()),
+    }
+}
+
+/// A validated `terminal_job` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobCall {
+    /// The jobs on a computer, running and recently ended.
+    List { computer_id: Option<String> },
+    /// Write, close, signal (in that order), then wait for news and read it.
+    Poll(JobPoll),
+}
+
+/// What one `terminal_job` call does to one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPoll {
+    pub job_id: String,
+    /// `None`: the computer the job was started on, as this server knows it, else the
+    /// session default.
+    pub computer_id: Option<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub close_stdin: bool,
+    pub signal: Option<i32>,
+    pub wait_ms: u64,
+}
+
+impl JobCall {
+    pub fn computer_id(&self) -> Option<&str> {
+        match self {
+            JobCall::List { computer_id } => computer_id.as_deref(),
+            JobCall::Poll(p) => p.computer_id.as_deref(),
+        }
+    }
+}
+
+/// What a read of a job found: its new output and how it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JobOutput {
+    pub job_id: String,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// False once it ended and this read took the last of its output.
+    pub running: bool,
+    /// Set when `running` is false.
+    pub exit_code: Option<i64>,
+    pub duration_ms: u64,
+    /// Output dropped (the oldest) since the previous read.
+    pub dropped_bytes: u64,
+    /// Its timeout ended it (value: the timeout in seconds).
+    pub timed_out_after: Option<u64>,
+}
+
+fn as_outcome(out: &JobOutput) -> ExecOutcome {
+    ExecOutcome {
+        stdout: out.stdout.clone(),
+        stderr: out.stderr.clone(),
+        exit_code: out.exit_code.unwrap_or_default(),
+        duration_ms: out.duration_ms,
+        truncated_at: None,
+        timed_out_after: out.timed_out_after,
+    }
+}
+
+fn put(out: &mut Map<String, Value>, key: &str, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => {
+            out.insert(key.into(), json!(s));
+        }
+        Err(_) => {
+            out.insert(key.into(), json!(String::from_utf8_lossy(bytes)));
+            out.insert(
+                format!("{key}_base64"),
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            );
+        }
+    }
+}
+
+/// The structured result of `terminal_job` (SPEC §3.8): only what is new since the
+/// previous read; `exit_code` and `exec_duration_ms` once the job ended.
+pub fn job_structured(computer_id: &str, out: JobOutput) -> Value {
+    let mut m = Map::new();
+    m.insert("computer_id".into(), json!(computer_id));
+    m.insert("job_id".into(), json!(out.job_id));
+    m.insert("running".into(), json!(out.running));
+    if out.running {
+        put(&mut m, "stdout", &out.stdout);
+        put(&mut m, "stderr", &out.stderr);
+    } else {
+        // The ended shape, notices included, is the exec result's.
+        let Value::Object(ended) = exec_structured(computer_id, false, as_outcome(&out)) else {
+            return Value::Object(m);
+        };
+        for (k, v) in ended {
+            if k != "computer_id" && k != "temporary" {
+                m.insert(k, v);
+            }
+        }
+    }
+    if out.dropped_bytes > 0 {
+        m.insert("dropped_bytes".into(), json!(out.dropped_bytes));
+    }
+    Value::Object(m)
+}
+
+/// The structured result of a `terminal_execute` with `yield_ms`: the exec result when the
+/// command ended in time, else what it printed so far with `running: true` and `job_id`.
+pub fn yielded_structured(computer_id: &str, temporary: bool, out: JobOutput) -> Value {
+    if !out.running {
+        let mut v = exec_structured(computer_id, temporary, as_outcome(&out));
+        if out.dropped_bytes > 0 {
+            v["dropped_bytes"] = json!(out.dropped_bytes);
+        }
+        return v;
+    }
+    let mut m = Map::new();
+    m.insert("computer_id".into(), json!(computer_id));
+    m.insert("temporary".into(), json!(temporary));
+    put(&mut m, "stdout", &out.stdout);
+    put(&mut m, "stderr", &out.stderr);
+    m.insert("exec_duration_ms".into(), json!(out.duration_ms));
+    m.insert("running".into(), json!(true));
+    m.insert("job_id".into(), json!(out.job_id));
+    if out.dropped_bytes > 0 {
+        m.insert("dropped_bytes".into(), json!(out.dropped_bytes));
+    }
+    Value::Object(m)
+}
+
+/// The structured result of `terminal_job` with `list`.
+pub fn job_list_structured(computer_id: &str, jobs: &[JobInfo]) -> Value {
+    json!({"computer_id": computer_id, "jobs": jobs, "count": jobs.len()})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_long_and_checked() {
+        let id = job_id_from([0xab; 12]);
+        assert_eq!(id, format!("job-{}", "ab".repeat(12)));
+        assert!(validate_job_id(&id).is_ok());
+        for bad in ["", "a b", "job/1", "é", &"x".repeat(65)] {
+            assert!(validate_job_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn signals_by_name_or_number() {
+        for (raw, want) in [
+            (json!("INT"), 2),
+            (json!("term"), 15),
+            (json!("SIGKILL"), 9),
+            (json!("HUP"), 1),
+            (json!(" usr1 "), 10),
+            (json!(9), 9),
+            (json!("15"), 15),
+            (json!(64), 64),
+        ] {
+            assert_eq!(parse_signal(&raw), Ok(want), "{raw}");
+        }
+        for bad in [
+            json!(0),
+            json!(65),
+            json!(-1),
+            json!(1.5),
+            json!("BOOM"),
+            json!(null),
+            json!([9]),
+        ] {
+            assert!(
+                parse_signal(&bad).unwrap_err().contains("`signal`"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn shapes() {
+        let running = JobOutput {
+            job_id: "job-1".into(),
+            stdout: b"so far".to_vec(),
+            stderr: b"\xff".to_vec(),
+            running: true,
+            duration_ms: 5,
+            dropped_bytes: 3,
+            ..JobOutput::default()
+        };
+        let v = job_structured("box", running.clone());
+        assert_eq!(v["running"], true);
+        assert_eq!(v["stdout"], "so far");
+        assert_eq!(v["stderr_base64"], "/w==");
+        assert_eq!(v["dropped_bytes"], 3);
+        assert!(v.get("exit_code").is_none());
+        let y = yielded_structured("box", true, running);
+        assert_eq!(
+            (y["running"].clone(), y["job_id"].clone()),
+            (json!(true), json!("job-1"))
+        );
+        assert_eq!(y["temporary"], true);
+        assert!(y.get("exit_code").is_none());
+        let ended = JobOutput {
+            job_id: "job-1".into(),
+            stdout: b"done\n".to_vec(),
+            exit_code: Some(124),
+            timed_out_after: Some(2),
+            duration_ms: 2000,
+            ..JobOutput::default()
+        };
+        let v = job_structured("box", ended.clone());
+        assert_eq!(
+            (v["running"].clone(), v["exit_code"].clone()),
+            (json!(false), json!(124))
+        );
+        assert_eq!(v["timed_out"], true);
+        assert!(
+            v["stderr"]
+                .as_str()
+                .unwrap()
+                .contains("timed out after 2 s")
+        );
+        assert!(v.get("temporary").is_none());
+        let y = yielded_structured("box", false, ended);
+        assert_eq!(y["exit_code"], 124);
+        assert!(y.get("job_id").is_none() && y.get("running").is_none());
+    }
+}

@@ -1,0 +1,416 @@
+//! Issue 14: long-running commands as jobs (`yield_ms`, `terminal_job`) on Docker, and
+//! per-call `env` (SPEC §3.8, §3.10).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tests::*;
+
+fn jobs_opts() -> ServerOpts {
+    ServerOpts::default().arg("--tools=jobs,lifecycle")
+}
+
+/// `terminal_job` as structured content (fails on `isError`).
+async fn job(c: &Client, arguments: Value) -> anyhow::Result<Value> {
+    let r = call(c, "terminal_job", arguments.clone()).await?;
+    anyhow::ensure!(
+        r.is_error != Some(true),
+        "terminal_job {arguments} failed: {}",
+        text(&r)
+    );
+    Ok(r.structured_content.unwrap_or_default())
+}
+
+/// The error text of a `terminal_job` call that must fail.
+async fn job_error(c: &Client, arguments: Value) -> anyhow::Result<String> {
+    let r = call(c, "terminal_job", arguments.clone()).await?;
+    anyhow::ensure!(r.is_error == Some(true), "{arguments} should fail: {r:?}");
+    Ok(text(&r))
+}
+
+/// Polls until the job ends; returns all its stdout and the last result.
+async fn drain(c: &Client, job_id: &str, computer_id: &str) -> anyhow::Result<(String, Value)> {
+    let mut out = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = job(
+            c,
+            json!({"job_id": job_id, "computer_id": computer_id, "wait_ms": 5000}),
+        )
+        .await?;
+        out.push_str(r["stdout"].as_str().unwrap_or_default());
+        if r["running"] == false {
+            return Ok((out, r));
+        }
+        anyhow::ensure!(Instant::now() < deadline, "job {job_id} never ended");
+    }
+}
+
+/// How many processes in computer `id` run `sleep` (the pattern does not match itself).
+async fn sleepers(c: &Client, id: &str) -> anyhow::Result<String> {
+    let r = exec(
+        c,
+        json!({"command": "grep -l 'sle[e]p' /proc/[0-9]*/cmdline 2>/dev/null | wc -l", "computer_id": id}),
+    )
+    .await?;
+    Ok(r["stdout"].as_str().unwrap_or_default().trim().to_owned())
+}
+
+#[tokio::test]
+async fn issue_14_the_jobs_group_is_listed_only_when_asked() -> anyhow::Result<()> {
+    let t = tag("jobsoff");
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    let tools = c.list_all_tools().await?;
+    assert_eq!(tools.len(), 1);
+    assert!(tools[0].input_schema.get("properties").unwrap()["yield_ms"].is_null());
+    let r = call(
+        &c,
+        "terminal_execute",
+        json!({"command": "true", "yield_ms": 10}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        text(&r).contains("unknown argument \"yield_ms\""),
+        "{}",
+        text(&r)
+    );
+    c.cancel().await?;
+    let c = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
+    let names: Vec<String> = c
+        .list_all_tools()
+        .await?
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(&names[..2], ["terminal_execute", "terminal_job"]);
+    assert_eq!(names.len(), 8);
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
+
+#[tokio::test]
+async fn issue_14_jobs_on_docker() -> anyhow::Result<()> {
+    let t = tag("jobs");
+    let c = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
+    let id = format!("{t}-a");
+    // Ends within the wait: the plain exec result, no job.
+    let r = exec(
+        &c,
+        json!({"command": "echo quick; exit 4", "yield_ms": 10000, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(
+        (r["stdout"].as_str(), r["exit_code"].as_i64()),
+        (Some("quick\n"), Some(4))
+    );
+    assert!(
+        r.get("job_id").is_none() && r.get("running").is_none(),
+        "{r}"
+    );
+    // Given stdin is the whole input, as in the foreground.
+    let r = exec(
+        &c,
+        json!({"args": ["wc", "-c"], "stdin": "abc", "yield_ms": 10000, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "3\n");
+    // Still running: the output so far and a job id; the rest comes by polling.
+    let r = exec(
+        &c,
+        json!({"command": "echo start; sleep 1; echo end; exit 3", "yield_ms": 300, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(
+        (r["running"].as_bool(), r["stdout"].as_str()),
+        (Some(true), Some("start\n")),
+        "{r}"
+    );
+    assert!(r.get("exit_code").is_none());
+    let job_id = r["job_id"].as_str().unwrap().to_owned();
+    assert!(job_id.len() >= 28, "{job_id}");
+    let (out, last) = drain(&c, &job_id, &id).await?;
+    assert_eq!(out, "end\n");
+    assert_eq!(last["exit_code"], 3);
+    assert!(last["exec_duration_ms"].as_u64().unwrap() >= 1000);
+    // Read to the end, it is gone.
+    let e = job_error(&c, json!({"job_id": job_id})).await?;
+    assert!(e.contains("no job"), "{e}");
+    // yield_ms 0 answers at once.
+    let r = exec(
+        &c,
+        json!({"command": "sleep 0.5; echo z", "yield_ms": 0, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(r["running"], true);
+    // Without computer_id the session finds the job's computer itself.
+    let j = r["job_id"].as_str().unwrap();
+    let r = job(&c, json!({"job_id": j, "wait_ms": 10000})).await?;
+    assert_eq!(r["computer_id"], id.as_str());
+    let (out, _) = drain(&c, j, &id).await?;
+    assert!(format!("{}{out}", r["stdout"].as_str().unwrap()).contains('z'));
+
+    // A REPL answers two writes; closing stdin ends it.
+    let r = exec(
+        &c,
+        json!({"command": "while read l; do echo \"got $l\"; done; echo bye", "yield_ms": 200, "computer_id": id}),
+    )
+    .await?;
+    let repl = r["job_id"].as_str().unwrap().to_owned();
+    let r = job(&c, json!({"job_id": repl, "stdin": "a\n", "wait_ms": 5000})).await?;
+    assert_eq!(
+        (r["stdout"].as_str(), r["running"].as_bool()),
+        (Some("got a\n"), Some(true))
+    );
+    let r = job(
+        &c,
+        json!({"job_id": repl, "stdin_base64": "Ygo=", "wait_ms": 5000}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "got b\n");
+    let r = job(
+        &c,
+        json!({"job_id": repl, "close_stdin": true, "wait_ms": 5000}),
+    )
+    .await?;
+    let (rest, last) = drain(&c, &repl, &id).await?;
+    assert_eq!(format!("{}{rest}", r["stdout"].as_str().unwrap()), "bye\n");
+    assert_eq!(last["exit_code"], 0);
+
+    // TERM and KILL end the whole tree: nothing survives, checked inside the computer.
+    for (signal, code) in [("TERM", 143), ("KILL", 137)] {
+        let r = exec(
+            &c,
+            json!({"command": "sleep 1000 & sleep 1000 & echo ready; wait", "yield_ms": 500, "computer_id": id}),
+        )
+        .await?;
+        assert_eq!(r["stdout"], "ready\n");
+        // The two sleeps and the shell whose command line names them.
+        assert_eq!(sleepers(&c, &id).await?, "3");
+        let j = r["job_id"].as_str().unwrap().to_owned();
+        let r = job(&c, json!({"job_id": j, "signal": signal, "wait_ms": 5000})).await?;
+        let last = if r["running"] == false {
+            r
+        } else {
+            drain(&c, &j, &id).await?.1
+        };
+        assert_eq!(last["exit_code"], code, "{signal}: {last}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while sleepers(&c, &id).await? != "0" {
+            assert!(Instant::now() < deadline, "a child survived {signal}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // The job's timeout bounds its whole life.
+    let r = exec(
+        &c,
+        json!({"command": "echo t; sleep 100", "timeout": 1, "yield_ms": 100, "computer_id": id}),
+    )
+    .await?;
+    let (_, last) = drain(&c, r["job_id"].as_str().unwrap(), &id).await?;
+    assert_eq!(
+        (last["exit_code"].as_i64(), last["timed_out"].as_bool()),
+        (Some(124), Some(true))
+    );
+
+    // A reader that falls behind loses the oldest bytes, and is told how many.
+    let r = exec(
+        &c,
+        json!({"command": "head -c 20000000 /dev/zero | tr '\\0' x; echo END", "yield_ms": 0, "computer_id": id}),
+    )
+    .await?;
+    let j = r["job_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (mut got, mut dropped) = (r["stdout"].as_str().unwrap().len() as u64, 0u64);
+    let mut tail = String::new();
+    loop {
+        let r = job(&c, json!({"job_id": j, "wait_ms": 5000})).await?;
+        let s = r["stdout"].as_str().unwrap();
+        got += s.len() as u64;
+        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
+        tail = format!("{tail}{s}");
+        tail = tail[tail.len().saturating_sub(10)..].to_owned();
+        if r["running"] == false {
+            break;
+        }
+    }
+    assert!(dropped > 0, "nothing was dropped");
+    assert_eq!(got + dropped, 20_000_004, "every byte read or counted");
+    assert!(
+        tail.ends_with("xxEND\n"),
+        "the newest bytes are kept: {tail:?}"
+    );
+
+    // Lists: terminal_job's and computer_list's.
+    let r = exec(
+        &c,
+        json!({"command": "sleep 30", "yield_ms": 0, "computer_id": id}),
+    )
+    .await?;
+    let sleeping = r["job_id"].as_str().unwrap().to_owned();
+    let l = job(&c, json!({"list": true, "computer_id": id})).await?;
+    assert_eq!(l["count"], 1, "{l}");
+    assert_eq!(
+        (
+            l["jobs"][0]["job_id"].as_str(),
+            l["jobs"][0]["command"].as_str()
+        ),
+        (Some(sleeping.as_str()), Some("sleep 30"))
+    );
+    let inv = call(&c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let item = listed(&inv, &id).unwrap();
+    assert_eq!(item["jobs"][0]["job_id"], sleeping.as_str(), "{item}");
+    assert_eq!(item["jobs"][0]["running"], true);
+
+    // Bad and unknown ids are refused, changing nothing.
+    for (args, needle) in [
+        (json!({"job_id": "job-000000000000000000000000"}), "no job"),
+        (json!({"job_id": "a b"}), "`job_id`"),
+        (json!({}), "needs `job_id`"),
+        (json!({"job_id": sleeping, "signal": "BOOM"}), "`signal`"),
+        (json!({"job_id": sleeping, "wait_ms": 60001}), "`wait_ms`"),
+        (
+            json!({"job_id": sleeping, "stdin": "a", "stdin_base64": "YQ=="}),
+            "not both",
+        ),
+        (
+            json!({"list": true, "job_id": sleeping}),
+            "`list` takes only",
+        ),
+    ] {
+        let e = job_error(&c, args.clone()).await?;
+        assert!(e.contains(needle), "{args}: {e}");
+    }
+    // Restart ends the computer's jobs.
+    call(&c, "computer_restart", json!({"computer_id": id})).await?;
+    let e = job_error(&c, json!({"job_id": sleeping, "computer_id": id})).await?;
+    assert!(e.contains("no job"), "{e}");
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
+
+#[tokio::test]
+async fn issue_14_jobs_outlive_their_session_and_server() -> anyhow::Result<()> {
+    let t = tag("jobslive");
+    let id = format!("{t}-p");
+    let a = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
+    let r = exec(
+        &a,
+        json!({"command": "echo early; sleep 2; echo late", "yield_ms": 200, "computer_id": id, "temporary": false}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "early\n");
+    let j = r["job_id"].as_str().unwrap().to_owned();
+    // Another session's temporary computer and its jobs stay out of reach.
+    let r = exec(&a, json!({"command": "sleep 30", "yield_ms": 0})).await?;
+    let (private_job, private_id) = (
+        r["job_id"].as_str().unwrap().to_owned(),
+        r["computer_id"].as_str().unwrap().to_owned(),
+    );
+    let b = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
+    for args in [
+        json!({"job_id": private_job}),
+        json!({"job_id": private_job, "computer_id": private_id}),
+    ] {
+        let e = job_error(&b, args.clone()).await?;
+        assert!(e.contains("no job"), "{args}: {e}");
+    }
+    b.cancel().await?;
+    // The server that started the job goes away; a new server process reads the rest.
+    a.cancel().await?;
+    let c = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
+    let (out, last) = drain(&c, &j, &id).await?;
+    assert_eq!(out, "late\n");
+    assert_eq!(last["exit_code"], 0);
+    c.cancel().await?;
+    remove_all(&t).await
+}
+
+#[tokio::test]
+async fn issue_14_a_computer_keeps_at_most_64_jobs() -> anyhow::Result<()> {
+    let t = tag("jobscap");
+    let c = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
+    let id = format!("{t}-a");
+    for _ in 0..64 {
+        let r = exec(
+            &c,
+            json!({"args": ["sleep", "100"], "yield_ms": 0, "computer_id": id}),
+        )
+        .await?;
+        assert_eq!(r["running"], true);
+    }
+    let r = call(
+        &c,
+        "terminal_execute",
+        json!({"args": ["true"], "yield_ms": 0, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("64 jobs"), "{}", text(&r));
+    // Foreground commands still run.
+    assert_eq!(
+        exec(&c, json!({"command": "echo ok", "computer_id": id})).await?["stdout"],
+        "ok\n"
+    );
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
+
+#[tokio::test]
+async fn issue_14_per_call_env_on_both_docker_paths() -> anyhow::Result<()> {
+    for plain in [false, true] {
+        let t = tag(if plain { "envplain" } else { "envsup" });
+        let c = stdio_client(&t, &state_dir(&t), &jobs_opts().plain_if(plain)).await?;
+        let r = exec(
+            &c,
+            json!({"command": "echo \"$GREETING $EMPTY|$HOME\"", "env": {"GREETING": "hi there", "EMPTY": "", "HOME": "/elsewhere"}}),
+        )
+        .await?;
+        assert_eq!(r["stdout"], "hi there |/elsewhere\n", "plain={plain}");
+        // Only for that command.
+        let r = exec(&c, json!({"command": "echo \"[$GREETING]\""})).await?;
+        assert_eq!(r["stdout"], "[]\n");
+        for (env, needle) in [
+            (json!({"1BAD": "x"}), "not a variable name"),
+            (json!({"A-B": "x"}), "not a variable name"),
+            (json!({"A": 1}), "must be a string"),
+            (json!(["A=1"]), "must be an object"),
+        ] {
+            let r = call(
+                &c,
+                "terminal_execute",
+                json!({"command": "true", "env": env}),
+            )
+            .await?;
+            assert_eq!(r.is_error, Some(true));
+            assert!(text(&r).contains(needle), "{env}: {}", text(&r));
+        }
+        if plain {
+            // Without the supervisor a command cannot outlive its call: said clearly.
+            let r = call(
+                &c,
+                "terminal_execute",
+                json!({"command": "sleep 5", "yield_ms": 0}),
+            )
+            .await?;
+            assert_eq!(r.is_error, Some(true));
+            assert!(text(&r).contains("supervisor"), "{}", text(&r));
+        } else {
+            let r = exec(
+                &c,
+                json!({"command": "sleep 0.3; echo $X", "env": {"X": "in a job"}, "yield_ms": 0}),
+            )
+            .await?;
+            let id = r["computer_id"].as_str().unwrap().to_owned();
+            let (out, _) = drain(&c, r["job_id"].as_str().unwrap(), &id).await?;
+            assert_eq!(out, "in a job\n");
+        }
+        c.cancel().await?;
+        wait_for_count(&t, 0, Duration::from_secs(15)).await?;
+    }
+    Ok(())
+}
