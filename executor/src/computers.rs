@@ -524,6 +524,13 @@ impl SessionHost {
                     self.factory_reset(&computer_id, progress).await
                 }
                 Op::Delete { computer_id } => self.delete(&computer_id).await,
+                Op::Job(poll) => self.job(shared::jobs::JobCall::Poll(poll)).await,
+                Op::Jobs { computer_id } => {
+                    self.job(shared::jobs::JobCall::List {
+                        computer_id: Some(computer_id),
+                    })
+                    .await
+                }
             }
         }
         .instrument(span)

@@ -275,6 +275,8 @@ impl<C: CloudComputers> Cloud<C> {
                 c.remove(&k).await?;
                 Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
             }
+            // Refused in `handle` before anything runs.
+            Op::Job(_) | Op::Jobs { .. } => Ok(json!({})),
         }
     }
 
@@ -320,6 +322,16 @@ impl<C: CloudComputers> Cloud<C> {
 
 impl<C: CloudComputers> OpHandler for Cloud<C> {
     async fn handle(&self, team: &str, op: Op) -> Result<Value, ApiError> {
+        let starts_job = matches!(&op, Op::Exec(r) if r.yield_ms.is_some());
+        if starts_job || matches!(op, Op::Job(_) | Op::Jobs { .. }) {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} computers reached from the gateway do not keep jobs yet: run the command in the foreground (without `yield_ms`)",
+                    self.computers.kind()
+                ),
+            ));
+        }
         self.run(team, op).await.map_err(|e| {
             let code = match e {
                 ComputersError::NotFound(_) => ErrorCode::NotFound,

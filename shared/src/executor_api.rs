@@ -10,6 +10,10 @@
 //! | POST | `/v1/computers/{id}/restart` | – | as create |
 //! | POST | `/v1/computers/{id}/factory-reset` | – | as create |
 //! | DELETE | `/v1/computers/{id}` | – | `{"ok", "computer_id", "deleted": true}` |
+//! | GET | `/v1/computers/{id}/jobs` | – | `terminal_job`'s list result |
+//! | POST | `/v1/computers/{id}/jobs/{job_id}` | `terminal_job`'s arguments without ids (`stdin_base64`, `close_stdin`, `signal`, `wait_ms`) | `terminal_job`'s result |
+//!
+//! An exec with `yield_ms` starts a job (SPEC §3.8) the same way as the tool.
 //!
 //! Requests are [`crate::op::Op`]s ([`crate::op::Op::encode`], [`crate::op::Op::decode`]);
 //! ids in paths are the caller's, and the executor keeps each team in its own id space.

@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::executor_api::{ApiError, ErrorCode};
+use crate::jobs::{JobCall, JobPoll};
 use crate::maybe_send::{MaybeSend, MaybeSync};
-use crate::validate::{ExecRequest, Program, ValidationError, parse_exec};
+use crate::validate::{ExecRequest, Program, ValidationError, parse_exec, parse_job};
 
 /// One operation on a team's computers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +38,12 @@ pub enum Op {
         computer_id: String,
     },
     Delete {
+        computer_id: String,
+    },
+    /// `terminal_job` on one job; `poll.computer_id` is always set (see [`Op::job`]).
+    Job(JobPoll),
+    /// The jobs computer `computer_id` keeps.
+    Jobs {
         computer_id: String,
     },
 }
@@ -74,15 +81,30 @@ impl Op {
         Op::Exec(request)
     }
 
+    /// A `terminal_job` call on `computer_id` (which replaces any id in `call`).
+    pub fn job(computer_id: &str, call: JobCall) -> Op {
+        match call {
+            JobCall::List { .. } => Op::Jobs {
+                computer_id: computer_id.to_owned(),
+            },
+            JobCall::Poll(mut poll) => {
+                poll.computer_id = Some(computer_id.to_owned());
+                Op::Job(poll)
+            }
+        }
+    }
+
     /// The computer the operation is about (`None` for [`Op::List`]).
     pub fn computer_id(&self) -> Option<&str> {
         match self {
             Op::List => None,
             Op::Exec(r) => r.computer_id.as_deref(),
+            Op::Job(p) => p.computer_id.as_deref(),
             Op::Create { computer_id, .. }
             | Op::Restart { computer_id }
             | Op::FactoryReset { computer_id }
-            | Op::Delete { computer_id } => Some(computer_id),
+            | Op::Delete { computer_id }
+            | Op::Jobs { computer_id } => Some(computer_id),
         }
     }
 
@@ -95,6 +117,8 @@ impl Op {
             Op::Restart { .. } => "restart",
             Op::FactoryReset { .. } => "factory_reset",
             Op::Delete { .. } => "delete",
+            Op::Job(_) => "job",
+            Op::Jobs { .. } => "jobs",
         }
     }
 
@@ -146,6 +170,27 @@ impl Op {
             Op::Restart { .. } => ("POST", format!("/computers/{id}/restart"), None),
             Op::FactoryReset { .. } => ("POST", format!("/computers/{id}/factory-reset"), None),
             Op::Delete { .. } => ("DELETE", format!("/computers/{id}"), None),
+            Op::Job(p) => {
+                let mut b = Map::new();
+                if let Some(bytes) = &p.stdin {
+                    use base64::Engine;
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+                    b.insert("stdin_base64".into(), json!(b64));
+                }
+                if p.close_stdin {
+                    b.insert("close_stdin".into(), json!(true));
+                }
+                if let Some(sig) = p.signal {
+                    b.insert("signal".into(), json!(sig));
+                }
+                b.insert("wait_ms".into(), json!(p.wait_ms));
+                (
+                    "POST",
+                    format!("/computers/{id}/jobs/{}", p.job_id),
+                    Some(Value::Object(b)),
+                )
+            }
+            Op::Jobs { .. } => ("GET", format!("/computers/{id}/jobs"), None),
         };
         ApiRequest { method, path, body }
     }
@@ -208,6 +253,37 @@ impl Op {
                 Ok(Op::FactoryReset {
                     computer_id: id(raw)?,
                 })
+            }
+            ("GET", ["computers", raw, "jobs"]) => {
+                no_body()?;
+                Ok(Op::Jobs {
+                    computer_id: id(raw)?,
+                })
+            }
+            ("POST", ["computers", raw, "jobs", job_id]) => {
+                let computer_id = id(raw)?;
+                let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
+                    json!({})
+                } else {
+                    serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?
+                };
+                let Value::Object(mut map) = args else {
+                    return Err(bad("request body: the job arguments must be a JSON object"));
+                };
+                for key in ["computer_id", "job_id", "list"] {
+                    if map.contains_key(key) {
+                        return Err(bad(format!(
+                            "request body: `{key}` belongs in the path, not the body"
+                        )));
+                    }
+                }
+                map.insert("job_id".into(), json!(job_id));
+                let call =
+                    parse_job("terminal_job", Some(&Value::Object(map))).map_err(|e| match e {
+                        ValidationError::Invalid(m) => bad(m),
+                        other => ApiError::new(ErrorCode::Internal, other.to_string()),
+                    })?;
+                Ok(Op::job(&computer_id, call))
             }
             ("DELETE", ["computers", raw]) => {
                 no_body()?;
@@ -278,6 +354,31 @@ mod tests {
         full.env = vec![("B".into(), "2".into()), ("A".into(), "1".into())];
         full.yield_ms = Some(0);
         round_trip(Op::exec("box", full));
+        round_trip(Op::Jobs {
+            computer_id: "box".into(),
+        });
+        round_trip(Op::job(
+            "box",
+            JobCall::Poll(JobPoll {
+                job_id: "job-1".into(),
+                computer_id: None,
+                stdin: Some(vec![0, 255, 10]),
+                close_stdin: true,
+                signal: Some(15),
+                wait_ms: 0,
+            }),
+        ));
+        round_trip(Op::job(
+            "box",
+            JobCall::Poll(JobPoll {
+                job_id: "job-2".into(),
+                computer_id: None,
+                stdin: None,
+                close_stdin: false,
+                signal: None,
+                wait_ms: 1000,
+            }),
+        ));
         for computer_id in ["box".to_owned(), long] {
             round_trip(Op::Restart {
                 computer_id: computer_id.clone(),
@@ -347,6 +448,21 @@ mod tests {
                 BadRequest,
             ),
             ("POST", "/computers/box/restart", r#"{"x":1}"#, BadRequest),
+            (
+                "POST",
+                "/computers/box/jobs/job-1",
+                r#"{"job_id":"x"}"#,
+                BadRequest,
+            ),
+            ("POST", "/computers/box/jobs/bad%20id", "", BadRequest),
+            (
+                "POST",
+                "/computers/box/jobs/job-1",
+                r#"{"wait_ms":-1}"#,
+                BadRequest,
+            ),
+            ("POST", "/computers/box/jobs/job-1", "[]", BadRequest),
+            ("GET", "/computers/box/jobs", r#"{"x":1}"#, BadRequest),
             ("GET", "/nope", "", NotFound),
             ("PUT", "/computers", "", NotFound),
             ("POST", "/computers/box/reboot", "", NotFound),
@@ -378,6 +494,7 @@ mod tests {
             for m in ["GET", "POST", "DELETE"] {
                 let _ = Op::decode(m, &text, &bytes);
                 let _ = Op::decode(m, &format!("/computers/{text}/exec"), &bytes);
+                let _ = Op::decode(m, &format!("/computers/box/jobs/{text}"), &bytes);
             }
         }
     }

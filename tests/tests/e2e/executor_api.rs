@@ -411,3 +411,67 @@ async fn issue_13_wasm_executor_health_and_team_spaces() -> anyhow::Result<()> {
     assert!(x.terminate().await?.success());
     Ok(())
 }
+
+/// Issue 14: jobs through the executor API, in the team's own space.
+#[tokio::test]
+async fn issue_14_jobs_through_the_executor_api() -> anyhow::Result<()> {
+    let t = tag("xjobs");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), SECRET).await?;
+    let v1 = format!("{}/v1", x.base);
+    use reqwest::Method as M;
+    let (a, b) = (token("a"), token("b"));
+    let id = format!("{t}-p");
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&a),
+        Some(json!({"command": "read l; echo \"got $l\"", "yield_ms": 300, "temporary": false, "env": {"X": "1"}})),
+    )
+    .await?;
+    assert_eq!((s, r["running"].as_bool()), (200, Some(true)), "{r}");
+    let job = r["job_id"].as_str().unwrap().to_owned();
+    let url = format!("{v1}/computers/{id}/jobs/{job}");
+    // Another team cannot reach it, nor list the computer's jobs.
+    let (s, e) = req(M::POST, url.clone(), Some(&b), Some(json!({"wait_ms": 0}))).await?;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{e}"
+    );
+    let (s, _) = req(M::GET, format!("{v1}/computers/{id}/jobs"), Some(&b), None).await?;
+    assert_eq!(s, 404);
+    let (s, l) = req(M::GET, format!("{v1}/computers/{id}/jobs"), Some(&a), None).await?;
+    assert_eq!((s, l["count"].as_u64()), (200, Some(1)), "{l}");
+    // Bad bodies are refused before anything runs.
+    let (s, _) = req(M::POST, url.clone(), Some(&a), Some(json!({"job_id": "x"}))).await?;
+    assert_eq!(s, 400);
+    let (s, r) = req(
+        M::POST,
+        url.clone(),
+        Some(&a),
+        Some(json!({"stdin_base64": "aGkK", "close_stdin": true, "wait_ms": 5000})),
+    )
+    .await?;
+    assert_eq!(s, 200, "{r}");
+    let mut out = r["stdout"].as_str().unwrap().to_owned();
+    let mut last = r;
+    while last["running"] == true {
+        let (_, r) = req(
+            M::POST,
+            url.clone(),
+            Some(&a),
+            Some(json!({"wait_ms": 5000})),
+        )
+        .await?;
+        out.push_str(r["stdout"].as_str().unwrap());
+        last = r;
+    }
+    assert_eq!(
+        (out.as_str(), last["exit_code"].as_i64()),
+        ("got hi\n", Some(0))
+    );
+    let (s, _) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&a), None).await?;
+    assert_eq!(s, 200);
+    assert!(x.terminate().await?.success());
+    remove_all(&t).await
+}

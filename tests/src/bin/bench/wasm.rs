@@ -82,7 +82,7 @@ async fn first_exec(t: &str, cache: &std::path::Path) -> Result<f64> {
     Ok(took)
 }
 
-fn rss_mib(pid: u32) -> f64 {
+pub(super) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -235,7 +235,7 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 /// The PID of the newest server process started for `t` (the stdio child).
-fn server_pid_of(t: &str) -> Result<u32> {
+pub(super) fn server_pid_of(t: &str) -> Result<u32> {
     let mut best: Option<(u64, u32)> = None;
     for e in std::fs::read_dir("/proc")?.filter_map(Result::ok) {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {

@@ -1,0 +1,202 @@
+//! Jobs on Docker (issue 14): a poll that returns new output and a `yield_ms: 0` start,
+//! each next to a warm exec of `true` on the same server; output throughput of a job read
+//! by polling, with the server's RSS; 200 concurrent jobs on 10 computers polled round
+//! robin.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use tests::*;
+
+use super::wasm::{rss_mib, server_pid_of};
+use super::{Row, ms, pct};
+
+const RUNS: usize = 300;
+const GIB: u64 = 1 << 30;
+
+async fn job(c: &Client, args: Value) -> Result<Value> {
+    let r = call(c, "terminal_job", args.clone()).await?;
+    anyhow::ensure!(
+        r.is_error != Some(true),
+        "terminal_job {args}: {}",
+        text(&r)
+    );
+    r.structured_content.context("no structuredContent")
+}
+
+pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
+    let opts = ServerOpts::default().arg("--tools=jobs");
+    let c = stdio_client(t, &state_dir(t), &opts).await?;
+    let pid = server_pid_of(t)?;
+    let id = format!("{t}-jobs");
+    for _ in 0..20 {
+        exec(&c, json!({"args": ["true"], "computer_id": id})).await?;
+    }
+    // A job that always has something new: a tick per millisecond.
+    let r = exec(
+        &c,
+        json!({"command": "while :; do echo tick; sleep 0.001; done", "yield_ms": 0, "computer_id": id, "timeout": 600}),
+    )
+    .await?;
+    let ticker = r["job_id"].as_str().context("no job id")?.to_owned();
+    let (mut warm, mut poll, mut start) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..RUNS {
+        for step in 0..3 {
+            let s = Instant::now();
+            match (i + step) % 3 {
+                0 => {
+                    exec(&c, json!({"args": ["true"], "computer_id": id})).await?;
+                    warm.push(ms(s.elapsed()));
+                }
+                1 => {
+                    let r = job(
+                        &c,
+                        json!({"job_id": ticker, "computer_id": id, "wait_ms": 1000}),
+                    )
+                    .await?;
+                    poll.push(ms(s.elapsed()));
+                    anyhow::ensure!(
+                        r["stdout"].as_str().is_some_and(|o| o.contains("tick")),
+                        "{r}"
+                    );
+                }
+                _ => {
+                    let r = exec(&c, json!({"args": ["sleep", "5"], "yield_ms": 0, "computer_id": format!("{id}-y")})).await?;
+                    start.push(ms(s.elapsed()));
+                    let j = r["job_id"].as_str().context("no job id")?;
+                    // End it without waiting, so the 64-job cap is never near.
+                    let mut r =
+                        job(&c, json!({"job_id": j, "signal": "KILL", "wait_ms": 0})).await?;
+                    while r["running"] == true {
+                        r = job(&c, json!({"job_id": j, "wait_ms": 5000})).await?;
+                    }
+                }
+            }
+        }
+    }
+    for v in [&mut warm, &mut poll, &mut start] {
+        v.sort_by(f64::total_cmp);
+    }
+    let w = pct(&warm, 0.5);
+    for (name, v) in [
+        ("jobs: poll with new output, p50", pct(&poll, 0.5)),
+        ("jobs: yield_ms 0 start, p50", pct(&start, 0.5)),
+    ] {
+        rows.push(Row {
+            name,
+            value: v,
+            unit: "ms",
+            floor: Some(w),
+            target: "<= 1.2x warm exec".into(),
+            pass: v <= 1.2 * w,
+        });
+    }
+    job(
+        &c,
+        json!({"job_id": ticker, "signal": "KILL", "wait_ms": 0}),
+    )
+    .await?;
+
+    // 1 GiB of `yes` read by polling.
+    let r = exec(
+        &c,
+        json!({"command": format!("yes | head -c {GIB}"), "yield_ms": 0, "computer_id": id, "timeout": 600}),
+    )
+    .await?;
+    let j = r["job_id"].as_str().context("no job id")?.to_owned();
+    let s = Instant::now();
+    let (mut got, mut dropped, mut peak) = (0u64, 0u64, 0f64);
+    loop {
+        let r = job(&c, json!({"job_id": j, "computer_id": id, "wait_ms": 5000})).await?;
+        got += r["stdout"].as_str().map_or(0, |o| o.len() as u64);
+        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
+        peak = peak.max(rss_mib(pid));
+        if r["running"] == false {
+            break;
+        }
+    }
+    let secs = s.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        got + dropped == GIB,
+        "{got} read + {dropped} dropped != 1 GiB"
+    );
+    rows.push(Row {
+        name: "jobs: 1 GiB of output read by polling",
+        value: got as f64 / secs / 1e6,
+        unit: "MB/s",
+        floor: None,
+        target: ">= 100 MB/s".into(),
+        pass: got as f64 / secs >= 100e6,
+    });
+    rows.push(Row {
+        name: "jobs: bytes dropped while reading 1 GiB",
+        value: dropped as f64 / 1e6,
+        unit: "MB",
+        floor: None,
+        target: "reported".into(),
+        pass: true,
+    });
+    rows.push(Row {
+        name: "jobs: server RSS peak during the 1 GiB",
+        value: peak,
+        unit: "MiB",
+        floor: None,
+        target: "bounded (< 100 MiB)".into(),
+        pass: peak < 100.0,
+    });
+
+    // 200 concurrent jobs on 10 computers, polled round robin.
+    let per: usize = 20;
+    let want: u64 = (1..=20_000u64)
+        .map(|n| n.to_string().len() as u64 + 1)
+        .sum();
+    let mut jobs = Vec::new();
+    for k in 0..10 {
+        let cid = format!("{t}-many{k}");
+        exec(&c, json!({"args": ["true"], "computer_id": cid})).await?;
+        for _ in 0..per {
+            let r = exec(&c, json!({"command": "for i in 1 2 3 4; do sleep 0.2; done; seq 1 20000", "yield_ms": 0, "computer_id": cid})).await?;
+            jobs.push((
+                cid.clone(),
+                r["job_id"].as_str().context("no job id")?.to_owned(),
+                0u64,
+                false,
+            ));
+        }
+    }
+    let (mut errors, mut lost) = (0u64, 0u64);
+    let s = Instant::now();
+    while jobs.iter().any(|j| !j.3) {
+        for j in jobs.iter_mut().filter(|j| !j.3) {
+            match job(&c, json!({"job_id": j.1, "computer_id": j.0, "wait_ms": 0})).await {
+                Ok(r) => {
+                    j.2 += r["stdout"].as_str().map_or(0, |o| o.len() as u64);
+                    lost += r["dropped_bytes"].as_u64().unwrap_or(0);
+                    j.3 = r["running"] == false;
+                }
+                Err(_) => errors += 1,
+            }
+        }
+        anyhow::ensure!(s.elapsed().as_secs() < 300, "the 200 jobs never ended");
+    }
+    let short = jobs.iter().filter(|j| j.2 != want).count() as u64;
+    rows.push(Row {
+        name: "jobs: 200 on 10 computers, errors+lost",
+        value: (errors + lost + short) as f64,
+        unit: "count",
+        floor: None,
+        target: "0".into(),
+        pass: errors + lost + short == 0,
+    });
+    rows.push(Row {
+        name: "jobs: 200 on 10 computers, server RSS",
+        value: rss_mib(pid),
+        unit: "MiB",
+        floor: None,
+        target: "reported".into(),
+        pass: true,
+    });
+    c.cancel().await?;
+    Ok(())
+}
