@@ -21,6 +21,12 @@ pub const MIGRATIONS: &[&[&str]] = &[
         "ALTER TABLE computers ADD COLUMN stateless INTEGER NOT NULL DEFAULT 0",
         "UPDATE computers SET stateless = 1 WHERE owner LIKE 'user:%'",
     ],
+    // 3: jobs (SPEC §3.8) started through the gateway: which computer each runs on, and
+    // until when its timeout may keep it running (no idle reaping before).
+    &[
+        "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, id TEXT NOT NULL, \
+         deadline INTEGER NOT NULL)",
+    ],
 ];
 
 /// The version a fully migrated object has.

@@ -79,8 +79,24 @@ impl Gateway {
             "Run a command on an isolated Linux computer ({what}) and get its output. {}",
             usage_text(cloud::DEFAULT_TIMEOUT_SECS, cloud::OUTPUT_LIMIT as u64)
         );
+        // `TOOLS` chooses the tool groups (SPEC §3.7); a bad value is answered on every
+        // request, like a bad auth setting, never silently replaced.
+        let groups = shared::catalogue::Groups::parse(
+            var(env, "TOOLS").as_deref().unwrap_or("exec,lifecycle"),
+        )
+        .map_err(|e| format!("the TOOLS variable: {e}"));
+        let mut instructions = String::from(
+            "Each computer is an isolated Linux machine with a stable id in your team. Run commands with the exec tool.",
+        );
+        let names = groups.clone().unwrap_or_default();
+        if names.jobs {
+            instructions.push_str(
+                " For long-running commands pass `yield_ms`: one still running then becomes a job that terminal_job follows.",
+            );
+        }
+        instructions.push_str(&format!(" Tool groups: {}.", names.names().join(", ")));
         Self {
-            auth: Auth::new(&settings).map_err(|e| e.to_string()),
+            auth: groups.and_then(|_| Auth::new(&settings).map_err(|e| e.to_string())),
             executors,
             fly,
             e2b,
@@ -95,12 +111,9 @@ impl Gateway {
             dispatcher: Dispatcher::new(ServerConfig {
                 name: "mcp-sandbox-computer-gateway".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
-                names: ToolNames::new(EXEC_TOOL, true),
+                names: ToolNames::with_groups(EXEC_TOOL, names),
                 exec_description,
-                instructions: Some(
-                    "Each computer is an isolated Linux machine with a stable id in your team. Run commands with the exec tool."
-                        .into(),
-                ),
+                instructions: Some(instructions),
                 dashboard_html: Some(shared::dashboard::HTML.into()),
             }),
         }

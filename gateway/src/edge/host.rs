@@ -190,17 +190,81 @@ impl Host {
                 }
                 let mut req = req;
                 req.temporary = Some(rec.temporary);
+                let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
                 let v = self.gw.op(&rec.executor, &team, Op::exec(&id, req)).await?;
+                // A command left running is a job: the DO keeps where it runs and until
+                // when it may, so terminal_job needs no id and idle reaping waits for it.
+                if v["running"] == true
+                    && let Some(job_id) = v["job_id"].as_str()
+                {
+                    let deadline = now_ms().saturating_add(timeout_ms);
+                    team_call(
+                        &self.env,
+                        &team,
+                        "/job/put",
+                        &json!({"job_id": job_id, "id": id, "deadline": deadline}),
+                    )
+                    .await?;
+                }
                 // Last use, at most every idle/4 per isolate: the warm path skips the DO.
                 if touch_due(&team, &id, self.gw.idle_ms / 4) {
                     let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
                 }
                 Ok(v)
             }
-            // The gateway does not list the `jobs` group yet, so this is never parsed.
-            ToolCall::Job(_) => Err(GatewayError::Config(
-                "the gateway does not serve the jobs tool group yet".into(),
-            )),
+            ToolCall::Job(call) => {
+                if !self.caller.can_exec {
+                    return Err(GatewayError::Scope {
+                        action: "follow jobs",
+                        scope: "exec",
+                    });
+                }
+                let job_id = match &call {
+                    shared::jobs::JobCall::Poll(p) => Some(p.job_id.clone()),
+                    shared::jobs::JobCall::List { .. } => None,
+                };
+                let id = match (call.computer_id(), &job_id) {
+                    (Some(id), _) => id.to_owned(),
+                    (None, Some(job_id)) => {
+                        let found = team_call(
+                            &self.env,
+                            &team,
+                            "/job/get",
+                            &json!({"job_id": job_id, "owner": self.owner}),
+                        )
+                        .await;
+                        match found {
+                            Ok(v) => v["id"].as_str().unwrap_or_default().to_owned(),
+                            Err(GatewayError::Inventory { status: 404, .. }) => {
+                                self.default.borrow().clone().ok_or_else(|| no_job(job_id))?
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    (None, None) => self.default.borrow().clone().ok_or_else(|| {
+                        GatewayError::Inventory {
+                            status: 404,
+                            message: "this session has no computer yet: pass the `computer_id` whose jobs to list".into(),
+                        }
+                    })?,
+                };
+                let rec = match self.visible(&id).await {
+                    Ok(r) => r,
+                    // A computer the caller may not reach hides its jobs too.
+                    Err(GatewayError::Inventory { status: 404, .. }) if job_id.is_some() => {
+                        return Err(no_job(job_id.as_deref().unwrap_or_default()));
+                    }
+                    Err(e) => return Err(e),
+                };
+                let v = self.gw.op(&rec.executor, &team, Op::job(&id, call)).await?;
+                if v["running"] == false
+                    && let Some(job_id) = &job_id
+                {
+                    let _ =
+                        team_call(&self.env, &team, "/job/done", &json!({"job_id": job_id})).await;
+                }
+                Ok(v)
+            }
             ToolCall::List | ToolCall::Dashboard => {
                 let v = team_call(&self.env, &team, "/list", &json!({"owner": self.owner})).await?;
                 let records: Vec<Record> = serde_json::from_value(v["computers"].clone())
@@ -266,6 +330,15 @@ impl Host {
                 Ok(v)
             }
         }
+    }
+}
+
+fn no_job(job_id: &str) -> GatewayError {
+    GatewayError::Inventory {
+        status: 404,
+        message: format!(
+            "no job {job_id} in this team that you can reach (it never existed, is another session's, or ended and was read); pass the `computer_id` it runs on"
+        ),
     }
 }
 

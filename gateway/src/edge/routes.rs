@@ -34,11 +34,7 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
                 "health": "/healthz",
                 "dashboard_resource": DASHBOARD_URI,
                 "dashboard": "/dashboard",
-                "tool_groups": shared::catalogue::Groups {
-                    jobs: false,
-                    lifecycle: true,
-                }
-                .names(),
+                "tool_groups": gw.dispatcher.config().names.groups().names(),
             }),
         ),
         (Method::Get, "/dashboard") => {

@@ -69,6 +69,11 @@ pub(crate) struct SessionRow {
     pub(crate) default_id: Option<String>,
 }
 
+#[derive(Debug, Deserialize)]
+pub(crate) struct JobRow {
+    pub(crate) id: String,
+}
+
 pub(crate) fn bad(status: u16, message: &str) -> Result<Response> {
     json_response(status, &json!({"error": message}))
 }
@@ -146,6 +151,9 @@ impl DurableObject for Team {
             "/session/open" => &["sid", "subject", "version"],
             "/session/get" | "/session/close" => &["sid", "subject"],
             "/session/default" => &["sid", "id"],
+            "/job/put" => &["job_id", "id"],
+            "/job/get" => &["job_id", "owner"],
+            "/job/done" => &["job_id"],
             _ => &[],
         };
         for k in required {
@@ -192,6 +200,7 @@ impl DurableObject for Team {
             },
             "/forget" => {
                 self.registry().forget(&s("id"))?;
+                self.sql("DELETE FROM jobs WHERE id = ?", vec![s("id").into()])?;
                 // A forgotten computer is no session's default: the next call without an
                 // id makes a new one.
                 self.sql(
@@ -212,6 +221,37 @@ impl DurableObject for Team {
                     .map(Self::record)
                     .collect();
                 json_response(200, &json!({"computers": items}))
+            }
+            "/job/put" => {
+                let deadline = b["deadline"].as_i64().unwrap_or(now_sql);
+                self.sql(
+                    "INSERT OR REPLACE INTO jobs (job_id, id, deadline) VALUES (?, ?, ?)",
+                    vec![s("job_id").into(), s("id").into(), deadline.into()],
+                )?;
+                json_response(200, &json!({"ok": true}))
+            }
+            // The computer of a job, if the caller may reach that computer (else it is
+            // "no such job", whatever the id).
+            "/job/get" => {
+                let rows: Vec<JobRow> = self
+                    .sql(
+                        "SELECT id FROM jobs WHERE job_id = ?",
+                        vec![s("job_id").into()],
+                    )?
+                    .to_array()?;
+                match rows.into_iter().next() {
+                    Some(r) if self.registry().visible(&r.id, &s("owner")).is_ok() => {
+                        json_response(200, &json!({"id": r.id}))
+                    }
+                    _ => bad(404, "no such job"),
+                }
+            }
+            "/job/done" => {
+                self.sql(
+                    "DELETE FROM jobs WHERE job_id = ?",
+                    vec![s("job_id").into()],
+                )?;
+                json_response(200, &json!({"ok": true}))
             }
             "/session/open" => {
                 self.sql(
@@ -291,9 +331,21 @@ impl DurableObject for Team {
                 vec![s.sid.as_str().into()],
             )?;
         }
-        // Stateless callers' temporaries go when idle.
+        // Stateless callers' temporaries go when idle, unless a job may still run there;
+        // jobs are forgotten 10 minutes after their timeout (an ended job's output is
+        // kept that long).
+        self.sql(
+            "DELETE FROM jobs WHERE deadline < ?",
+            vec![(now - 600_000).into()],
+        )?;
+        let busy: Vec<JobRow> = self
+            .sql("SELECT id FROM jobs WHERE deadline > ?", vec![now.into()])?
+            .to_array()?;
         let team = self.team()?;
         for e in self.registry().idle(now_ms(), self.idle_secs())? {
+            if busy.iter().any(|j| j.id == e.id) {
+                continue;
+            }
             self.remove(&team, &e).await?;
         }
         let left = self.registry().temporaries()?;

@@ -387,3 +387,79 @@ async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
     x.terminate().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
+
+/// Issue 14: jobs at the edge. The DO records where each job runs (so `terminal_job` needs
+/// no `computer_id`) and who may reach it, and its alarm does not reap a temporary under a
+/// job that may still run.
+#[tokio::test]
+async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
+    let t = tag("gwjobs");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), EXECUTOR_SECRET)
+        .await?;
+    let mut v = vars(&x.base, 2);
+    v.push(("TOOLS", "all".into()));
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &v).await?;
+    let a1 = gw.modern_client(&sign(&claims("team-a", "u1"))).await?;
+    let names: Vec<String> = a1
+        .list_all_tools()
+        .await?
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(names.len(), 8);
+    assert!(names.contains(&"terminal_job".to_owned()));
+    let r = exec(
+        &a1,
+        json!({"command": "echo a; sleep 5; echo b", "computer_id": "jbox", "yield_ms": 300}),
+    )
+    .await?;
+    assert_eq!(
+        (r["running"].as_bool(), r["stdout"].as_str()),
+        (Some(true), Some("a\n")),
+        "{r}"
+    );
+    let job = r["job_id"].as_str().unwrap().to_owned();
+    // Another user's temporary, and another team: no such job, however it is asked.
+    let a2 = gw.modern_client(&sign(&claims("team-a", "u2"))).await?;
+    let b1 = gw.modern_client(&sign(&claims("team-b", "u1"))).await?;
+    for c in [&a2, &b1] {
+        for args in [
+            json!({"job_id": job}),
+            json!({"job_id": job, "computer_id": "jbox"}),
+        ] {
+            let r = call(c, "terminal_job", args.clone()).await?;
+            assert_eq!(r.is_error, Some(true), "{args}");
+            assert!(text(&r).contains("no job"), "{args}: {}", text(&r));
+        }
+    }
+    let l = call(
+        &a1,
+        "terminal_job",
+        json!({"list": true, "computer_id": "jbox"}),
+    )
+    .await?
+    .structured_content
+    .unwrap();
+    assert_eq!(l["count"], 1, "{l}");
+    // The owner follows it without naming the computer; the idle alarm (2 s) waits for it.
+    let mut out = String::new();
+    loop {
+        let r = call(
+            &a1,
+            "terminal_job",
+            json!({"job_id": job, "wait_ms": 10000}),
+        )
+        .await?;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+        let r = r.structured_content.unwrap();
+        out.push_str(r["stdout"].as_str().unwrap());
+        if r["running"] == false {
+            assert_eq!(r["exit_code"], 0);
+            break;
+        }
+    }
+    assert_eq!(out, "b\n");
+    gw.stop().await?;
+    x.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(20)).await
+}
