@@ -1,0 +1,377 @@
+//! One command on a WASM computer ([`Wasm::exec`]): the host shell over the toolbox (each
+//! simple command a fresh instance, `Toolbox` as the shell's programs) or one instance
+//! of a custom module; the timeout and output limit around the whole command, and SIGPIPE
+//! emulation (141, silent stderr). Also the toolbox's `--list` at load time.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use shared::result::{ExecOutcome, Stream, TIMEOUT_EXIT_CODE};
+
+use super::capture::Capture;
+use super::engine::{Exit, Mount, Program, Run};
+use super::shell::{self, Input, Output, Programs, ShellConfig, Stdio};
+use super::{Flavor, Wasm, WasmError};
+use crate::spec::ExecSpec;
+
+impl Wasm {
+    /// Runs one command on computer `id`.
+    pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, WasmError> {
+        let loaded = self.program().await?;
+        let fs = self.computer_dir(id).join("fs");
+        if !fs.is_dir() {
+            return Err(WasmError::NotFound(id.to_owned()));
+        }
+        let started = Instant::now();
+        let capture = Capture::new(spec.output_limit);
+        let stdin: Input = match &spec.stdin {
+            Some(s) => Box::new(std::io::Cursor::new(s.clone().into_bytes())),
+            None => Box::new(tokio::io::empty()),
+        };
+        let io = Stdio {
+            stdin,
+            stdout: Box::new(capture.writer(Stream::Stdout)) as Output,
+            stderr: Box::new(capture.writer(Stream::Stderr)) as Output,
+        };
+        let cwd = spec
+            .working_directory
+            .clone()
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| "/".into());
+        let mounts = vec![
+            Mount {
+                host: fs.clone(),
+                guest: "/".into(),
+                writable: true,
+            },
+            Mount {
+                host: self.dev.clone(),
+                guest: "/dev".into(),
+                writable: false,
+            },
+        ];
+        let work = async {
+            match &self.flavor {
+                Flavor::Toolbox => {
+                    let programs = Arc::new(Toolbox {
+                        program: loaded.program.clone(),
+                        names: loaded.names.clone(),
+                        mounts,
+                    });
+                    let script = match &spec.shell_command {
+                        Some((_, command)) => command.clone(),
+                        None => quote_argv(&spec.argv),
+                    };
+                    let cfg = ShellConfig {
+                        root: fs.clone(),
+                        cwd: cwd.clone(),
+                        env: base_env(),
+                        programs,
+                    };
+                    shell::run(&script, cfg, io).await
+                }
+                Flavor::Custom(name) => {
+                    if !guest_dir_exists(&fs, &cwd) {
+                        use tokio::io::AsyncWriteExt;
+                        let mut err = io.stderr;
+                        let msg = format!("cd: {cwd}: No such file or directory\n");
+                        let _ = err.write_all(msg.as_bytes()).await;
+                        return 126;
+                    }
+                    let argv = match &spec.shell_command {
+                        Some((_, command)) => vec![name.clone(), "-c".into(), command.clone()],
+                        None => std::iter::once(name.clone())
+                            .chain(spec.argv.iter().skip(1).cloned())
+                            .collect(),
+                    };
+                    let mut env = base_env();
+                    env.push(("PWD".into(), cwd.clone()));
+                    run_one(&loaded.program, argv, env, mounts, io).await
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            code = tokio::time::timeout(spec.timeout, work) => code.ok(),
+            () = capture.limit_hit() => Some(128 + 9),
+        };
+        let (stdout, stderr, truncated) = capture.take();
+        let timed_out = outcome.is_none();
+        let exit_code = match outcome {
+            None => TIMEOUT_EXIT_CODE,
+            Some(_) if truncated => 128 + 9,
+            Some(code) => i64::from(code),
+        };
+        Ok(ExecOutcome {
+            stdout,
+            stderr,
+            exit_code,
+            duration_ms: started.elapsed().as_millis() as u64,
+            truncated_at: truncated.then_some(spec.output_limit as u64),
+            timed_out_after: timed_out.then_some(spec.timeout.as_secs()),
+        })
+    }
+}
+
+/// The environment every command starts with (no server variables ever reach a guest).
+fn base_env() -> Vec<(String, String)> {
+    [
+        ("HOME", "/root"),
+        ("LANG", "C.UTF-8"),
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("SHELL", "/bin/sh"),
+        ("USER", "root"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// Is `dir` (an absolute guest path) a directory inside the computer `fs`? Checked through
+/// cap-std, so neither `..` nor a symlink can look outside.
+fn guest_dir_exists(fs: &Path, dir: &str) -> bool {
+    let rel = dir.trim_start_matches('/');
+    let Ok(root) = cap_std::fs::Dir::open_ambient_dir(fs, cap_std::ambient_authority()) else {
+        return false;
+    };
+    rel.is_empty() || root.is_dir(rel)
+}
+
+/// `argv` as one shell command line (each word single-quoted when needed).
+fn quote_argv(argv: &[String]) -> String {
+    argv.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if !(a.is_empty() || i == 0 && a.contains('='))
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs one instance and turns how it ended into an exit status (with a reason on stderr).
+///
+/// A write to a closed pipe ends the program like SIGPIPE does in a real shell: status
+/// 141, and what it writes to stderr afterwards (its "I/O error" message) is dropped.
+async fn run_one(
+    program: &Program,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    mounts: Vec<Mount>,
+    io: Stdio,
+) -> i32 {
+    use tokio::io::AsyncWriteExt;
+    let Stdio {
+        stdin,
+        stdout,
+        stderr,
+    } = io;
+    let broken = Arc::new(AtomicBool::new(false));
+    // stderr is shared between the program and our notice: keep a handle for the notice.
+    let stderr = Arc::new(tokio::sync::Mutex::new(stderr));
+    let exit = program
+        .run(Run {
+            argv,
+            env,
+            mounts,
+            stdin,
+            stdout: Box::new(PipeOut {
+                inner: stdout,
+                broken: broken.clone(),
+            }),
+            stderr: Box::new(ErrOut {
+                inner: stderr.clone(),
+                broken: broken.clone(),
+            }),
+        })
+        .await;
+    if broken.load(Ordering::Relaxed) {
+        return 128 + 13;
+    }
+    let (code, note) = match exit {
+        Ok(Exit::Code(c)) => (c, None),
+        Ok(Exit::OutOfFuel) => (
+            128 + 9,
+            Some("wasm: the program ran out of fuel (--wasm-fuel)".to_owned()),
+        ),
+        Ok(Exit::OutOfMemory) => (
+            128 + 9,
+            Some("wasm: the program reached the memory limit (--wasm-max-memory)".to_owned()),
+        ),
+        Ok(Exit::Trap) => (
+            128 + 6,
+            Some("wasm: the program crashed (a WebAssembly trap)".to_owned()),
+        ),
+        Err(e) => (126, Some(format!("wasm: cannot start the program: {e}"))),
+    };
+    if let Some(note) = note {
+        let mut w = stderr.lock().await;
+        let _ = w.write_all(format!("{note}\n").as_bytes()).await;
+    }
+    code
+}
+
+/// A program's stdout that notes a closed pipe.
+struct PipeOut {
+    inner: Output,
+    broken: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncWrite for PipeOut {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Err(e)) = &r
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A program's stderr, shared with the host's notice; silent once stdout's pipe closed.
+struct ErrOut {
+    inner: Arc<tokio::sync::Mutex<Output>>,
+    broken: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncWrite for ErrOut {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.broken.load(Ordering::Relaxed) {
+            return std::task::Poll::Ready(Ok(buf.len()));
+        }
+        match self.inner.try_lock() {
+            Ok(mut w) => std::pin::Pin::new(&mut **w).poll_write(cx, buf),
+            Err(_) => {
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.inner.try_lock() {
+            Ok(mut w) => std::pin::Pin::new(&mut **w).poll_flush(cx),
+            Err(_) => {
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Asks the toolbox for its utilities (`msc-toolbox --list`).
+pub(super) async fn list_utilities(
+    program: &Program,
+    dev: &Path,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    let capture = Capture::new(1 << 20);
+    let exit = program
+        .run(Run {
+            argv: vec!["msc-toolbox".into(), "--list".into()],
+            env: Vec::new(),
+            mounts: vec![Mount {
+                host: dev.to_path_buf(),
+                guest: "/dev".into(),
+                writable: false,
+            }],
+            stdin: Box::new(tokio::io::empty()),
+            stdout: Box::new(capture.writer(Stream::Stdout)),
+            stderr: Box::new(capture.writer(Stream::Stderr)),
+        })
+        .await?;
+    let (out, err, _) = capture.take();
+    if exit != Exit::Code(0) {
+        return Err(format!(
+            "the toolbox did not list its utilities ({exit:?}): {}",
+            String::from_utf8_lossy(&err)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The toolbox as the shell's external programs.
+struct Toolbox {
+    program: Program,
+    names: Arc<std::collections::BTreeSet<String>>,
+    mounts: Vec<Mount>,
+}
+
+impl Programs for Toolbox {
+    fn has(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    fn run<'a>(
+        &'a self,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        io: Stdio,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = i32> + Send + 'a>> {
+        Box::pin(async move {
+            let mut env = env;
+            env.retain(|(k, _)| k != "PWD");
+            env.push(("PWD".into(), cwd));
+            run_one(&self.program, argv, env, self.mounts.clone(), io).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_is_quoted_for_the_shell() {
+        let argv: Vec<String> = ["echo", "a b", "it's", "", "x=1"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(quote_argv(&argv), r#"echo 'a b' 'it'\''s' '' x=1"#);
+    }
+}

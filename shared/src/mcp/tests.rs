@@ -1,0 +1,293 @@
+//! Unit tests of the dispatcher over an echoing [`ToolHost`]: both eras, `_meta` checks,
+//! message parsing, tool-call validation, the dashboard resource, and a fuzz run.
+
+use super::*;
+use crate::result::structured_result;
+
+struct Echo;
+impl ToolHost for Echo {
+    async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
+        structured_result(json!({ "call": format!("{call:?}"), "id": ctx.request_id }))
+    }
+}
+
+fn dispatcher(lifecycle: bool) -> Dispatcher {
+    Dispatcher::new(ServerConfig {
+        name: "t".into(),
+        version: "0".into(),
+        names: ToolNames::new("terminal_execute", lifecycle),
+        exec_description: "d".into(),
+        instructions: None,
+        dashboard_html: Some("<html></html>".into()),
+    })
+}
+
+/// Runs one request; modern requests get the `_meta` every 2026-07-28 request carries.
+fn run(d: &Dispatcher, era: Era, method: &str, mut params: Value) -> Value {
+    if era == Era::Modern && params.get("_meta").is_none() {
+        params["_meta"] =
+            json!({META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}});
+    }
+    futures_executor::block_on(d.request(&Echo, &era, json!(1), method, Some(&params)))
+}
+
+#[test]
+fn modern_requests_need_their_meta() {
+    let d = dispatcher(false);
+    for params in [
+        json!({}),
+        json!({"_meta": {}}),
+        json!({"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}}),
+        json!({"_meta": {META_CLIENT_CAPABILITIES: {}}}),
+        json!({"_meta": {META_PROTOCOL_VERSION: 5, META_CLIENT_CAPABILITIES: {}}}),
+    ] {
+        let r = futures_executor::block_on(d.request(
+            &Echo,
+            &Era::Modern,
+            json!(1),
+            "tools/list",
+            Some(&params),
+        ));
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS, "{params}");
+    }
+    for removed in ["initialize", "ping", "logging/setLevel"] {
+        let r = run(&d, Era::Modern, removed, json!({}));
+        assert_eq!(r["error"]["code"], codes::METHOD_NOT_FOUND, "{removed}");
+    }
+    let r = run(
+        &d,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "logging/setLevel",
+        json!({"level": "debug"}),
+    );
+    assert_eq!(r["result"], json!({}));
+    let r = run(
+        &d,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "logging/setLevel",
+        json!({"level": "loud"}),
+    );
+    assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+    let r = run(&d, Era::Modern, "resources/templates/list", json!({}));
+    assert_eq!(r["result"]["cacheScope"], "public");
+}
+
+#[test]
+fn parse_rejects_garbage() {
+    for raw in [
+        &b"{"[..],
+        b"[]",
+        b"3",
+        b"{\"jsonrpc\":\"1.0\",\"method\":\"x\",\"id\":1}",
+        b"{\"jsonrpc\":\"2.0\",\"id\":1}",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"id\":{}}",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1],\"id\":1}",
+    ] {
+        let err = parse_message(raw).unwrap_err();
+        assert!(err["error"]["code"].as_i64().unwrap() <= -32600, "{err}");
+    }
+    assert_eq!(
+        parse_message(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}").unwrap(),
+        Incoming::Notification {
+            method: "notifications/initialized".into(),
+            params: None
+        }
+    );
+    assert_eq!(
+        parse_message(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap(),
+        Incoming::Response
+    );
+}
+
+#[test]
+fn initialize_echoes_known_versions() {
+    let d = dispatcher(true);
+    for v in LEGACY_VERSIONS {
+        let r = run(
+            &d,
+            Era::Legacy((*v).into()),
+            "initialize",
+            json!({"protocolVersion": v}),
+        );
+        assert_eq!(r["result"]["protocolVersion"], *v);
+    }
+    let r = run(
+        &d,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "initialize",
+        json!({"protocolVersion": "1999-01-01"}),
+    );
+    assert_eq!(r["result"]["protocolVersion"], LATEST_LEGACY);
+    assert_eq!(
+        r["result"]["capabilities"]["extensions"][UI_EXTENSION]["mimeTypes"][0],
+        MCP_APP_MIME
+    );
+    let r = run(
+        &dispatcher(false),
+        Era::Legacy(LATEST_LEGACY.into()),
+        "initialize",
+        json!({}),
+    );
+    assert!(r["result"]["capabilities"].get("extensions").is_none());
+}
+
+#[test]
+fn modern_results_carry_result_type_and_cache_fields() {
+    let d = dispatcher(false);
+    let r = run(&d, Era::Modern, "server/discover", json!({}));
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert!(
+        r["result"]["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(MODERN_VERSION))
+    );
+    assert_eq!(r["result"]["_meta"][META_SERVER_INFO]["name"], "t");
+    let r = run(&d, Era::Modern, "tools/list", json!({}));
+    assert_eq!(r["result"]["cacheScope"], "public");
+    assert!(r["result"]["ttlMs"].is_u64());
+    let r = run(
+        &d,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "tools/list",
+        json!({}),
+    );
+    assert!(r["result"].get("resultType").is_none());
+    assert!(r["result"].get("ttlMs").is_none());
+}
+
+#[test]
+fn modern_version_mismatch_is_refused() {
+    let d = dispatcher(false);
+    let r = run(
+        &d,
+        Era::Modern,
+        "tools/list",
+        json!({"_meta": {META_PROTOCOL_VERSION: "2030-01-01"}}),
+    );
+    assert_eq!(r["error"]["code"], codes::UNSUPPORTED_VERSION);
+    assert_eq!(r["error"]["data"]["requested"], "2030-01-01");
+}
+
+#[test]
+fn tool_calls_validate_before_the_host() {
+    let d = dispatcher(false);
+    let r = run(
+        &d,
+        Era::Modern,
+        "tools/call",
+        json!({"name": "terminal_execute", "arguments": {}}),
+    );
+    assert_eq!(r["result"]["isError"], true);
+    assert!(r["result"].get("structuredContent").is_none());
+    let r = run(
+        &d,
+        Era::Modern,
+        "tools/call",
+        json!({"name": "terminal_execute", "arguments": {"command": "ls"}}),
+    );
+    assert_eq!(r["result"]["isError"], false);
+    assert_eq!(r["result"]["resultType"], "complete");
+    let r = run(
+        &d,
+        Era::Modern,
+        "tools/call",
+        json!({"name": "computer_list"}),
+    );
+    assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+    let r = run(&d, Era::Modern, "tools/call", json!({}));
+    assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+    let r = run(&d, Era::Modern, "nope/nope", json!({}));
+    assert_eq!(r["error"]["code"], codes::METHOD_NOT_FOUND);
+}
+
+#[test]
+fn dashboard_resource() {
+    let d = dispatcher(true);
+    let r = run(
+        &d,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "resources/read",
+        json!({"uri": DASHBOARD_URI}),
+    );
+    assert_eq!(r["result"]["contents"][0]["mimeType"], MCP_APP_MIME);
+    assert_eq!(
+        r["result"]["contents"][0]["_meta"],
+        json!({"ui": {"csp": {}, "prefersBorder": true}})
+    );
+    let r = run(
+        &d,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "resources/read",
+        json!({"uri": "ui://x"}),
+    );
+    assert_eq!(r["error"]["code"], codes::RESOURCE_NOT_FOUND_LEGACY);
+    let r = run(&d, Era::Modern, "resources/read", json!({"uri": "ui://x"}));
+    assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+}
+
+/// Structured fuzzing: random bytes and byte-level mutations of valid messages never
+/// panic the parser or the dispatcher, and every request gets exactly one response.
+#[test]
+fn fuzz_parser_and_dispatcher() {
+    let seeds: Vec<Vec<u8>> = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}),
+        json!({"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"name": "terminal_execute",
+            "arguments": {"command": "ls", "timeout": 5, "computer_id": "a-b", "stdin": "x"}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "computer_create",
+            "arguments": {"computer_id": "x", "temporary": false}, "_meta": {META_PROTOCOL_VERSION: MODERN_VERSION}}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": DASHBOARD_URI}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}),
+    ]
+    .iter()
+    .map(|v| v.to_string().into_bytes())
+    .collect();
+    let d = dispatcher(true);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let alphabet = b"{}[]\":,0123456789-.eE+truefalsnl \\u\x00\xff\xc3\xa9abc";
+    for i in 0..3000 {
+        let mut msg = if i % 4 == 0 {
+            (0..(next() % 64))
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect()
+        } else {
+            seeds[(next() % seeds.len() as u64) as usize].clone()
+        };
+        for _ in 0..(next() % 4) {
+            if msg.is_empty() {
+                break;
+            }
+            let at = (next() % msg.len() as u64) as usize;
+            match next() % 3 {
+                0 => msg[at] = alphabet[(next() % alphabet.len() as u64) as usize],
+                1 => {
+                    msg.remove(at);
+                }
+                _ => msg.insert(at, alphabet[(next() % alphabet.len() as u64) as usize]),
+            }
+        }
+        match parse_message(&msg) {
+            Err(resp) => assert!(resp["error"]["code"].is_i64()),
+            Ok(Incoming::Request { id, method, params }) => {
+                for era in [Era::Modern, Era::Legacy(LATEST_LEGACY.into())] {
+                    let r = futures_executor::block_on(d.request(
+                        &Echo,
+                        &era,
+                        id.clone(),
+                        &method,
+                        params.as_ref(),
+                    ));
+                    assert!(r.get("result").is_some() ^ r.get("error").is_some(), "{r}");
+                    assert_eq!(r["id"], id);
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+}
