@@ -67,7 +67,7 @@ impl Wasm {
                     let cfg = ShellConfig {
                         root: fs.clone(),
                         cwd: cwd.clone(),
-                        env: base_env(),
+                        env: call_env(&spec.env),
                         programs,
                     };
                     shell::run(&script, cfg, io).await
@@ -86,7 +86,8 @@ impl Wasm {
                             .chain(spec.argv.iter().skip(1).cloned())
                             .collect(),
                     };
-                    let mut env = base_env();
+                    let mut env = call_env(&spec.env);
+                    env.retain(|(k, _)| k != "PWD");
                     env.push(("PWD".into(), cwd.clone()));
                     run_one(&loaded.program, argv, env, mounts, io).await
                 }
@@ -126,6 +127,19 @@ fn base_env() -> Vec<(String, String)> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect()
+}
+
+/// The base environment with the call's own variables (SPEC §3.10) on top: a name given
+/// replaces the base value, in place.
+fn call_env(extra: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env = base_env();
+    for (k, v) in extra {
+        match env.iter_mut().find(|(name, _)| name == k) {
+            Some(slot) => slot.1 = v.clone(),
+            None => env.push((k.clone(), v.clone())),
+        }
+    }
+    env
 }
 
 /// Is `dir` (an absolute guest path) a directory inside the computer `fs`? Checked through

@@ -613,3 +613,29 @@ async fn issue_4_bad_modules_are_refused_at_start() -> anyhow::Result<()> {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--wasm-path"));
     Ok(())
 }
+
+/// Issue 14: per-call `env` on WASM computers (the shell and the toolbox's programs see
+/// it), and jobs refused clearly until this backend keeps them.
+#[tokio::test]
+async fn issue_14_env_on_wasm_and_jobs_refused() -> anyhow::Result<()> {
+    let t = tag("wenv");
+    let c = stdio_client(&t, &state_dir(&t), &wasm_opts().arg("--tools=jobs")).await?;
+    let r = exec(
+        &c,
+        json!({"command": "echo \"$GREETING|$HOME\"; env | grep -c '^GREETING=hi there$'", "env": {"GREETING": "hi there", "HOME": "/elsewhere"}}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "hi there|/elsewhere\n1\n", "{r}");
+    let r = exec(&c, json!({"command": "echo \"[$GREETING]\""})).await?;
+    assert_eq!(r["stdout"], "[]\n");
+    let r = call(
+        &c,
+        "terminal_execute",
+        json!({"command": "sleep 5", "yield_ms": 0}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("does not keep jobs"), "{}", text(&r));
+    c.cancel().await?;
+    Ok(())
+}

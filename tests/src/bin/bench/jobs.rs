@@ -107,8 +107,12 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     let j = r["job_id"].as_str().context("no job id")?.to_owned();
     let s = Instant::now();
     let (mut got, mut dropped, mut peak) = (0u64, 0u64, 0f64);
+    let (mut polls, mut max_poll) = (0, 0f64);
     loop {
+        let ps = Instant::now();
         let r = job(&c, json!({"job_id": j, "computer_id": id, "wait_ms": 5000})).await?;
+        polls += 1;
+        max_poll = max_poll.max(ms(ps.elapsed()));
         got += r["stdout"].as_str().map_or(0, |o| o.len() as u64);
         dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
         peak = peak.max(rss_mib(pid));
