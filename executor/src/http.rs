@@ -115,7 +115,7 @@ fn json_response(status: StatusCode, body: Value) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+        shared::json::to_vec(&body),
     )
         .into_response()
 }
@@ -266,7 +266,9 @@ fn stream_request(
     let guard = AbortOnDrop(task.abort_handle());
     let events = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
         let msg = rx.recv().await?;
-        let event = Event::default().event("message").data(msg.to_string());
+        let event = Event::default()
+            .event("message")
+            .data(shared::json::to_string(&msg));
         Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)))
     });
     let mut resp = Sse::new(events).into_response();

@@ -33,7 +33,7 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(msg) = rx.recv().await {
-            let mut line = msg.to_string().into_bytes();
+            let mut line = shared::json::to_vec(&msg);
             line.push(b'\n');
             if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
                 break;

@@ -12,6 +12,7 @@ pub mod executor_api;
 pub mod history;
 pub mod ids;
 pub mod jobs;
+pub mod json;
 pub mod lifecycle;
 pub mod maybe_send;
 pub mod mcp;

@@ -193,7 +193,7 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
 
 /// A successful tool result: structured content plus the same JSON as one text block.
 pub fn structured_result(value: Value) -> CallToolResult {
-    let text = value.to_string();
+    let text = crate::json::to_string(&value);
     let mut result = CallToolResult::success(vec![Content::text(text)]);
     result.structured_content = Some(value);
     result.is_error = Some(false);

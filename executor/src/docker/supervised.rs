@@ -128,21 +128,29 @@ impl Connection {
 /// Splits complete frames off the front of `buf`. `Err` on a hostile frame.
 fn take_frames(buf: &mut Vec<u8>) -> Result<Vec<Frame>, String> {
     let mut frames = Vec::new();
-    loop {
-        if buf.len() < 4 {
-            return Ok(frames);
+    // Frames are cut by offset and the buffer shifted once: a message holding many frames
+    // costs one move, not one per frame.
+    let mut at = 0;
+    let result = loop {
+        let rest = &buf[at..];
+        if rest.len() < 4 {
+            break Ok(());
         }
-        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         if len > MAX_FRAME {
-            return Err(format!("frame of {len} bytes"));
+            break Err(format!("frame of {len} bytes"));
         }
-        if buf.len() < 4 + len {
-            return Ok(frames);
+        if rest.len() < 4 + len {
+            break Ok(());
         }
-        let frame = Frame::read_from(&mut &buf[..4 + len]).map_err(|e| e.to_string())?;
-        buf.drain(..4 + len);
-        frames.push(frame);
-    }
+        match Frame::read_from(&mut &rest[..4 + len]) {
+            Ok(frame) => frames.push(frame),
+            Err(e) => break Err(e.to_string()),
+        }
+        at += 4 + len;
+    };
+    buf.drain(..at);
+    result.map(|()| frames)
 }
 
 impl Docker {
