@@ -192,6 +192,7 @@ impl Computers {
         id: &str,
         temporary: bool,
         req: &ExecRequest,
+        progress: &Progress,
     ) -> Result<serde_json::Value, ComputerError> {
         let timeout = req.timeout_secs.unwrap_or(self.defaults.timeout_secs);
         let (argv, shell_command) = match &req.program {
@@ -206,6 +207,7 @@ impl Computers {
             timeout: Duration::from_secs(timeout),
             output_limit: self.defaults.output_limit,
             env: req.env.clone(),
+            progress: progress.clone(),
         };
         // Held across the command, also when the call is cancelled and this future dropped.
         let _in_use = InUse::new(self, key);
@@ -566,7 +568,8 @@ impl SessionHost {
         }
         drop(slot);
         let (id, temporary) = (target.id().to_owned(), attached?);
-        c.exec_on(&self.key(&id), &id, temporary, &req).await
+        c.exec_on(&self.key(&id), &id, temporary, &req, progress)
+            .await
     }
 
     async fn list(&self) -> Result<serde_json::Value, ComputerError> {

@@ -1,4 +1,6 @@
-//! MCP progress notifications while a computer is being made (image pull, create, start).
+//! MCP progress notifications while a computer is being made (image pull, create, start),
+//! and while a foreground command runs: its newest output line, at most every 250 ms
+//! ([`LineTicker`], SPEC §3.8).
 //!
 //! A caller opts in with `_meta.progressToken`; transports that can deliver notifications
 //! alongside a pending request (stdio) hand the host a sender. Where there is no token or
@@ -6,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
@@ -39,9 +42,108 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// Whether anything would be delivered.
+    pub fn is_on(&self) -> bool {
+        self.sink.is_some()
+    }
+}
+
+/// The least time between two output notifications of one call.
+const EVERY: Duration = Duration::from_millis(250);
+/// The longest line shown, in characters.
+const LINE_MAX: usize = 200;
+/// The most of an unfinished line kept while waiting for its end.
+const PARTIAL_MAX: usize = 4096;
+
+/// Turns a command's output into progress notifications of its newest complete line.
+#[derive(Debug)]
+pub struct LineTicker {
+    progress: Progress,
+    last_sent: Option<Instant>,
+    partial: Vec<u8>,
+    newest: Option<String>,
+}
+
+impl LineTicker {
+    pub fn new(progress: Progress) -> Self {
+        Self {
+            progress,
+            last_sent: None,
+            partial: Vec::new(),
+            newest: None,
+        }
+    }
+
+    /// Feeds output; reports the newest complete line when the last report is old enough.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if !self.progress.is_on() {
+            return;
+        }
+        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
+            if self.partial.len() < PARTIAL_MAX {
+                let room = PARTIAL_MAX - self.partial.len();
+                self.partial
+                    .extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            return self.tick();
+        };
+        let before = &bytes[..end];
+        let line = match before.iter().rposition(|b| *b == b'\n') {
+            Some(start) => before[start + 1..].to_vec(),
+            None => {
+                let mut l = std::mem::take(&mut self.partial);
+                l.extend_from_slice(before);
+                l
+            }
+        };
+        self.partial.clear();
+        let rest = &bytes[end + 1..];
+        self.partial
+            .extend_from_slice(&rest[..rest.len().min(PARTIAL_MAX)]);
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches('\r');
+        if !text.trim().is_empty() {
+            self.newest = Some(text.chars().take(LINE_MAX).collect());
+        }
+        self.tick();
+    }
+
+    fn tick(&mut self) {
+        if self.last_sent.is_some_and(|t| t.elapsed() < EVERY) {
+            return;
+        }
+        if let Some(line) = self.newest.take() {
+            self.progress.report(&line);
+            self.last_sent = Some(Instant::now());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_lines_are_reported_newest_first_and_throttled() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut t = LineTicker::new(Progress::new(Some(tx), Some(json!(7))));
+        t.push(b"par");
+        t.push(b"tial one\ntwo\r\nthr");
+        let first = rx.try_recv().unwrap();
+        assert_eq!(first["params"]["message"], "two");
+        // Within 250 ms nothing more goes out, however much comes in.
+        t.push(b"ee\nfour\n");
+        assert!(rx.try_recv().is_err());
+        std::thread::sleep(EVERY);
+        t.push(b"five\n");
+        assert_eq!(rx.try_recv().unwrap()["params"]["message"], "five");
+        // No token: nothing at all, and no work.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut off = LineTicker::new(Progress::new(Some(tx), None));
+        off.push(b"a\n");
+        assert!(rx.try_recv().is_err());
+    }
 
     #[test]
     fn reports_increase_and_need_a_token() {

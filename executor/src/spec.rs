@@ -20,6 +20,8 @@ pub struct ExecSpec {
     pub output_limit: usize,
     /// Added to the computer's environment for this command (validated: SPEC §3.10).
     pub env: Vec<(String, String)>,
+    /// Where the newest output line goes while the command runs (a no-op by default).
+    pub progress: crate::progress::Progress,
 }
 
 impl ExecSpec {

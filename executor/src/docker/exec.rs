@@ -334,6 +334,7 @@ impl Docker {
             pid: None,
         };
         let mut collector = OutputCollector::new(spec.output_limit);
+        let mut ticker = crate::progress::LineTicker::new(spec.progress.clone());
         let mut header = Vec::new();
         // The wrapper's PID line has been taken off stdout (or stdout did not start with one).
         let mut header_done = false;
@@ -374,6 +375,7 @@ impl Docker {
                 },
                 _ => bytes,
             };
+            ticker.push(bytes);
             if collector.push(stream, bytes) == Push::LimitHit {
                 break;
             }
@@ -501,6 +503,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             output_limit: 1,
             env: vec![],
+            progress: Default::default(),
         };
         let cmd = wrapper_cmd(&spec, "n1");
         assert_eq!(

@@ -443,6 +443,7 @@ impl Docker {
                 .await?;
         }
         let mut collector = OutputCollector::new(spec.output_limit);
+        let mut ticker = crate::progress::LineTicker::new(spec.progress.clone());
         // The supervisor enforces the timeout; this deadline only guards against a hung one.
         let deadline = tokio::time::Instant::now() + spec.timeout + Duration::from_secs(10);
         let exit: ExitInfo = loop {
@@ -463,9 +464,11 @@ impl Docker {
             };
             match frame.kind {
                 Kind::Stdout => {
+                    ticker.push(&frame.payload);
                     collector.push(Stream::Stdout, &frame.payload);
                 }
                 Kind::Stderr => {
+                    ticker.push(&frame.payload);
                     collector.push(Stream::Stderr, &frame.payload);
                 }
                 Kind::Exit => match serde_json::from_slice(&frame.payload) {

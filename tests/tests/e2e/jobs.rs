@@ -414,3 +414,69 @@ async fn issue_14_per_call_env_on_both_docker_paths() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Issue 14: a foreground call with a progress token gets its newest output line as
+/// `notifications/progress`, at most one per 250 ms, on both Docker exec paths.
+#[tokio::test]
+async fn issue_14_live_output_as_progress() -> anyhow::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    for plain in [false, true] {
+        let t = tag(if plain { "liveplain" } else { "livesup" });
+        let mut cmd = command(&t, &state_dir(&t), &ServerOpts::default().plain_if(plain));
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(log_file(&t)));
+        let mut child = cmd.spawn()?;
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let id = format!("{t}-a");
+        let msgs = [
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+                "capabilities": {}, "clientInfo": {"name": "p", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "terminal_execute",
+                "arguments": {"command": "true", "computer_id": id}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "terminal_execute",
+                "arguments": {"command": "for i in 1 2 3 4 5 6 7 8; do echo line$i; echo err$i >&2; sleep 0.2; done", "computer_id": id},
+                "_meta": {"progressToken": "live"}}}),
+        ];
+        for m in &msgs {
+            stdin.write_all(format!("{m}\n").as_bytes()).await?;
+        }
+        let (mut lines, mut at) = (Vec::new(), Vec::new());
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+                .await??
+                .unwrap_or_default();
+            let v: Value = serde_json::from_str(&line)?;
+            if v["method"] == "notifications/progress" && v["params"]["progressToken"] == "live" {
+                lines.push(
+                    v["params"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                at.push(Instant::now());
+            } else if v["id"] == 2 {
+                assert_eq!(v["result"]["structuredContent"]["exit_code"], 0);
+                break;
+            }
+        }
+        assert!(lines.len() >= 3, "plain={plain}: {lines:?}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.starts_with("line") || l.starts_with("err")),
+            "{lines:?}"
+        );
+        for w in at.windows(2) {
+            assert!(
+                w[1] - w[0] >= Duration::from_millis(200),
+                "more than one per 250 ms"
+            );
+        }
+        drop(stdin);
+        child.wait().await?;
+        remove_all(&t).await?;
+    }
+    Ok(())
+}
