@@ -439,9 +439,19 @@ async fn issue_14_live_output_as_progress() -> anyhow::Result<()> {
                 "arguments": {"command": "for i in 1 2 3 4 5 6 7 8; do echo line$i; echo err$i >&2; sleep 0.2; done", "computer_id": id},
                 "_meta": {"progressToken": "live"}}}),
         ];
-        for m in &msgs {
+        // The computer exists before the watched call, so its progress is output only.
+        for m in &msgs[..2] {
             stdin.write_all(format!("{m}\n").as_bytes()).await?;
         }
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+                .await??
+                .unwrap_or_default();
+            if serde_json::from_str::<Value>(&line)?["id"] == 1 {
+                break;
+            }
+        }
+        stdin.write_all(format!("{}\n", msgs[2]).as_bytes()).await?;
         let (mut lines, mut at) = (Vec::new(), Vec::new());
         loop {
             let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
