@@ -64,9 +64,44 @@ fn shell_code(status: rustix::process::WaitStatus) -> i32 {
     }
 }
 
+/// The environment variable that marks every process of a job: a process that leaves the
+/// job's process group (`setsid`, `setpgid`) still inherits it, so a kill finds it.
+const TAG_VAR: &str = "MSC_JOB";
+
+/// Each running job's tag, by its process group.
+static TAGS: std::sync::LazyLock<Mutex<HashMap<i32, String>>> =
+    std::sync::LazyLock::new(Mutex::default);
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
+/// Processes (other than us) whose environment carries `MSC_JOB=<tag>`.
+fn tagged(tag: &str) -> Vec<Pid> {
+    let me = rustix::process::getpid();
+    let needle = format!("{TAG_VAR}={tag}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(Pid::from_raw)
+        .filter(|p| *p != me)
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/environ", p.as_raw_nonzero()))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// Signals a job's whole tree: its process group, and every process that left the group
+/// but carries the job's tag.
 pub(crate) fn kill_group(pgid: i32, signal: Signal) {
     if let Some(pid) = Pid::from_raw(pgid) {
         let _ = rustix::process::kill_process_group(pid, signal);
+    }
+    let tag = lock(&TAGS).get(&pgid).cloned();
+    if let Some(tag) = tag {
+        for pid in tagged(&tag) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
     }
 }
 
@@ -77,8 +112,10 @@ fn settle_group(pgid: i32) {
     let Some(pid) = Pid::from_raw(pgid) else {
         return;
     };
+    let tag = lock(&TAGS).get(&pgid).cloned();
     for _ in 0..500 {
-        if rustix::process::test_kill_process_group(pid).is_err() {
+        let group_gone = rustix::process::test_kill_process_group(pid).is_err();
+        if group_gone && tag.as_deref().is_none_or(|t| tagged(t).is_empty()) {
             return;
         }
         thread::sleep(Duration::from_millis(2));
@@ -248,6 +285,13 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
             cmd.env(k, v);
         }
     }
+    // Unique among the supervisors that share a /proc (one per computer; several in tests).
+    let tag = format!(
+        "{}-{}",
+        rustix::process::getpid().as_raw_nonzero(),
+        NEXT_TAG.fetch_add(1, Ordering::Relaxed)
+    );
+    cmd.env(TAG_VAR, &tag);
     cmd.stdin(if spec.stdin {
         Stdio::piped()
     } else {
@@ -271,6 +315,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         }
     };
     let pgid = child.id() as i32;
+    lock(&TAGS).insert(pgid, tag);
     {
         let (count, wake) = &state.spawned;
         *lock(count) += 1;
@@ -292,7 +337,8 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     let used = Arc::new(AtomicU64::new(0));
     let truncated = Arc::new(AtomicBool::new(false));
     let timed_out = Arc::new(AtomicBool::new(false));
-    let mut readers = Vec::new();
+    let (read_tx, read_rx) = mpsc::channel::<()>();
+    let mut readers = 0usize;
     for (kind, pipe) in [
         (
             Kind::Stdout,
@@ -311,7 +357,17 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     ] {
         let Some(mut pipe) = pipe else { continue };
         let (sink, used, truncated) = (sink.clone(), used.clone(), truncated.clone());
-        readers.push(thread::spawn(move || {
+        let read_done = read_tx.clone();
+        readers += 1;
+        thread::spawn(move || {
+            // Says when this stream ended, whichever way the loop below is left.
+            struct Done(Sender<()>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    let _ = self.0.send(());
+                }
+            }
+            let _done = Done(read_done);
             let mut buf = vec![0u8; CHUNK];
             loop {
                 let n = match pipe.read(&mut buf) {
@@ -331,8 +387,9 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
                     break;
                 }
             }
-        }));
+        });
     }
+    drop(read_tx);
     let stdin_tx = child.stdin.take().map(|mut stdin| {
         let (tx, rx): (StdinTx, Receiver<Option<Vec<u8>>>) = mpsc::channel();
         thread::spawn(move || {
@@ -371,8 +428,24 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     {
         let state = state.clone();
         thread::spawn(move || {
-            for r in readers {
-                let _ = r.join();
+            // Output ends when every holder of the pipes is gone. Once the job was killed,
+            // a holder that escaped even the tag (it cleared its environment) gets a second
+            // to go, and is then left to itself: the answer does not wait for it.
+            let mut left = readers;
+            let mut killed_at: Option<std::time::Instant> = None;
+            while left > 0 {
+                match read_rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(()) => left -= 1,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if timed_out.load(Ordering::SeqCst) || truncated.load(Ordering::SeqCst) {
+                            let at = killed_at.get_or_insert_with(std::time::Instant::now);
+                            if at.elapsed() >= Duration::from_secs(1) {
+                                break;
+                            }
+                        }
+                    }
+                }
             }
             let status = exit_rx.recv().unwrap_or(255);
             let _ = done_tx.send(());
@@ -382,6 +455,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
                 settle_group(pgid);
             }
             lock(&state.groups).remove(&pgid);
+            lock(&TAGS).remove(&pgid);
             if let Sink::Stream { job, jobs, .. } = &sink {
                 lock(jobs).remove(job);
             }

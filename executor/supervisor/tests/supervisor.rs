@@ -686,3 +686,121 @@ fn issue_14_hostile_job_requests_are_refused() {
         b"ok\n"
     );
 }
+
+/// Processes whose command line is exactly `argv`.
+fn running(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want)
+                && std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| {
+                    s.rsplit_once(')')
+                        .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+                })
+        })
+        .count()
+}
+
+fn gone_within(argv: &[&str], limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while running(argv) > 0 {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn issue_19_setsid_does_not_escape_the_timeout() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    // Left its process group, output closed: killed all the same.
+    let started = Instant::now();
+    let o = run(
+        &mut s,
+        1,
+        &spec(
+            &[
+                "sh",
+                "-c",
+                "setsid sleep 1901.5 >/dev/null 2>&1 & sleep 1000",
+            ],
+            1000,
+            1000,
+        ),
+    );
+    assert_eq!((o.exit.code, o.exit.timed_out), (124, true));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        gone_within(&["sleep", "1901.5"], Duration::from_secs(2)),
+        "the setsid child survived"
+    );
+    // Left its group and kept stdout open: the answer comes on time, output kept.
+    let started = Instant::now();
+    let o = run(
+        &mut s,
+        2,
+        &spec(
+            &["sh", "-c", "echo before; setsid sleep 1902.5 & sleep 1000"],
+            1000,
+            1000,
+        ),
+    );
+    assert_eq!((o.exit.code, o.stdout.as_slice()), (124, &b"before\n"[..]));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        gone_within(&["sleep", "1902.5"], Duration::from_secs(2)),
+        "the setsid child survived"
+    );
+}
+
+#[test]
+fn issue_19_a_kept_jobs_signal_reaches_what_left_its_group() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    keep(
+        &mut s,
+        1,
+        "esc",
+        &["sh", "-c", "setsid sleep 1903.5 & echo up; wait"],
+        60_000,
+        1 << 20,
+    )
+    .unwrap();
+    let (o, _, _) = read(&mut s, 2, "esc", 5_000, false);
+    assert_eq!(o, b"up\n");
+    // `echo up` may run before the background child has become `sleep`.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while running(&["sleep", "1903.5"]) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(running(&["sleep", "1903.5"]), 1);
+    job(
+        &mut s,
+        3,
+        &JobControl::Signal {
+            job_id: "esc".into(),
+            signal: 15,
+        },
+    )
+    .2
+    .unwrap();
+    let (_, _, st) = read(&mut s, 4, "esc", 5_000, true);
+    assert!(st.exit.is_some());
+    assert!(
+        gone_within(&["sleep", "1903.5"], Duration::from_secs(2)),
+        "TERM missed the setsid child"
+    );
+}

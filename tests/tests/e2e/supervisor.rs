@@ -265,3 +265,42 @@ async fn issue_3_hostile_socket_in_the_computer() -> anyhow::Result<()> {
     b.cancel().await?;
     remove_all(&t).await
 }
+
+/// Issue 19, finding 1: a child that leaves the process group with `setsid` is killed at
+/// the timeout all the same, and one that keeps stdout open does not hold the answer.
+#[tokio::test]
+async fn issue_19_setsid_escapes_the_timeout_kill() -> anyhow::Result<()> {
+    let t = tag("setsid");
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    let id = format!("{t}-a");
+    exec(&c, json!({"command": "true", "computer_id": id})).await?;
+    for (command, secs) in [
+        ("setsid sleep 1001 >/dev/null 2>&1 & sleep 1000", "1001"),
+        ("echo before; setsid sleep 1002 & sleep 1000", "1002"),
+    ] {
+        let started = Instant::now();
+        let r = exec(
+            &c,
+            json!({"command": command, "timeout": 2, "computer_id": id}),
+        )
+        .await?;
+        assert_eq!(
+            (r["exit_code"].as_i64(), r["timed_out"].as_bool()),
+            (Some(124), Some(true)),
+            "{command}: {r}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "{command}: {:?}",
+            started.elapsed()
+        );
+        let left = exec(
+            &c,
+            json!({"command": format!("sleep 0.5; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep {secs} $'"), "computer_id": id}),
+        )
+        .await?;
+        assert_eq!(left["stdout"], "0\n", "{command}: survivors");
+    }
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
