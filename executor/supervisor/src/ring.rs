@@ -250,12 +250,12 @@ mod tests {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let n = (seed % 300) as usize;
-            if seed % 3 == 0 {
-                let t = r.take(n, seed % 2 == 0);
+            if seed.is_multiple_of(3) {
+                let t = r.take(n, seed.is_multiple_of(2));
                 got += (t.stdout.len() + t.stderr.len()) as u64;
                 dropped += t.dropped;
             } else {
-                let stream = if seed % 5 == 0 {
+                let stream = if seed.is_multiple_of(5) {
                     Stream::Stderr
                 } else {
                     Stream::Stdout
