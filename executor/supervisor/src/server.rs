@@ -592,9 +592,14 @@ pub fn run(socket: &Path) -> io::Result<()> {
         ])?;
         thread::spawn(move || {
             if signals.forever().next().is_some() {
+                // Quickly, and only the groups: as PID 1 our exit ends every process of
+                // the computer anyway, and a slow goodbye would let a connection take one
+                // more answer from a supervisor about to vanish.
                 let groups: Vec<i32> = lock(&state.groups).keys().copied().collect();
                 for g in groups {
-                    kill_group(g, Signal::KILL);
+                    if let Some(pid) = Pid::from_raw(g) {
+                        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                    }
                 }
                 let _ = std::fs::remove_file(&socket);
                 std::process::exit(0);
