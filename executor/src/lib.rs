@@ -1,8 +1,8 @@
 //! `executor`: the `mcp-sandbox-computer-vm-for-ai` server.
 //!
 //! Code map: [`cli`] parses flags, [`config`] checks them, [`docker`] is the Docker/Podman
-//! backend, [`wasm`] the WebAssembly one (its [`wasm::shell`] is the host-side shell of the
-//! toolbox), [`fly`] and [`e2b`] open cloud accounts whose computers [`cloud`] drives, [`modal`] is
+//! backend, [`wasm`] the WebAssembly one (the toolbox's host-side shell is the crate
+//! [`msc_shell`], `executor/shell`), [`fly`] and [`e2b`] open cloud accounts whose computers [`cloud`] drives, [`modal`] is
 //! Modal over gRPC, [`backend`] puts them behind one interface, [`computers`] tracks computers and owners and implements the shared
 //! dispatcher's `ToolHost`, [`stdio`] and [`http`] are the MCP transports, [`instance`]
 //! lets a server tell live peers from dead ones, [`progress`] sends progress notifications, and [`run`] wires it all together.

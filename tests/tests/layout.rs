@@ -1,7 +1,7 @@
-//! Issue 13: the code keeps its shape. No module import cycles in `shared`, `executor` or
-//! `gateway`: a module's `crate::…` paths (outside comments) name the top-level modules it
-//! depends on, and that graph must be acyclic, so each layer can be read, tested and moved
-//! on its own.
+//! Issue 13: the code keeps its shape. No module import cycles in `shared`, `executor`,
+//! `executor/shell` (msc-shell) or `gateway`: a module's `crate::…` paths (outside comments)
+//! name the top-level modules it depends on, and that graph must be acyclic, so each layer
+//! can be read, tested and moved on its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -109,7 +109,7 @@ fn cycle_detection_works() {
 #[test]
 fn issue_13_no_module_import_cycles() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for krate in ["shared", "executor", "gateway"] {
+    for krate in ["shared", "executor", "executor/shell", "gateway"] {
         let src = root.join(krate).join("src");
         let g = graph(&src);
         assert!(

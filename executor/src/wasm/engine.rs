@@ -12,14 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use msc_shell::{Input, Output};
 use wasmtime::{
     Config, Engine, ExternType, InstancePre, Linker, Module, ResourceLimiter, Store, Trap,
 };
 use wasmtime_wasi::cli::{AsyncStdinStream, AsyncStdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
-
-use super::shell::{Input, Output};
 
 /// How often the engine's epoch advances; a running instance yields to the async runtime
 /// at every tick, so timeouts and cancellation stop even a busy loop within one tick.

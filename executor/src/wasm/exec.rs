@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use msc_shell::{Input, Output, Programs, ShellConfig, Stdio};
 use shared::result::{ExecOutcome, Stream, TIMEOUT_EXIT_CODE};
 
 use super::capture::Capture;
 use super::engine::{Exit, Mount, Program, Run};
-use super::shell::{self, Input, Output, Programs, ShellConfig, Stdio};
 use super::{Flavor, Wasm, WasmError};
 use crate::spec::ExecSpec;
 
@@ -70,7 +70,7 @@ impl Wasm {
                         env: call_env(&spec.env),
                         programs,
                     };
-                    shell::run(&script, cfg, io).await
+                    msc_shell::run(&script, cfg, io).await
                 }
                 Flavor::Custom(name) => {
                     if !guest_dir_exists(&fs, &cwd) {

@@ -2,7 +2,7 @@
 //!
 //! Two kinds share this backend:
 //! - the toolbox (`--backend go_busybox`, and the embedded default without Docker): our
-//!   multicall WASI module (`executor/toolbox`), with the host as the shell ([`shell`]):
+//!   multicall WASI module (`executor/toolbox`), with the host as the shell ([`msc_shell`]):
 //!   every simple command of a `command` is a fresh instance, pipelines are connected by
 //!   the host;
 //! - a custom module (`--backend wasm --wasm-path X.wasm`): any WASI command module, run
@@ -19,7 +19,6 @@ pub mod capture;
 pub mod engine;
 mod exec;
 mod place;
-pub mod shell;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
