@@ -223,9 +223,14 @@ pub(crate) fn control(state: &Arc<State>, w: &Writer, req: u32, control: JobCont
                 return error(w, req, why);
             }
             let ctl = start_job(state, spec, Sink::Kept(kept.clone()));
-            // It may have ended already (a missing program): then it keeps no controls.
-            if lock(&kept.inner).exit.is_none() {
-                *lock(&kept.ctl) = ctl;
+            // It may have ended already (a missing program, or a quick one): then it keeps
+            // no controls. `end` sets the exit before it clears the controls, so checking
+            // the exit while holding them leaves no window for a stale process group.
+            {
+                let mut slot = lock(&kept.ctl);
+                if lock(&kept.inner).exit.is_none() {
+                    *slot = ctl;
+                }
             }
             let status = kept.status(&lock(&kept.inner), None, 0);
             done(w, req, &status);
