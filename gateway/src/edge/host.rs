@@ -198,13 +198,18 @@ impl Host {
                     && let Some(job_id) = v["job_id"].as_str()
                 {
                     let deadline = now_ms().saturating_add(timeout_ms);
-                    team_call(
+                    let put = team_call(
                         &self.env,
                         &team,
                         "/job/put",
                         &json!({"job_id": job_id, "id": id, "deadline": deadline}),
                     )
-                    .await?;
+                    .await;
+                    // The job runs either way: its output is not lost for a record; the
+                    // caller can still name the computer.
+                    if let Err(e) = put {
+                        tracing::warn!(error = %e, "could not record a job in the team inventory");
+                    }
                 }
                 // Last use, at most every idle/4 per isolate: the warm path skips the DO.
                 if touch_due(&team, &id, self.gw.idle_ms / 4) {
