@@ -7,12 +7,11 @@
 //! reached by id through the computer they run on; whoever may reach the computer may
 //! reach its jobs. Every backend and the gateway use these rules and shapes.
 
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 pub use crate::result::JobInfo;
-use crate::result::{ExecOutcome, exec_structured};
+use crate::result::{ExecOutcome, exec_structured, put_stream};
 
 /// The job tool's name.
 pub const JOB_TOOL: &str = "terminal_job";
@@ -149,19 +148,11 @@ fn as_outcome(out: &JobOutput) -> ExecOutcome {
     }
 }
 
+/// A stream as the exec result renders it (text, and `<key>_base64` when not UTF-8).
 fn put(out: &mut Map<String, Value>, key: &str, bytes: &[u8]) {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => {
-            out.insert(key.into(), json!(s));
-        }
-        Err(_) => {
-            out.insert(key.into(), json!(String::from_utf8_lossy(bytes)));
-            out.insert(
-                format!("{key}_base64"),
-                json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            );
-        }
-    }
+    let mut extra = Map::new();
+    put_stream(out, key, bytes, &mut extra);
+    out.extend(extra);
 }
 
 /// The structured result of `terminal_job` (SPEC §3.8): only what is new since the

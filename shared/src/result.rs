@@ -108,7 +108,7 @@ fn append_notice(stderr: &mut Vec<u8>, notice: &str) {
     stderr.push(b'\n');
 }
 
-fn put_stream(
+pub(crate) fn put_stream(
     out: &mut Map<String, Value>,
     key: &str,
     bytes: &[u8],

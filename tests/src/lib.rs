@@ -361,6 +361,15 @@ pub async fn call(client: &Client, tool: &str, arguments: Value) -> Result<CallT
     Ok(client.call_tool(params).await?)
 }
 
+/// Calls `terminal_job` and returns its structured content (fails on `isError`).
+pub async fn job(client: &Client, arguments: Value) -> Result<Value> {
+    let r = call(client, "terminal_job", arguments.clone()).await?;
+    if r.is_error == Some(true) {
+        bail!("terminal_job {arguments} failed: {}", text(&r));
+    }
+    r.structured_content.context("no structuredContent")
+}
+
 /// The item of computer `id` in a `computer_list` result, if listed.
 pub fn listed(list: &Value, id: &str) -> Option<Value> {
     list["computers"]

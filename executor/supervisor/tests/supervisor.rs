@@ -641,20 +641,11 @@ fn issue_14_at_most_64_jobs_and_lists_show_them() {
         0
     );
     // A missing program is an ended job with the shell's answer, not a failed request.
-    keep(&mut s, 106, "nope", &["/no/such/program"], 1000, 100).unwrap_err_or_exit(&mut s);
-}
-
-trait ExitOr {
-    fn unwrap_err_or_exit(self, s: &mut UnixStream);
-}
-
-impl ExitOr for Result<JobStatus, String> {
-    fn unwrap_err_or_exit(self, s: &mut UnixStream) {
-        let st = self.expect("a start that cannot run still makes a job");
-        let (_, e, st2) = read(s, 200, &st.job_id, 1000, true);
-        assert_eq!(st2.exit.unwrap().code, 127);
-        assert!(String::from_utf8_lossy(&e).contains("No such file"));
-    }
+    let st = keep(&mut s, 106, "nope", &["/no/such/program"], 1000, 100)
+        .expect("a start that cannot run still makes a job");
+    let (_, e, st2) = read(&mut s, 200, &st.job_id, 1000, true);
+    assert_eq!(st2.exit.unwrap().code, 127);
+    assert!(String::from_utf8_lossy(&e).contains("No such file"));
 }
 
 #[test]

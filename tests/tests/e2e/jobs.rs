@@ -10,17 +10,6 @@ fn jobs_opts() -> ServerOpts {
     ServerOpts::default().arg("--tools=jobs,lifecycle")
 }
 
-/// `terminal_job` as structured content (fails on `isError`).
-async fn job(c: &Client, arguments: Value) -> anyhow::Result<Value> {
-    let r = call(c, "terminal_job", arguments.clone()).await?;
-    anyhow::ensure!(
-        r.is_error != Some(true),
-        "terminal_job {arguments} failed: {}",
-        text(&r)
-    );
-    Ok(r.structured_content.unwrap_or_default())
-}
-
 /// The error text of a `terminal_job` call that must fail.
 async fn job_error(c: &Client, arguments: Value) -> anyhow::Result<String> {
     let r = call(c, "terminal_job", arguments.clone()).await?;

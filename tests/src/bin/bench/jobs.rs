@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
+use serde_json::json;
 use tests::*;
 
 use super::wasm::{rss_mib, server_pid_of};
@@ -14,16 +14,6 @@ use super::{Row, ms, pct};
 
 const RUNS: usize = 300;
 const GIB: u64 = 1 << 30;
-
-async fn job(c: &Client, args: Value) -> Result<Value> {
-    let r = call(c, "terminal_job", args.clone()).await?;
-    anyhow::ensure!(
-        r.is_error != Some(true),
-        "terminal_job {args}: {}",
-        text(&r)
-    );
-    r.structured_content.context("no structuredContent")
-}
 
 /// The floor: 1 GiB of `yes` streamed straight out of the computer by one attached Engine
 /// API exec (bollard), MB/s.
