@@ -96,6 +96,9 @@ pub struct Computers {
     id_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The jobs this server started, by job id.
     jobs: Mutex<HashMap<String, jobs::JobRecord>>,
+    /// Temporaries whose removal failed (a busy engine): retried by every idle sweep
+    /// until they are gone, so a transient engine error does not leak a computer.
+    unremoved: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Computers {
@@ -107,6 +110,7 @@ impl Computers {
             registry: Mutex::new(Registry::new(MemoryStore::default())),
             id_locks: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
+            unremoved: Mutex::default(),
         }
     }
 
@@ -326,7 +330,10 @@ impl Computers {
         let removals = ids.iter().map(|id| async move {
             match self.backend.remove(id).await {
                 Ok(()) => tracing::info!(computer_id = id, "removed temporary computer"),
-                Err(e) => tracing::warn!(computer_id = id, error = %e, "could not remove temporary computer"),
+                Err(e) => {
+                    tracing::warn!(computer_id = id, error = %e, "could not remove temporary computer; will retry");
+                    self.unremoved().insert(id.clone());
+                }
             }
         });
         join_all(removals).await;
@@ -349,8 +356,28 @@ impl Computers {
         self.remove_ids(Self::ids(owned)).await;
     }
 
-    /// Removes stateless callers' temporaries unused for `--session-timeout`.
+    fn unremoved(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
+        self.unremoved.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Retries the removals that failed, skipping an id that is in use again (a new
+    /// computer took the name; removing it would destroy the wrong one).
+    async fn retry_removals(&self) {
+        let ids: Vec<String> = {
+            let registry = self.registry();
+            let mut pending = self.unremoved();
+            pending.retain(|id| registry.contains(id) == Ok(false));
+            pending.drain().collect()
+        };
+        if !ids.is_empty() {
+            self.remove_ids(ids).await;
+        }
+    }
+
+    /// Removes stateless callers' temporaries unused for `--session-timeout`, and retries
+    /// removals that failed.
     pub async fn reap_idle(&self) {
+        self.retry_removals().await;
         let timeout = self.defaults.session_timeout_secs;
         let now = now_ms();
         let Ok(mut idle) = self.registry().idle(now, timeout);

@@ -309,6 +309,11 @@ impl<S: InventoryStore> Registry<S> {
         })
     }
 
+    /// Whether `id` is a known computer.
+    pub fn contains(&self, id: &str) -> Result<bool, S::Error> {
+        Ok(self.store.get(id)?.is_some())
+    }
+
     /// Every temporary computer (the server is shutting down).
     pub fn temporaries(&self) -> Result<Vec<Entry>, S::Error> {
         self.select(|e| e.temporary)

@@ -152,6 +152,30 @@ pub fn log_file(tag: &str) -> std::fs::File {
     std::fs::File::create(path).unwrap_or_else(|_| tempfile_fallback())
 }
 
+/// The last lines of every server log of a test, for a failure message (CI keeps no
+/// files, so a failure must carry what the servers said).
+pub fn log_tail(tag: &str, lines: usize) -> String {
+    let dir = workspace().join("target").join("test-logs");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&format!("{tag}-")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        out.push_str(&format!("\n--- {name} (last {lines} lines)\n"));
+        for l in &all[all.len().saturating_sub(lines)..] {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn tempfile_fallback() -> std::fs::File {
     #[allow(clippy::expect_used)]
     std::fs::File::create("/dev/null").expect("/dev/null")
@@ -423,7 +447,15 @@ pub async fn wait_for_count(tag: &str, n: usize, within: Duration) -> Result<()>
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("expected {n} containers for {tag}, found {now}");
+            let names: Vec<String> = containers(tag)
+                .await?
+                .into_iter()
+                .map(|c| format!("{:?} {:?}", c.names.unwrap_or_default(), c.status))
+                .collect();
+            bail!(
+                "expected {n} containers for {tag}, found {now}: {names:?}{}",
+                log_tail(tag, 30)
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -449,8 +449,8 @@ async fn issue_2_stateless_computer_is_not_reaped_while_a_command_runs() -> anyh
     .await?;
     assert_eq!(r["stdout"], "finished\n");
     assert_eq!(r["exit_code"], 0);
-    // Once unused, it does expire.
-    wait_for_count(&t, 0, Duration::from_secs(15)).await?;
+    // Once unused, it does expire (the window allows for a loaded engine).
+    wait_for_count(&t, 0, Duration::from_secs(30)).await?;
     c.cancel().await?;
     s.terminate().await?;
     Ok(())
