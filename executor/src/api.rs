@@ -120,6 +120,12 @@ impl IntoResponse for Failure {
 
 /// The one mapping of registry errors to API codes.
 fn code_of(e: &ComputerError) -> ErrorCode {
+    use crate::place::Failure as F;
+    match e.failure() {
+        Some(F::NoSuchFile) => return ErrorCode::NotFound,
+        Some(F::File) => return ErrorCode::BadRequest,
+        _ => {}
+    }
     if e.is_not_found() {
         ErrorCode::NotFound
     } else if e.is_conflict() {

@@ -12,7 +12,9 @@ use crate::fly::Fly;
 use crate::modal::Modal;
 use crate::place::{BackendError, Place};
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec, JobPoll, JobStart};
+use crate::spec::{
+    ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart,
+};
 use crate::wasm::Wasm;
 
 /// Where this server's computers live.
@@ -112,5 +114,23 @@ impl Place for Backend {
 
     async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
         each!(self, p => Place::job_list(p, id).await)
+    }
+
+    async fn file_read(
+        &self,
+        id: &str,
+        path: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<FileSlice, BackendError> {
+        each!(self, p => Place::file_read(p, id, path, offset, length).await)
+    }
+
+    async fn file_write(
+        &self,
+        id: &str,
+        spec: &FileWriteSpec<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        each!(self, p => Place::file_write(p, id, spec).await)
     }
 }

@@ -33,6 +33,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use crate::error::ComputerError;
 
+mod files;
 mod jobs;
 
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
@@ -502,6 +503,14 @@ impl SessionHost {
                 let span = tracing::info_span!("job", computer_id = call.computer_id());
                 self.job(call).instrument(span).await
             }
+            ToolCall::File(call) => {
+                let span = tracing::info_span!(
+                    "file",
+                    tool = call.tool(),
+                    computer_id = call.computer_id()
+                );
+                self.file(call, progress).instrument(span).await
+            }
             other => {
                 let span = tracing::info_span!("lifecycle", tool = ?other);
                 async {
@@ -516,7 +525,7 @@ impl SessionHost {
                             self.factory_reset(&computer_id, progress).await
                         }
                         ToolCall::Delete { computer_id } => self.delete(&computer_id).await,
-                        ToolCall::Exec(_) | ToolCall::Job(_) => Ok(json!({})),
+                        ToolCall::Exec(_) | ToolCall::Job(_) | ToolCall::File(_) => Ok(json!({})),
                     }
                 }
                 .instrument(span)
@@ -560,32 +569,36 @@ impl SessionHost {
                     })
                     .await
                 }
+                Op::File(call) => self.file(call, progress).await,
             }
         }
         .instrument(span)
         .await
     }
 
-    async fn exec(
+    /// The computer a call that may create it runs on (`computer_id` and `temporary` as
+    /// the exec tool takes them): its id and whether it is temporary, attached or created.
+    async fn target(
         &self,
-        req: ExecRequest,
+        computer_id: Option<&str>,
+        temporary: Option<bool>,
         progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    ) -> Result<(String, bool), ComputerError> {
         let c = &self.computers;
         // A call that reads the default holds it while attaching, so concurrent first
         // calls share one computer; named calls never wait for it.
-        let mut slot = match Target::reads_default(req.computer_id.as_deref(), req.temporary) {
+        let mut slot = match Target::reads_default(computer_id, temporary) {
             true => Some(self.default.lock().await),
             false => None,
         };
         let target = Target::of(
-            req.computer_id.as_deref(),
-            req.temporary,
+            computer_id,
+            temporary,
             slot.as_ref().and_then(|d| d.as_deref()),
             || c.new_slug(),
         );
         let attached = self
-            .attach(target.id(), target.requested(req.temporary), progress)
+            .attach(target.id(), target.requested(temporary), progress)
             .await;
         if let Some(default) = slot.as_mut()
             && attached.is_ok()
@@ -594,8 +607,19 @@ impl SessionHost {
             **default = Some(target.id().to_owned());
         }
         drop(slot);
-        let (id, temporary) = (target.id().to_owned(), attached?);
-        c.exec_on(&self.key(&id), &id, temporary, &req, progress)
+        Ok((target.id().to_owned(), attached?))
+    }
+
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let (id, temporary) = self
+            .target(req.computer_id.as_deref(), req.temporary, progress)
+            .await?;
+        self.computers
+            .exec_on(&self.key(&id), &id, temporary, &req, progress)
             .await
     }
 

@@ -126,6 +126,8 @@ pub struct Config {
     pub lifecycle_tools: bool,
     /// The `jobs` tool group (SPEC §3.8).
     pub jobs_tools: bool,
+    /// `--tools` includes `files` (the `computer_file_*` tools).
+    pub files_tools: bool,
     /// The exec tool's description for the backend in use (`run` picks the WASM one
     /// when it starts on WASM).
     pub exec_description: String,
@@ -581,6 +583,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             tool_name: cli.tool_name.clone(),
             lifecycle_tools: groups.lifecycle || lifecycle_enabled(lifecycle_env),
             jobs_tools: groups.jobs,
+            files_tools: groups.files,
             exec_description,
             other_description,
             backend,

@@ -11,7 +11,19 @@ use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec, JobPoll, JobStart};
+use crate::spec::{
+    ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart,
+};
+
+/// The answer of a backend that does not serve files.
+fn no_files(backend: &str) -> BackendError {
+    BackendError::new(
+        Failure::Unsupported,
+        format!(
+            "the {backend} backend does not serve the file tools yet: move files with terminal_execute (e.g. base64 through stdin), or use the Docker or WASM backend"
+        ),
+    )
+}
 
 /// The answer of a backend that does not keep jobs.
 fn no_jobs(backend: &str) -> BackendError {
@@ -38,6 +50,11 @@ pub enum Failure {
     Failed,
     /// The computer has no such job (never started, or ended and read).
     NoSuchJob,
+    /// The computer has no such file or directory (the computer itself exists).
+    NoSuchFile,
+    /// A file operation was refused, changing nothing: a directory, an existing file
+    /// with `create_only`, a read-only path, a full disk, a slice past the end.
+    File,
     /// This backend or computer cannot do what was asked (e.g. keep a job).
     Unsupported,
 }
@@ -115,5 +132,27 @@ pub trait Place {
     async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
         let _ = id;
         Err(no_jobs(self.name()))
+    }
+    /// Reads at most `length` bytes of regular file `path` from `offset` (an offset at or
+    /// past the end gives an empty slice). Paths resolve inside the computer.
+    async fn file_read(
+        &self,
+        id: &str,
+        path: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<FileSlice, BackendError> {
+        let _ = (id, path, offset, length);
+        Err(no_files(self.name()))
+    }
+    /// Writes one slice as `spec` says: an atomic replace (a temporary name, fsync,
+    /// rename) or an append; a failure leaves the old file as it was.
+    async fn file_write(
+        &self,
+        id: &str,
+        spec: &FileWriteSpec<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        let _ = (id, spec);
+        Err(no_files(self.name()))
     }
 }

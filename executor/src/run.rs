@@ -50,6 +50,7 @@ pub enum RunError {
 pub fn dispatcher(config: &Config) -> Dispatcher {
     let groups = shared::catalogue::Groups {
         jobs: config.jobs_tools,
+        files: config.files_tools,
         lifecycle: config.lifecycle_tools,
     };
     let mut instructions = String::from(
@@ -59,6 +60,11 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
     if groups.jobs {
         instructions.push_str(
             " For builds, test suites, servers and interactive programs, pass `yield_ms`: a command still running then becomes a job that terminal_job follows (output, stdin, signals).",
+        );
+    }
+    if groups.files {
+        instructions.push_str(
+            " Move files as bytes with computer_file_read, computer_file_write and computer_file_edit (4 MiB per call; bigger files in appended slices).",
         );
     }
     instructions.push_str(&format!(" Tool groups: {}.", groups.names().join(", ")));

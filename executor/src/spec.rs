@@ -95,3 +95,23 @@ pub fn parse_size(s: &str) -> Option<i64> {
     let bytes = n * mult as f64;
     (bytes < i64::MAX as f64).then_some(bytes as i64)
 }
+
+/// One slice of a regular file, and its metadata (SPEC §3.9).
+pub use shared::files::Slice as FileSlice;
+/// A finished write: the file's size and whole-file SHA-256.
+pub use shared::files::Written as FileWritten;
+
+/// What to write (validated: an absolute path, at most one slice of bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct FileWriteSpec<'a> {
+    pub path: &'a str,
+    pub data: &'a [u8],
+    /// Add to the end (creating the file if missing), instead of an atomic replace.
+    pub append: bool,
+    /// Refuse, changing nothing, if the file exists.
+    pub create_only: bool,
+    /// `None`: 0644 for a new or replaced file; an appended file keeps its own.
+    pub mode: Option<u32>,
+    /// Create missing parent directories (0755).
+    pub make_dirs: bool,
+}

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
+mod files;
+
 /// Largest `stdin` accepted, in bytes.
 pub const MAX_STDIN_BYTES: usize = 2 * 1024 * 1024;
 /// Longest `timeout` accepted, in seconds (one day).
@@ -19,6 +21,8 @@ pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 pub enum ToolKind {
     Exec,
     Job,
+    /// One of the `computer_file_*` tools (group `files`).
+    File,
     Dashboard,
     List,
     Create,
@@ -53,6 +57,8 @@ pub const LIFECYCLE_TOOLS: &[(&str, ToolKind)] = &[
 pub struct Groups {
     /// `terminal_job`, and `yield_ms` on the exec tool.
     pub jobs: bool,
+    /// `computer_file_read`, `_write` and `_edit`.
+    pub files: bool,
     /// The `computer_*` tools and the dashboard.
     pub lifecycle: bool,
 }
@@ -64,6 +70,7 @@ impl Groups {
     /// Every group this build serves.
     pub const ALL: Groups = Groups {
         jobs: true,
+        files: true,
         lifecycle: true,
     };
 
@@ -75,12 +82,8 @@ impl Groups {
                 "exec" => {}
                 "jobs" => groups.jobs = true,
                 "lifecycle" => groups.lifecycle = true,
+                "files" => groups.files = true,
                 "all" => groups = Groups::ALL,
-                "files" => {
-                    return Err(
-                        "the `files` tool group is not served by this version yet; use exec, jobs, lifecycle or all".into(),
-                    );
-                }
                 other => {
                     return Err(format!(
                         "unknown tool group {other:?} in --tools; the groups are {} (or all)",
@@ -98,6 +101,9 @@ impl Groups {
         if self.jobs {
             out.push("jobs");
         }
+        if self.files {
+            out.push("files");
+        }
         if self.lifecycle {
             out.push("lifecycle");
         }
@@ -111,6 +117,7 @@ pub struct ToolNames {
     pub exec: String,
     pub lifecycle: bool,
     pub jobs: bool,
+    pub files: bool,
 }
 
 impl ToolNames {
@@ -119,6 +126,7 @@ impl ToolNames {
             exec: exec.into(),
             lifecycle,
             jobs: false,
+            files: false,
         }
     }
 
@@ -128,12 +136,14 @@ impl ToolNames {
             exec: exec.into(),
             lifecycle: groups.lifecycle,
             jobs: groups.jobs,
+            files: groups.files,
         }
     }
 
     pub fn groups(&self) -> Groups {
         Groups {
             jobs: self.jobs,
+            files: self.files,
             lifecycle: self.lifecycle,
         }
     }
@@ -146,6 +156,9 @@ pub fn tool_kind(names: &ToolNames, name: &str) -> Option<ToolKind> {
     }
     if names.jobs && name == crate::jobs::JOB_TOOL {
         return Some(ToolKind::Job);
+    }
+    if names.files && files::TOOLS.contains(&name) {
+        return Some(ToolKind::File);
     }
     if !names.lifecycle {
         return None;
@@ -458,6 +471,9 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
         job.meta = Some(ui_meta(false));
         list.push(job);
     }
+    if names.files {
+        list.extend(files::tools());
+    }
     if !names.lifecycle {
         return list;
     }
@@ -534,7 +550,7 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
                 true,
                 true,
             ),
-            ToolKind::Exec | ToolKind::Job => continue,
+            ToolKind::Exec | ToolKind::Job | ToolKind::File => continue,
         };
         let mut tool = Tool::new(*name, description, input);
         tool.title = Some(title.into());
@@ -596,17 +612,40 @@ mod tests {
             Groups::parse(" exec, Jobs "),
             Ok(Groups {
                 jobs: true,
+                files: false,
                 lifecycle: false
             })
         );
         assert_eq!(Groups::parse("all"), Ok(Groups::ALL));
-        assert_eq!(Groups::ALL.names(), ["exec", "jobs", "lifecycle"]);
+        assert_eq!(Groups::ALL.names(), ["exec", "jobs", "files", "lifecycle"]);
         assert!(
             Groups::parse("exec,bogus")
                 .unwrap_err()
                 .contains("unknown tool group")
         );
-        assert!(Groups::parse("files").unwrap_err().contains("not served"));
+        assert!(Groups::parse("files").unwrap().files);
+        let names = ToolNames::with_groups(EXEC_TOOL, Groups::parse("files").unwrap());
+        let listed: Vec<String> = tools(&names, "d")
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                EXEC_TOOL,
+                "computer_file_read",
+                "computer_file_write",
+                "computer_file_edit"
+            ]
+        );
+        assert_eq!(
+            tool_kind(&names, "computer_file_edit"),
+            Some(ToolKind::File)
+        );
+        assert_eq!(
+            tool_kind(&ToolNames::new(EXEC_TOOL, true), "computer_file_read"),
+            None
+        );
         let plain = tools(&ToolNames::with_groups(EXEC_TOOL, Groups::default()), "d");
         let v = serde_json::to_value(&plain[0]).unwrap();
         assert!(v["inputSchema"]["properties"].get("yield_ms").is_none());
@@ -618,7 +657,7 @@ mod tests {
         let v = serde_json::to_value(&t[0]).unwrap();
         assert!(v["inputSchema"]["properties"]["yield_ms"].is_object());
         let all = tools(&ToolNames::with_groups(EXEC_TOOL, Groups::ALL), "d");
-        assert_eq!(all.len(), 8);
+        assert_eq!(all.len(), 11);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod catalogue;
 pub mod dashboard;
 pub mod executor_api;
+pub mod files;
 pub mod history;
 pub mod ids;
 pub mod jobs;

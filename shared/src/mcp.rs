@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::catalogue::{DASHBOARD_URI, MCP_APP_MIME, ToolNames, UI_EXTENSION, tools};
 use crate::maybe_send::{MaybeSend, MaybeSync};
-use crate::result::validation_error;
+use crate::result::{operation_error, validation_error};
 use crate::validate::{ToolCall, ValidationError, parse_tool_call};
 
 pub use jsonrpc::{Incoming, codes, error_response, parse_message, parse_value, success_response};
@@ -395,6 +395,11 @@ impl Dispatcher {
                             ),
                             None,
                         );
+                    }
+                    // A `computer_*` tool fails in one shape, validation included (SPEC
+                    // §3.5): `{"error"}` as structured content and text.
+                    Err(ValidationError::Invalid(message)) if name.starts_with("computer_") => {
+                        operation_error(&message)
                     }
                     Err(ValidationError::Invalid(message)) => validation_error(&message),
                     Ok(call) => {

@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::executor_api::{ApiError, ErrorCode};
+use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
 use crate::maybe_send::{MaybeSend, MaybeSync};
-use crate::validate::{ExecRequest, Program, ValidationError, parse_exec, parse_job};
+use crate::validate::{ExecRequest, Program, ValidationError, parse_exec, parse_file, parse_job};
 
 /// One operation on a team's computers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub enum Op {
     Jobs {
         computer_id: String,
     },
+    /// A file tool; its `computer_id` is always set (see [`Op::file`]). Creates the
+    /// computer on first use, like an exec.
+    File(FileCall),
 }
 
 /// An operation as an HTTP request of the executor API (the path is below
@@ -94,12 +98,19 @@ impl Op {
         }
     }
 
+    /// A file tool call on `computer_id` (which replaces any id in `call`).
+    pub fn file(computer_id: &str, call: FileCall) -> Op {
+        let temporary = call.temporary();
+        Op::File(call.on(computer_id, temporary))
+    }
+
     /// The computer the operation is about (`None` for [`Op::List`]).
     pub fn computer_id(&self) -> Option<&str> {
         match self {
             Op::List => None,
             Op::Exec(r) => r.computer_id.as_deref(),
             Op::Job(p) => p.computer_id.as_deref(),
+            Op::File(f) => f.computer_id(),
             Op::Create { computer_id, .. }
             | Op::Restart { computer_id }
             | Op::FactoryReset { computer_id }
@@ -119,6 +130,9 @@ impl Op {
             Op::Delete { .. } => "delete",
             Op::Job(_) => "job",
             Op::Jobs { .. } => "jobs",
+            Op::File(FileCall::Read(_)) => "file_read",
+            Op::File(FileCall::Write(_)) => "file_write",
+            Op::File(FileCall::Edit(_)) => "file_edit",
         }
     }
 
@@ -191,6 +205,46 @@ impl Op {
                 )
             }
             Op::Jobs { .. } => ("GET", format!("/computers/{id}/jobs"), None),
+            Op::File(f) => {
+                let mut b = Map::new();
+                b.insert("path".into(), json!(f.path()));
+                if let Some(t) = f.temporary() {
+                    b.insert("temporary".into(), json!(t));
+                }
+                let verb = match f {
+                    FileCall::Read(r) => {
+                        b.insert("offset".into(), json!(r.offset));
+                        b.insert("length".into(), json!(r.length));
+                        "read"
+                    }
+                    FileCall::Write(w) => {
+                        use base64::Engine;
+                        let b64 = base64::engine::general_purpose::STANDARD.encode(&w.content);
+                        b.insert("content_base64".into(), json!(b64));
+                        b.insert("append".into(), json!(w.append));
+                        b.insert("create_only".into(), json!(w.create_only));
+                        b.insert("make_dirs".into(), json!(w.make_dirs));
+                        if let Some(m) = w.mode {
+                            b.insert("mode".into(), json!(crate::files::mode_string(m)));
+                        }
+                        "write"
+                    }
+                    FileCall::Edit(e) => {
+                        b.insert("old_text".into(), json!(e.old_text));
+                        b.insert("new_text".into(), json!(e.new_text));
+                        b.insert(
+                            "expected_replacements".into(),
+                            json!(e.expected_replacements),
+                        );
+                        "edit"
+                    }
+                };
+                (
+                    "POST",
+                    format!("/computers/{id}/files/{verb}"),
+                    Some(Value::Object(b)),
+                )
+            }
         };
         ApiRequest { method, path, body }
     }
@@ -284,6 +338,32 @@ impl Op {
                         other => ApiError::new(ErrorCode::Internal, other.to_string()),
                     })?;
                 Ok(Op::job(&computer_id, call))
+            }
+            ("POST", ["computers", raw, "files", verb]) => {
+                let computer_id = id(raw)?;
+                let tool = match *verb {
+                    "read" => READ_TOOL,
+                    "write" => WRITE_TOOL,
+                    "edit" => EDIT_TOOL,
+                    _ => {
+                        return Err(ApiError::new(
+                            ErrorCode::NotFound,
+                            "no such file route: use files/read, files/write or files/edit",
+                        ));
+                    }
+                };
+                let args: Value =
+                    serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?;
+                if args.get("computer_id").is_some() {
+                    return Err(bad(
+                        "request body: `computer_id` belongs in the path, not the body",
+                    ));
+                }
+                let call = parse_file(tool, Some(&args)).map_err(|e| match e {
+                    ValidationError::Invalid(m) => bad(m),
+                    other => ApiError::new(ErrorCode::Internal, other.to_string()),
+                })?;
+                Ok(Op::file(&computer_id, call))
             }
             ("DELETE", ["computers", raw]) => {
                 no_body()?;
@@ -379,6 +459,53 @@ mod tests {
                 wait_ms: 1000,
             }),
         ));
+        round_trip(Op::file(
+            "box",
+            FileCall::Read(crate::files::FileRead {
+                computer_id: None,
+                temporary: Some(false),
+                path: "/a b/ü".into(),
+                offset: 7,
+                length: 9,
+            }),
+        ));
+        round_trip(Op::file(
+            "box",
+            FileCall::Write(crate::files::FileWrite {
+                computer_id: None,
+                temporary: None,
+                path: "/x".into(),
+                content: vec![0, 255, 10],
+                append: true,
+                create_only: true,
+                mode: Some(0o4755),
+                make_dirs: true,
+            }),
+        ));
+        round_trip(Op::file(
+            "box",
+            FileCall::Write(crate::files::FileWrite {
+                computer_id: None,
+                temporary: None,
+                path: "/x".into(),
+                content: Vec::new(),
+                append: false,
+                create_only: false,
+                mode: None,
+                make_dirs: false,
+            }),
+        ));
+        round_trip(Op::file(
+            "box",
+            FileCall::Edit(crate::files::FileEdit {
+                computer_id: None,
+                temporary: None,
+                path: "/x".into(),
+                old_text: "a\0".into(),
+                new_text: String::new(),
+                expected_replacements: 3,
+            }),
+        ));
         for computer_id in ["box".to_owned(), long] {
             round_trip(Op::Restart {
                 computer_id: computer_id.clone(),
@@ -463,6 +590,19 @@ mod tests {
             ),
             ("POST", "/computers/box/jobs/job-1", "[]", BadRequest),
             ("GET", "/computers/box/jobs", r#"{"x":1}"#, BadRequest),
+            (
+                "POST",
+                "/computers/box/files/read",
+                r#"{"path":"rel"}"#,
+                BadRequest,
+            ),
+            (
+                "POST",
+                "/computers/box/files/write",
+                r#"{"path":"/a","content":"x","computer_id":"y"}"#,
+                BadRequest,
+            ),
+            ("POST", "/computers/box/files/chmod", "{}", NotFound),
             ("GET", "/nope", "", NotFound),
             ("PUT", "/computers", "", NotFound),
             ("POST", "/computers/box/reboot", "", NotFound),
@@ -495,6 +635,8 @@ mod tests {
                 let _ = Op::decode(m, &text, &bytes);
                 let _ = Op::decode(m, &format!("/computers/{text}/exec"), &bytes);
                 let _ = Op::decode(m, &format!("/computers/box/jobs/{text}"), &bytes);
+                let _ = Op::decode(m, &format!("/computers/box/files/{text}"), &bytes);
+                let _ = Op::decode(m, "/computers/box/files/write", &bytes);
             }
         }
     }

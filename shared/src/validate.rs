@@ -14,6 +14,9 @@ use crate::catalogue::{ToolNames, tool_kind};
 use crate::ids::validate_computer_id;
 use crate::jobs::{DEFAULT_WAIT_MS, JobCall, JobPoll, MAX_WAIT_MS, parse_signal, validate_job_id};
 
+mod files;
+pub use files::parse_file;
+
 /// What the agent asked a computer to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Program {
@@ -63,6 +66,8 @@ pub enum ToolCall {
     },
     /// `terminal_job` (group `jobs`).
     Job(crate::jobs::JobCall),
+    /// `computer_file_*` (group `files`).
+    File(crate::files::FileCall),
 }
 
 /// Why a call was refused before anything ran.
@@ -229,6 +234,7 @@ pub fn parse_tool_call(
     match kind {
         ToolKind::Exec => parse_exec(name, arguments, names.jobs).map(ToolCall::Exec),
         ToolKind::Job => parse_job(name, arguments).map(ToolCall::Job),
+        ToolKind::File => parse_file(name, arguments).map(ToolCall::File),
         ToolKind::List => Args::new(arguments, &[], name).map(|_| ToolCall::List),
         ToolKind::Dashboard => Args::new(arguments, &[], name).map(|_| ToolCall::Dashboard),
         ToolKind::Create => {
@@ -582,6 +588,7 @@ mod tests {
             "terminal_execute",
             crate::catalogue::Groups {
                 jobs: true,
+                files: false,
                 lifecycle: false,
             },
         );

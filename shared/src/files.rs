@@ -1,0 +1,385 @@
+//! Files as bytes (SPEC §3.9, group `files`): the validated file calls, the edit rule,
+//! and the shape of their results.
+//!
+//! Every backend moves bytes; the text/base64 choice, the `eof` flag and the edit
+//! (an exact, counted replacement) are decided here once, so the local server, the
+//! executor API and the gateway answer alike.
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+/// The file tools' names.
+pub const READ_TOOL: &str = "computer_file_read";
+pub const WRITE_TOOL: &str = "computer_file_write";
+pub const EDIT_TOOL: &str = "computer_file_edit";
+
+/// Most bytes one tool call reads or writes (4 MiB).
+pub const MAX_SLICE: u64 = 4 << 20;
+/// Largest file `computer_file_edit` rewrites (read whole, written back in one atomic
+/// replace).
+pub const MAX_EDIT_BYTES: u64 = MAX_SLICE;
+/// Longest path accepted.
+pub const MAX_PATH: usize = 4096;
+/// The mode of a file written without `mode`.
+pub const DEFAULT_MODE: u32 = 0o644;
+
+/// A validated `computer_file_read` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRead {
+    pub computer_id: Option<String>,
+    pub temporary: Option<bool>,
+    pub path: String,
+    pub offset: u64,
+    /// At most [`MAX_SLICE`].
+    pub length: u64,
+}
+
+/// A validated `computer_file_write` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileWrite {
+    pub computer_id: Option<String>,
+    pub temporary: Option<bool>,
+    pub path: String,
+    pub content: Vec<u8>,
+    pub append: bool,
+    pub create_only: bool,
+    /// `None`: [`DEFAULT_MODE`] for a new or replaced file; an appended file keeps its own.
+    pub mode: Option<u32>,
+    pub make_dirs: bool,
+}
+
+/// A validated `computer_file_edit` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEdit {
+    pub computer_id: Option<String>,
+    pub temporary: Option<bool>,
+    pub path: String,
+    pub old_text: String,
+    pub new_text: String,
+    pub expected_replacements: u64,
+}
+
+/// One of the file tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileCall {
+    Read(FileRead),
+    Write(FileWrite),
+    Edit(FileEdit),
+}
+
+impl FileCall {
+    pub fn computer_id(&self) -> Option<&str> {
+        match self {
+            FileCall::Read(r) => r.computer_id.as_deref(),
+            FileCall::Write(w) => w.computer_id.as_deref(),
+            FileCall::Edit(e) => e.computer_id.as_deref(),
+        }
+    }
+
+    pub fn temporary(&self) -> Option<bool> {
+        match self {
+            FileCall::Read(r) => r.temporary,
+            FileCall::Write(w) => w.temporary,
+            FileCall::Edit(e) => e.temporary,
+        }
+    }
+
+    /// The same call on `computer_id`, with `temporary` as given.
+    pub fn on(mut self, computer_id: &str, temporary: Option<bool>) -> FileCall {
+        let (id, t) = match &mut self {
+            FileCall::Read(r) => (&mut r.computer_id, &mut r.temporary),
+            FileCall::Write(w) => (&mut w.computer_id, &mut w.temporary),
+            FileCall::Edit(e) => (&mut e.computer_id, &mut e.temporary),
+        };
+        *id = Some(computer_id.to_owned());
+        *t = temporary;
+        self
+    }
+
+    pub fn path(&self) -> &str {
+        match self {
+            FileCall::Read(r) => &r.path,
+            FileCall::Write(w) => &w.path,
+            FileCall::Edit(e) => &e.path,
+        }
+    }
+
+    /// The tool this call is.
+    pub fn tool(&self) -> &'static str {
+        match self {
+            FileCall::Read(_) => READ_TOOL,
+            FileCall::Write(_) => WRITE_TOOL,
+            FileCall::Edit(_) => EDIT_TOOL,
+        }
+    }
+}
+
+/// Checks a path an agent passed: absolute, no NUL, bounded.
+pub fn validate_path(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "`path` must be absolute (start with /), got {:?}",
+            crate::history::cut(path, 60)
+        ));
+    }
+    if path.len() > MAX_PATH {
+        return Err(format!(
+            "`path` is {} bytes; at most {MAX_PATH} are accepted",
+            path.len()
+        ));
+    }
+    if path.contains('\0') {
+        return Err("`path` must not contain NUL characters".into());
+    }
+    if path.trim_end_matches('/').is_empty() {
+        return Err("`path` must name a file, not the root directory".into());
+    }
+    Ok(())
+}
+
+/// Parses a `mode` argument: an octal string like `"0644"` or `"755"`.
+pub fn parse_mode(raw: &str) -> Result<u32, String> {
+    let digits = raw.strip_prefix("0o").unwrap_or(raw);
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if !digits.is_empty() && digits.len() <= 5 && m <= 0o7777 => Ok(m),
+        _ => Err(format!(
+            "`mode` must be an octal permission string like \"0644\" or \"0755\", got {:?}",
+            crate::history::cut(raw, 20)
+        )),
+    }
+}
+
+/// A mode as SPEC writes it: four octal digits.
+pub fn mode_string(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+/// What a backend read: one slice of a regular file, and the file's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    /// The file's size when read.
+    pub size: u64,
+    pub offset: u64,
+    pub data: Vec<u8>,
+    /// Permission bits.
+    pub mode: u32,
+    /// Last modification, seconds since the epoch.
+    pub mtime_secs: i64,
+}
+
+impl Slice {
+    /// Whether this slice reaches the end of the file.
+    pub fn eof(&self) -> bool {
+        self.offset.saturating_add(self.data.len() as u64) >= self.size
+    }
+}
+
+/// What a backend wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The file's size after the write.
+    pub size: u64,
+    /// SHA-256 of the whole file after the write, lowercase hex.
+    pub sha256: String,
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of a digest.
+pub fn hex(digest: &[u8]) -> String {
+    let mut s = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// `structuredContent` of `computer_file_read`.
+pub fn read_structured(computer_id: &str, path: &str, slice: &Slice) -> Value {
+    let mut m = Map::new();
+    m.insert("computer_id".into(), json!(computer_id));
+    m.insert("path".into(), json!(path));
+    m.insert("size".into(), json!(slice.size));
+    m.insert("offset".into(), json!(slice.offset));
+    match std::str::from_utf8(&slice.data) {
+        Ok(text) => m.insert("content".into(), json!(text)),
+        Err(_) => {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(&slice.data);
+            m.insert("content_base64".into(), json!(b64))
+        }
+    };
+    if slice.eof() {
+        m.insert("eof".into(), json!(true));
+    }
+    m.insert("mode".into(), json!(mode_string(slice.mode)));
+    m.insert(
+        "mtime".into(),
+        json!(crate::history::rfc3339_utc(
+            u64::try_from(slice.mtime_secs)
+                .unwrap_or(0)
+                .saturating_mul(1000)
+        )),
+    );
+    Value::Object(m)
+}
+
+/// `structuredContent` of `computer_file_write`.
+pub fn write_structured(computer_id: &str, path: &str, w: &Written) -> Value {
+    json!({"computer_id": computer_id, "path": path, "size": w.size, "sha256": w.sha256})
+}
+
+/// `structuredContent` of `computer_file_edit`.
+pub fn edit_structured(computer_id: &str, path: &str, replacements: u64, size: u64) -> Value {
+    json!({"computer_id": computer_id, "path": path, "replacements": replacements, "size": size})
+}
+
+/// Why an edit changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    #[error(
+        "`old_text` was not found in {path}: nothing changed. Read the file (computer_file_read) and copy the text exactly, whitespace included"
+    )]
+    NotFound { path: String },
+    #[error(
+        "`old_text` occurs {found} times in {path}, not {expected}: nothing changed. Add surrounding lines to make it unique, or pass `expected_replacements: {found}` to replace every one"
+    )]
+    Count {
+        path: String,
+        found: u64,
+        expected: u64,
+    },
+}
+
+/// Replaces every non-overlapping `old` in `content` with `new`, only when it occurs
+/// exactly `expected` times. Bytes, so a file that is not UTF-8 elsewhere edits fine.
+pub fn apply_edit(
+    path: &str,
+    content: &[u8],
+    old: &str,
+    new: &str,
+    expected: u64,
+) -> Result<(Vec<u8>, u64), EditError> {
+    let old = old.as_bytes();
+    if old.is_empty() {
+        // Validation refuses it; an empty needle would match everywhere.
+        return Err(EditError::NotFound { path: path.into() });
+    }
+    let mut at = Vec::new();
+    let mut i = 0;
+    while i + old.len() <= content.len() {
+        if &content[i..i + old.len()] == old {
+            at.push(i);
+            i += old.len();
+        } else {
+            i += 1;
+        }
+    }
+    let found = at.len() as u64;
+    if found == 0 {
+        return Err(EditError::NotFound { path: path.into() });
+    }
+    if found != expected {
+        return Err(EditError::Count {
+            path: path.into(),
+            found,
+            expected,
+        });
+    }
+    let mut out = Vec::with_capacity(content.len() + at.len() * new.len());
+    let mut from = 0;
+    for a in at {
+        out.extend_from_slice(&content[from..a]);
+        out.extend_from_slice(new.as_bytes());
+        from = a + old.len();
+    }
+    out.extend_from_slice(&content[from..]);
+    Ok((out, found))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_modes() {
+        assert!(validate_path("/etc/hosts").is_ok());
+        assert!(validate_path("etc/hosts").is_err());
+        assert!(validate_path("/").is_err());
+        assert!(validate_path("//").is_err());
+        assert!(validate_path(&format!("/{}", "a".repeat(MAX_PATH))).is_err());
+        assert_eq!(parse_mode("0644"), Ok(0o644));
+        assert_eq!(parse_mode("755"), Ok(0o755));
+        assert_eq!(parse_mode("0o600"), Ok(0o600));
+        assert_eq!(parse_mode("4755"), Ok(0o4755));
+        for bad in ["", "0o", "888", "rw-r--r--", "77777", "-1", "0x1ff"] {
+            assert!(parse_mode(bad).is_err(), "{bad}");
+        }
+        assert_eq!(mode_string(0o100644), "0644");
+    }
+
+    #[test]
+    fn edits_are_exact_and_counted() {
+        let f = b"a = 1\nb = 1\n\xff\n";
+        assert_eq!(
+            apply_edit("/f", f, "b = 1", "b = 2", 1),
+            Ok((b"a = 1\nb = 2\n\xff\n".to_vec(), 1))
+        );
+        assert_eq!(
+            apply_edit("/f", f, " = 1", "=2", 2),
+            Ok((b"a=2\nb=2\n\xff\n".to_vec(), 2))
+        );
+        assert!(matches!(
+            apply_edit("/f", f, " = 1", "", 1),
+            Err(EditError::Count {
+                found: 2,
+                expected: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            apply_edit("/f", f, "zzz", "", 1),
+            Err(EditError::NotFound { .. })
+        ));
+        // Non-overlapping, left to right.
+        assert_eq!(
+            apply_edit("/f", b"aaaa", "aa", "b", 2),
+            Ok((b"bb".to_vec(), 2))
+        );
+        assert_eq!(
+            apply_edit("/f", b"aaa", "aa", "b", 1),
+            Ok((b"ba".to_vec(), 1))
+        );
+    }
+
+    #[test]
+    fn read_results_choose_text_or_base64() {
+        let s = Slice {
+            size: 3,
+            offset: 0,
+            data: b"hi\n".to_vec(),
+            mode: 0o644,
+            mtime_secs: 0,
+        };
+        let v = read_structured("box", "/f", &s);
+        assert_eq!(v["content"], "hi\n");
+        assert_eq!(v["eof"], true);
+        assert_eq!(v["mode"], "0644");
+        assert_eq!(v["mtime"], "1970-01-01T00:00:00.000Z");
+        let s = Slice {
+            size: 10,
+            data: vec![0, 255],
+            ..s
+        };
+        let v = read_structured("box", "/f", &s);
+        assert_eq!(v["content_base64"], "AP8=");
+        assert!(v.get("content").is_none() && v.get("eof").is_none());
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}
