@@ -276,7 +276,7 @@ impl<C: CloudComputers> Cloud<C> {
                 Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
             }
             // Refused in `handle` before anything runs.
-            Op::Job(_) | Op::Jobs { .. } => Ok(json!({})),
+            Op::Job(_) | Op::Jobs { .. } | Op::File(_) => Ok(json!({})),
         }
     }
 
@@ -329,6 +329,16 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
                 format!(
                     "{} computers reached from the gateway do not keep jobs yet: run the command in the foreground (without `yield_ms`)",
                     self.computers.kind()
+                ),
+            ));
+        }
+        if let Op::File(f) = &op {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} computers reached from the gateway do not serve {} yet: move files with the exec tool, or place computers on an executor",
+                    self.computers.kind(),
+                    f.tool()
                 ),
             ));
         }

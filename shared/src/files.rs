@@ -6,7 +6,8 @@
 //! executor API and the gateway answer alike.
 
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
+/// The hash of `Written::sha256`, for backends that hash as they go.
+pub use sha2::{Digest, Sha256};
 
 /// The file tools' names.
 pub const READ_TOOL: &str = "computer_file_read";

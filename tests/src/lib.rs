@@ -412,6 +412,16 @@ pub async fn exec(client: &Client, arguments: Value) -> Result<Value> {
     r.structured_content.context("no structuredContent")
 }
 
+/// The names of the tools a client sees, in listing order.
+pub async fn tool_names(client: &Client) -> Result<Vec<String>> {
+    Ok(client
+        .list_all_tools()
+        .await?
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect())
+}
+
 /// The text of the first content block.
 pub fn text(r: &CallToolResult) -> String {
     r.content

@@ -18,6 +18,7 @@
 pub mod capture;
 pub mod engine;
 mod exec;
+mod files;
 mod place;
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,12 @@ pub enum WasmError {
     NoToolbox,
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
+    /// A file tool's path does not exist (the message says what to do).
+    #[error("{0}")]
+    NoSuchFile(String),
+    /// A file tool was refused, changing nothing (the message says why).
+    #[error("{0}")]
+    File(String),
 }
 
 /// The toolbox module: embedded, or `msc-toolbox.wasm` beside the binary.

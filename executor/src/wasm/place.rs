@@ -5,7 +5,7 @@ use shared::result::ExecOutcome;
 use super::{Wasm, WasmError};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec};
+use crate::spec::{ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten};
 
 impl From<WasmError> for BackendError {
     fn from(e: WasmError) -> Self {
@@ -13,6 +13,8 @@ impl From<WasmError> for BackendError {
             WasmError::NotFound(_) => Failure::NotFound,
             WasmError::Module(_) | WasmError::NoToolbox => Failure::Unavailable,
             WasmError::Storage(_) | WasmError::Engine(_) => Failure::Failed,
+            WasmError::NoSuchFile(_) => Failure::NoSuchFile,
+            WasmError::File(_) => Failure::File,
         };
         BackendError::new(failure, e)
     }
@@ -73,5 +75,23 @@ impl Place for Wasm {
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         Ok(Wasm::exec(self, id, spec).await?)
+    }
+
+    async fn file_read(
+        &self,
+        id: &str,
+        path: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<FileSlice, BackendError> {
+        Ok(Wasm::file_read(self, id, path, offset, length).await?)
+    }
+
+    async fn file_write(
+        &self,
+        id: &str,
+        spec: &FileWriteSpec<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        Ok(Wasm::file_write(self, id, spec).await?)
     }
 }

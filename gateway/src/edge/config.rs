@@ -94,6 +94,11 @@ impl Gateway {
                 " For long-running commands pass `yield_ms`: one still running then becomes a job that terminal_job follows.",
             );
         }
+        if names.files {
+            instructions.push_str(
+                " Move files as bytes with computer_file_read, computer_file_write and computer_file_edit (4 MiB per call).",
+            );
+        }
         instructions.push_str(&format!(" Tool groups: {}.", names.names().join(", ")));
         Self {
             auth: groups.and_then(|_| Auth::new(&settings).map_err(|e| e.to_string())),

@@ -150,6 +150,46 @@ impl Host {
         }
     }
 
+    /// The computer a call that may create it uses (`computer_id` and `temporary` as the
+    /// exec tool takes them): claimed in the team's inventory (cached per isolate), and
+    /// made the session default when the call read the default.
+    async fn target(
+        &self,
+        computer_id: Option<&str>,
+        temporary: Option<bool>,
+    ) -> std::result::Result<(String, Record), GatewayError> {
+        let team = &self.caller.team;
+        let target = Target::of(
+            computer_id,
+            temporary,
+            self.default.borrow().as_deref(),
+            || slug_from_random(random_u64()),
+        );
+        let id = target.id().to_owned();
+        let requested = target.requested(temporary);
+        let rec = match cached_placement(team, &id, &self.owner, requested) {
+            Some(r) => r,
+            None => {
+                let r = self.claim(&id, requested).await?;
+                cache_placement(team, &id, &self.owner, &r, self.gw.idle_ms / 4);
+                r
+            }
+        };
+        if target.sets_default() {
+            *self.default.borrow_mut() = Some(id.clone());
+            if let Some(sid) = &self.session {
+                team_call(
+                    &self.env,
+                    team,
+                    "/session/default",
+                    &json!({"sid": sid, "id": id}),
+                )
+                .await?;
+            }
+        }
+        Ok((id, rec))
+    }
+
     pub(crate) async fn run(&self, call: ToolCall) -> std::result::Result<Value, GatewayError> {
         let team = self.caller.team.clone();
         match call {
@@ -160,34 +200,9 @@ impl Host {
                         scope: "exec",
                     });
                 }
-                let target = Target::of(
-                    req.computer_id.as_deref(),
-                    req.temporary,
-                    self.default.borrow().as_deref(),
-                    || slug_from_random(random_u64()),
-                );
-                let id = target.id().to_owned();
-                let requested = target.requested(req.temporary);
-                let rec = match cached_placement(&team, &id, &self.owner, requested) {
-                    Some(r) => r,
-                    None => {
-                        let r = self.claim(&id, requested).await?;
-                        cache_placement(&team, &id, &self.owner, &r, self.gw.idle_ms / 4);
-                        r
-                    }
-                };
-                if target.sets_default() {
-                    *self.default.borrow_mut() = Some(id.clone());
-                    if let Some(sid) = &self.session {
-                        team_call(
-                            &self.env,
-                            &team,
-                            "/session/default",
-                            &json!({"sid": sid, "id": id}),
-                        )
-                        .await?;
-                    }
-                }
+                let (id, rec) = self
+                    .target(req.computer_id.as_deref(), req.temporary)
+                    .await?;
                 let mut req = req;
                 req.temporary = Some(rec.temporary);
                 let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
@@ -212,6 +227,21 @@ impl Host {
                     }
                 }
                 // Last use, at most every idle/4 per isolate: the warm path skips the DO.
+                if touch_due(&team, &id, self.gw.idle_ms / 4) {
+                    let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
+                }
+                Ok(v)
+            }
+            ToolCall::File(call) => {
+                if !self.caller.can_exec {
+                    return Err(GatewayError::Scope {
+                        action: "read and write files",
+                        scope: "exec",
+                    });
+                }
+                let (id, rec) = self.target(call.computer_id(), call.temporary()).await?;
+                let call = call.on(&id, Some(rec.temporary));
+                let v = self.gw.op(&rec.executor, &team, Op::File(call)).await?;
                 if touch_due(&team, &id, self.gw.idle_ms / 4) {
                     let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
                 }
@@ -358,6 +388,7 @@ fn describe(call: &ToolCall) -> (&'static str, Option<&str>) {
         ToolCall::FactoryReset { computer_id } => ("factory_reset", Some(computer_id)),
         ToolCall::Delete { computer_id } => ("delete", Some(computer_id)),
         ToolCall::Job(j) => ("job", j.computer_id()),
+        ToolCall::File(f) => (f.tool(), f.computer_id()),
     }
 }
 

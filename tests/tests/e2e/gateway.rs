@@ -400,13 +400,8 @@ async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
     v.push(("TOOLS", "all".into()));
     let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &v).await?;
     let a1 = gw.modern_client(&sign(&claims("team-a", "u1"))).await?;
-    let names: Vec<String> = a1
-        .list_all_tools()
-        .await?
-        .iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    assert_eq!(names.len(), 8);
+    let names = tool_names(&a1).await?;
+    assert_eq!(names.len(), 11);
     assert!(names.contains(&"terminal_job".to_owned()));
     let r = exec(
         &a1,
@@ -462,4 +457,107 @@ async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
     gw.stop().await?;
     x.terminate().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
+}
+
+/// Issue 15: the file tools through the gateway to an executor (WASM here, so the bytes
+/// path is the executor API's): exact bytes, the counted edit, a permanent computer shared
+/// in the team, and another user's temporary or another team refused.
+#[tokio::test]
+async fn issue_15_gateway_files() -> anyhow::Result<()> {
+    let t = tag("gwfiles");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &wasm_opts(), EXECUTOR_SECRET).await?;
+    let mut v = vars(&x.base, 60);
+    v.push(("TOOLS", "exec,files".into()));
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &v).await?;
+    let a1 = gw.modern_client(&sign(&claims("team-a", "u1"))).await?;
+    let a2 = gw.legacy_client(&sign(&claims("team-a", "u2"))).await?;
+    let b1 = gw.modern_client(&sign(&claims("team-b", "u1"))).await?;
+    let names = tool_names(&a1).await?;
+    assert_eq!(
+        names,
+        [
+            "terminal_execute",
+            "computer_file_read",
+            "computer_file_write",
+            "computer_file_edit"
+        ]
+    );
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let bytes: Vec<u8> = (0..=255u8).chain([0, 0, 0xff]).collect();
+    let w = call(
+        &a1,
+        "computer_file_write",
+        json!({"computer_id": "fbox", "path": "/d/bin", "content_base64": b64.encode(&bytes), "make_dirs": true}),
+    )
+    .await?;
+    assert_eq!(w.is_error, Some(false), "{}", text(&w));
+    let w = w.structured_content.unwrap();
+    assert_eq!(w["sha256"], shared::files::sha256_hex(&bytes));
+    let r = call(
+        &a1,
+        "computer_file_read",
+        json!({"computer_id": "fbox", "path": "/d/bin"}),
+    )
+    .await?
+    .structured_content
+    .unwrap();
+    assert_eq!(b64.decode(r["content_base64"].as_str().unwrap())?, bytes);
+    // The exec tool sees the same computer.
+    let r = exec(
+        &a1,
+        json!({"command": "wc -c < /d/bin", "computer_id": "fbox"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"].as_str().map(str::trim), Some("259"), "{r}");
+    // Another user's temporary and another team's computer: refused, nothing leaks.
+    for c in [&a2, &b1] {
+        let r = call(
+            c,
+            "computer_file_read",
+            json!({"computer_id": "fbox", "path": "/d/bin"}),
+        )
+        .await?;
+        assert_eq!(r.is_error, Some(true), "{}", text(&r));
+        assert!(r.structured_content.unwrap()["content_base64"].is_null());
+    }
+    // A permanent computer is shared in the team, not across teams.
+    let w = call(
+        &a1,
+        "computer_file_write",
+        json!({"computer_id": "team-share", "temporary": false, "path": "/notes.txt", "content": "v=1\n"}),
+    )
+    .await?;
+    assert_eq!(w.is_error, Some(false), "{}", text(&w));
+    let e = call(
+        &a2,
+        "computer_file_edit",
+        json!({"computer_id": "team-share", "path": "/notes.txt", "old_text": "v=1", "new_text": "v=2"}),
+    )
+    .await?;
+    assert_eq!(e.is_error, Some(false), "{}", text(&e));
+    assert_eq!(e.structured_content.unwrap()["replacements"], 1);
+    let r = call(
+        &b1,
+        "computer_file_read",
+        json!({"computer_id": "team-share", "path": "/notes.txt"}),
+    )
+    .await?;
+    // team-b has no such computer: its call makes its own (empty) one, never team-a's.
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(text(&r).contains("does not exist"), "{}", text(&r));
+    let r = call(
+        &a1,
+        "computer_file_read",
+        json!({"computer_id": "team-share", "path": "/notes.txt"}),
+    )
+    .await?
+    .structured_content
+    .unwrap();
+    assert_eq!(r["content"], "v=2\n");
+    for c in [a1, a2, b1] {
+        c.cancel().await?;
+    }
+    gw.stop().await?;
+    x.terminate().await?;
+    Ok(())
 }

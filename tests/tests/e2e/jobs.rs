@@ -66,12 +66,7 @@ async fn issue_14_the_jobs_group_is_listed_only_when_asked() -> anyhow::Result<(
     );
     c.cancel().await?;
     let c = stdio_client(&t, &state_dir(&t), &jobs_opts()).await?;
-    let names: Vec<String> = c
-        .list_all_tools()
-        .await?
-        .iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = tool_names(&c).await?;
     assert_eq!(&names[..2], ["terminal_execute", "terminal_job"]);
     assert_eq!(names.len(), 8);
     c.cancel().await?;

@@ -1,0 +1,362 @@
+//! Issue 15: files as bytes on WASM computers (SPEC §3.9), through the real binary:
+//! exact bytes, slices, `create_only`, atomic replace, the counted edit, clear errors,
+//! symlinks and `..` that must not leave the computer, and another session refused.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Value, json};
+use tests::*;
+
+fn opts() -> ServerOpts {
+    wasm_opts().arg("--tools=files,lifecycle")
+}
+
+/// A file tool call that must succeed: its structured content.
+async fn ok(c: &Client, tool: &str, args: Value) -> anyhow::Result<Value> {
+    let r = call(c, tool, args.clone()).await?;
+    anyhow::ensure!(r.is_error != Some(true), "{tool} {args}: {}", text(&r));
+    r.structured_content
+        .ok_or_else(|| anyhow::anyhow!("{tool}: no structured content"))
+}
+
+/// A file tool call that must fail: its error message (the lifecycle shape).
+async fn fails(c: &Client, tool: &str, args: Value) -> anyhow::Result<String> {
+    let r = call(c, tool, args.clone()).await?;
+    anyhow::ensure!(r.is_error == Some(true), "{tool} {args} should fail: {r:?}");
+    let s = r.structured_content.unwrap_or_default();
+    Ok(s["error"].as_str().unwrap_or_default().to_owned())
+}
+
+fn hex_sha(bytes: &[u8]) -> String {
+    shared::files::sha256_hex(bytes)
+}
+
+/// Reads a whole file in slices of `slice` bytes.
+async fn read_all(c: &Client, id: &str, path: &str, slice: u64) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let r = ok(
+            c,
+            "computer_file_read",
+            json!({"computer_id": id, "path": path, "offset": out.len(), "length": slice}),
+        )
+        .await?;
+        match (r["content"].as_str(), r["content_base64"].as_str()) {
+            (Some(t), _) => out.extend_from_slice(t.as_bytes()),
+            (None, Some(b)) => out.extend(B64.decode(b)?),
+            _ => anyhow::bail!("no content: {r}"),
+        }
+        if r["eof"] == true {
+            return Ok(out);
+        }
+    }
+}
+
+#[tokio::test]
+async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
+    let t = tag("wfiles");
+    let c = stdio_client(&t, &state_dir(&t), &opts()).await?;
+    let names = tool_names(&c).await?;
+    for tool in [
+        "computer_file_read",
+        "computer_file_write",
+        "computer_file_edit",
+    ] {
+        assert!(names.iter().any(|n| n == tool), "{names:?}");
+    }
+    let id = "wf";
+    // Every byte value, NUL runs and invalid UTF-8, exactly; the first call creates it.
+    let mut bytes: Vec<u8> = (0..=255u8).collect();
+    bytes.extend_from_slice(&[0; 64]);
+    bytes.extend_from_slice(b"\xc3\x28\xff\xfe");
+    let w = ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/data/bin", "content_base64": B64.encode(&bytes), "make_dirs": true}),
+    )
+    .await?;
+    assert_eq!(w["size"], bytes.len());
+    assert_eq!(w["sha256"], hex_sha(&bytes));
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data/bin"}),
+    )
+    .await?;
+    assert_eq!(
+        B64.decode(r["content_base64"].as_str().unwrap_or(""))?,
+        bytes
+    );
+    assert!(r.get("content").is_none());
+    assert_eq!(r["eof"], true);
+    assert_eq!(r["mode"], "0644");
+    // Text both ways with the shell.
+    ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/data/t.txt", "content": "héllo\n", "mode": "0600"}),
+    )
+    .await?;
+    let r = exec(&c, json!({"computer_id": id, "command": "cat /data/t.txt"})).await?;
+    assert_eq!(r["stdout"], "héllo\n");
+    exec(
+        &c,
+        json!({"computer_id": id, "command": "echo from-shell > /data/s.txt"}),
+    )
+    .await?;
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data/s.txt"}),
+    )
+    .await?;
+    assert_eq!(r["content"], "from-shell\n");
+    // 6 MiB in appended slices, back in slices.
+    let big: Vec<u8> = (0..6 << 20).map(|i: u32| (i * 7 % 251) as u8).collect();
+    for (i, chunk) in big.chunks(4 << 20).enumerate() {
+        ok(
+            &c,
+            "computer_file_write",
+            json!({"computer_id": id, "path": "/data/big", "content_base64": B64.encode(chunk), "append": i > 0}),
+        )
+        .await?;
+    }
+    let w = ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/data/big", "content": "", "append": true}),
+    )
+    .await?;
+    assert_eq!(w["size"], big.len());
+    assert_eq!(w["sha256"], hex_sha(&big));
+    assert_eq!(read_all(&c, id, "/data/big", 1 << 20).await?, big);
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data/big", "offset": 100 << 20}),
+    )
+    .await?;
+    assert_eq!((r["content"].as_str(), &r["eof"]), (Some(""), &json!(true)));
+    // create_only against an existing file changes nothing.
+    let e = fails(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/data/t.txt", "content": "x", "create_only": true}),
+    )
+    .await?;
+    assert!(e.contains("already exists"), "{e}");
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data/t.txt"}),
+    )
+    .await?;
+    assert_eq!(
+        (r["content"].as_str(), r["mode"].as_str()),
+        (Some("héllo\n"), Some("0600"))
+    );
+    // Edits: 0 or 2 matches change nothing; 1 replaces and keeps the mode.
+    ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/data/c.ini", "content": "a=1\nb=1\n", "mode": "0755"}),
+    )
+    .await?;
+    let e = fails(
+        &c,
+        "computer_file_edit",
+        json!({"computer_id": id, "path": "/data/c.ini", "old_text": "=1", "new_text": "=2"}),
+    )
+    .await?;
+    assert!(
+        e.contains("2 times") && e.contains("expected_replacements"),
+        "{e}"
+    );
+    let e = fails(
+        &c,
+        "computer_file_edit",
+        json!({"computer_id": id, "path": "/data/c.ini", "old_text": "zz", "new_text": ""}),
+    )
+    .await?;
+    assert!(e.contains("not found"), "{e}");
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data/c.ini"}),
+    )
+    .await?;
+    assert_eq!(r["content"], "a=1\nb=1\n");
+    let r = ok(
+        &c,
+        "computer_file_edit",
+        json!({"computer_id": id, "path": "/data/c.ini", "old_text": "b=1", "new_text": "b=22"}),
+    )
+    .await?;
+    assert_eq!(
+        (r["replacements"].as_u64(), r["size"].as_u64()),
+        (Some(1), Some(9))
+    );
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data/c.ini"}),
+    )
+    .await?;
+    assert_eq!(
+        (r["content"].as_str(), r["mode"].as_str()),
+        (Some("a=1\nb=22\n"), Some("0755"))
+    );
+    let r = ok(
+        &c,
+        "computer_file_edit",
+        json!({"computer_id": id, "path": "/data/c.ini", "old_text": "=", "new_text": ": ", "expected_replacements": 2}),
+    )
+    .await?;
+    assert_eq!(r["replacements"], 2);
+    // Clear errors, nothing changed.
+    let e = fails(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/data"}),
+    )
+    .await?;
+    assert!(e.contains("is a directory"), "{e}");
+    let e = fails(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/nope.txt"}),
+    )
+    .await?;
+    assert!(e.contains("does not exist"), "{e}");
+    let e = fails(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/x/y/z.txt", "content": "z"}),
+    )
+    .await?;
+    assert!(e.contains("make_dirs"), "{e}");
+    let e = fails(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/data", "content": "z"}),
+    )
+    .await?;
+    assert!(e.contains("is a directory"), "{e}");
+    let e = fails(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "data/t.txt"}),
+    )
+    .await?;
+    assert!(e.contains("absolute"), "{e}");
+    // No temporary files were left by any of it.
+    let r = exec(&c, json!({"computer_id": id, "command": "ls -a /data"})).await?;
+    assert!(!r["stdout"].as_str().unwrap_or("").contains(".msc-"), "{r}");
+    c.cancel().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
+    let t = tag("wfesc");
+    let state = state_dir(&t);
+    let c = stdio_client(&t, &state, &opts()).await?;
+    let id = "esc";
+    ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/in.txt", "content": "inside"}),
+    )
+    .await?;
+    // A host file next to the computer, and symlinks inside it pointing out.
+    let secret = state.join("host-secret.txt");
+    std::fs::write(&secret, "host only")?;
+    let fs = state.join("wasm").join(id).join("fs");
+    anyhow::ensure!(fs.is_dir(), "no computer dir at {}", fs.display());
+    std::os::unix::fs::symlink(&secret, fs.join("abs-link"))?;
+    std::os::unix::fs::symlink("../../host-secret.txt", fs.join("rel-link"))?;
+    std::os::unix::fs::symlink(state.as_os_str(), fs.join("dir-link"))?;
+    for path in [
+        "/abs-link",
+        "/rel-link",
+        "/../../host-secret.txt",
+        "/dir-link/host-secret.txt",
+    ] {
+        let e = fails(
+            &c,
+            "computer_file_read",
+            json!({"computer_id": id, "path": path}),
+        )
+        .await?;
+        assert!(!e.contains("host only"), "{path}: {e}");
+        let r = call(
+            &c,
+            "computer_file_write",
+            json!({"computer_id": id, "path": path, "content": "pwned"}),
+        )
+        .await?;
+        let _ = r;
+        let r = call(
+            &c,
+            "computer_file_edit",
+            json!({"computer_id": id, "path": path, "old_text": "host", "new_text": "pwned"}),
+        )
+        .await?;
+        assert_eq!(r.is_error, Some(true), "{path}");
+        assert_eq!(std::fs::read_to_string(&secret)?, "host only", "{path}");
+    }
+    assert!(!state.join("pwned").exists());
+    // A link inside the computer is followed.
+    std::os::unix::fs::symlink("in.txt", fs.join("ok-link"))?;
+    let r = ok(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/ok-link"}),
+    )
+    .await?;
+    assert_eq!(r["content"], "inside");
+    c.cancel().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_15_wasm_another_session_is_refused() -> anyhow::Result<()> {
+    let t = tag("wfown");
+    let server = HttpServer::start(&t, &state_dir(&t), &opts()).await?;
+    let a = server.legacy_client(None).await?;
+    let b = server.legacy_client(None).await?;
+    ok(
+        &a,
+        "computer_file_write",
+        json!({"computer_id": "mine", "path": "/s.txt", "content": "a's"}),
+    )
+    .await?;
+    for (tool, args) in [
+        (
+            "computer_file_read",
+            json!({"computer_id": "mine", "path": "/s.txt"}),
+        ),
+        (
+            "computer_file_write",
+            json!({"computer_id": "mine", "path": "/s.txt", "content": "b's"}),
+        ),
+        (
+            "computer_file_edit",
+            json!({"computer_id": "mine", "path": "/s.txt", "old_text": "a", "new_text": "b"}),
+        ),
+    ] {
+        let e = fails(&b, tool, args).await?;
+        assert!(!e.contains("a's"), "{tool}: {e}");
+    }
+    let r = ok(
+        &a,
+        "computer_file_read",
+        json!({"computer_id": "mine", "path": "/s.txt"}),
+    )
+    .await?;
+    assert_eq!(r["content"], "a's");
+    a.cancel().await?;
+    b.cancel().await?;
+    server.terminate().await?;
+    Ok(())
+}
