@@ -119,7 +119,7 @@ impl IntoResponse for Failure {
 }
 
 /// The one mapping of registry errors to API codes.
-fn code_of(e: &ComputerError) -> ErrorCode {
+pub(crate) fn code_of(e: &ComputerError) -> ErrorCode {
     use crate::place::Failure as F;
     match e.failure() {
         Some(F::NoSuchFile) => return ErrorCode::NotFound,

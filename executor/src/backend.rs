@@ -13,7 +13,8 @@ use crate::modal::Modal;
 use crate::place::{BackendError, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart,
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
+    JobStart, UploadStream,
 };
 use crate::wasm::Wasm;
 
@@ -132,5 +133,14 @@ impl Place for Backend {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, BackendError> {
         each!(self, p => Place::file_write(p, id, spec).await)
+    }
+
+    async fn file_put(
+        &self,
+        id: &str,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        each!(self, p => Place::file_put(p, id, spec, body).await)
     }
 }

@@ -86,6 +86,9 @@ pub struct Cli {
     /// Max combined stdout+stderr bytes per exec (2 MiB).
     #[arg(long, default_value_t = 2_097_152, value_parser = clap::value_parser!(u64).range(1..=1_073_741_824), help_heading = "core options")]
     pub output_limit: u64,
+    /// Largest file streamed by GET/PUT /v1/files over HTTP, in bytes (1 GiB).
+    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..), help_heading = "core options")]
+    pub file_limit: u64,
     /// Idle session timeout in seconds (HTTP sessions, and unused temporary computers of stateless callers).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "core options")]
     pub session_timeout: u64,
@@ -113,7 +116,8 @@ pub struct Cli {
     #[arg(long, default_value = shared::catalogue::EXEC_TOOL, help_heading = "core options")]
     pub tool_name: String,
     /// Tool groups to serve, comma-separated: exec (always on), jobs (terminal_job and
-    /// `yield_ms` for long-running commands), lifecycle (the computer_* tools and the
+    /// `yield_ms` for long-running commands), files (computer_file_read, _write and
+    /// _edit), lifecycle (the computer_* tools and the
     /// dashboard; ENABLE_LIFECYCLE_TOOLS=true adds it too), or all. Default: exec.
     #[arg(long, env = "MCP_SANDBOX_TOOLS", value_parser = any_string, help_heading = "core options")]
     pub tools: Option<String>,

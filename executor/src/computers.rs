@@ -33,7 +33,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use crate::error::ComputerError;
 
-mod files;
+pub mod files;
 mod jobs;
 
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?

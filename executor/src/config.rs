@@ -118,6 +118,8 @@ pub struct Config {
     pub port: u16,
     pub default_timeout_secs: u64,
     pub output_limit: u64,
+    /// `--file-limit`: the largest file streamed over HTTP.
+    pub file_limit: u64,
     pub session_timeout_secs: u64,
     pub auth_token: Option<String>,
     /// The configured shell, or `None` for bash with a /bin/sh fallback.
@@ -577,6 +579,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             port: cli.port,
             default_timeout_secs: cli.timeout,
             output_limit: cli.output_limit,
+            file_limit: cli.file_limit,
             session_timeout_secs: cli.session_timeout,
             auth_token,
             shell: cli.shell.clone(),

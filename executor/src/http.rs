@@ -27,6 +27,8 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::computers::{Computers, SessionHost};
 
+mod files;
+
 /// Largest request body.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
@@ -46,6 +48,8 @@ pub struct HttpState {
     pub bind: IpAddr,
     pub lifecycle: bool,
     pub session_timeout: Duration,
+    /// `--file-limit`: the largest file `/v1/files` streams.
+    pub file_limit: u64,
     sessions: Mutex<HashMap<String, Session>>,
 }
 
@@ -65,6 +69,7 @@ impl HttpState {
             bind,
             lifecycle,
             session_timeout,
+            file_limit: 1 << 30,
             sessions: Mutex::default(),
         }
     }
@@ -98,6 +103,12 @@ impl HttpState {
             host.close().await;
         }
         self.computers.reap_idle().await;
+    }
+
+    /// Sets `--file-limit`.
+    pub fn with_file_limit(mut self, limit: u64) -> Self {
+        self.file_limit = limit;
+        self
     }
 
     /// Ends every session (shutdown).
@@ -522,6 +533,13 @@ pub fn app(state: Arc<HttpState>) -> Router {
                 .patch(mcp_other),
         )
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // Streamed, bounded by `--file-limit` (not the JSON body limit).
+        .route(
+            "/v1/files/{computer_id}/{*path}",
+            get(files::get)
+                .put(files::put)
+                .layer(DefaultBodyLimit::disable()),
+        )
         .with_state(state)
 }
 

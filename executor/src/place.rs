@@ -12,7 +12,8 @@ use shared::result::ExecOutcome;
 
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart,
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
+    JobStart, UploadStream,
 };
 
 /// The answer of a backend that does not serve files.
@@ -153,6 +154,17 @@ pub trait Place {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, BackendError> {
         let _ = (id, spec);
+        Err(no_files(self.name()))
+    }
+    /// Streams `body` into `spec.path` without holding it in memory: a temporary file,
+    /// renamed over the old one once the body ended well (HTTP `PUT /v1/files`).
+    async fn file_put(
+        &self,
+        id: &str,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        let _ = (id, spec, body);
         Err(no_files(self.name()))
     }
 }

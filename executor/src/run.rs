@@ -239,14 +239,17 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                     addr: addr.to_string(),
                     source,
                 })?;
-            let state = Arc::new(HttpState::new(
-                dispatcher,
-                computers.clone(),
-                config.auth_token.clone(),
-                config.host,
-                config.lifecycle_tools,
-                Duration::from_secs(config.session_timeout_secs),
-            ));
+            let state = Arc::new(
+                HttpState::new(
+                    dispatcher,
+                    computers.clone(),
+                    config.auth_token.clone(),
+                    config.host,
+                    config.lifecycle_tools,
+                    Duration::from_secs(config.session_timeout_secs),
+                )
+                .with_file_limit(config.file_limit),
+            );
             let reaper = {
                 let s = state.clone();
                 let every = Duration::from_millis(

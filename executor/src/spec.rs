@@ -115,3 +115,19 @@ pub struct FileWriteSpec<'a> {
     /// Create missing parent directories (0755).
     pub make_dirs: bool,
 }
+
+/// The bytes of a streamed upload as they arrive (an HTTP body): a chunk, or why the
+/// stream broke (the client went away, `--file-limit` was passed). A backend that sees an
+/// error aborts, leaving the old file as it was.
+pub type UploadStream<'a> =
+    &'a mut (dyn futures_util::Stream<Item = Result<Vec<u8>, String>> + Send + Unpin);
+
+/// Where a streamed upload goes: always an atomic replace (or a create, `create_only`).
+#[derive(Debug, Clone, Copy)]
+pub struct FilePutSpec<'a> {
+    pub path: &'a str,
+    pub create_only: bool,
+    /// `None`: 0644.
+    pub mode: Option<u32>,
+    pub make_dirs: bool,
+}

@@ -8,15 +8,15 @@
 
 use serde_json::Value;
 use shared::files::{
-    FileCall, FileEdit, FileRead, FileWrite, MAX_EDIT_BYTES, apply_edit, edit_structured,
-    read_structured, write_structured,
+    FileCall, FileEdit, FileRead, FileWrite, MAX_EDIT_BYTES, MAX_SLICE, apply_edit,
+    edit_structured, read_structured, write_structured,
 };
 
 use super::{Computers, InUse, SessionHost};
 use crate::error::ComputerError;
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
-use crate::spec::{FileWriteSpec, FileWritten};
+use crate::spec::{FilePutSpec, FileWriteSpec, FileWritten, UploadStream};
 
 impl SessionHost {
     /// Runs a file tool call: attaches (or creates) its computer, then the operation.
@@ -29,6 +29,135 @@ impl SessionHost {
             .target(call.computer_id(), call.temporary(), progress)
             .await?;
         self.computers.file_on(&self.key(&id), &id, call).await
+    }
+}
+
+/// Computer `key` counts as in use while this lives (a stream outlives any borrow).
+struct Held {
+    computers: std::sync::Arc<Computers>,
+    key: String,
+}
+
+impl Held {
+    fn new(computers: std::sync::Arc<Computers>, key: String) -> Self {
+        computers.in_use(&key, true);
+        Self { computers, key }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.computers.in_use(&self.key, false);
+    }
+}
+
+/// A file being streamed out (HTTP `GET /v1/files`), one slice at a time, so a file of
+/// any size costs at most one slice of memory.
+pub struct Download {
+    held: Held,
+    path: String,
+    /// The file's size when the download started.
+    pub size: u64,
+    /// The range sent: `start..end`.
+    pub start: u64,
+    pub end: u64,
+    /// The next byte to read.
+    next: u64,
+    first: Option<Vec<u8>>,
+}
+
+impl Download {
+    /// The range being sent, `start..end`.
+    pub fn range(&self) -> (u64, u64) {
+        (
+            self.next - self.first.as_ref().map_or(0, |f| f.len() as u64),
+            self.end,
+        )
+    }
+
+    /// The next chunk, `None` at the end (or when the file shrank meanwhile).
+    pub async fn next_chunk(&mut self) -> Option<Result<Vec<u8>, ComputerError>> {
+        if let Some(first) = self.first.take() {
+            return Some(Ok(first));
+        }
+        if self.next >= self.end {
+            return None;
+        }
+        let c = &self.held.computers;
+        let want = (self.end - self.next).min(MAX_SLICE);
+        match c
+            .backend
+            .file_read(&self.held.key, &self.path, self.next, want)
+            .await
+        {
+            Ok(s) if s.data.is_empty() => None,
+            Ok(s) => {
+                self.next += s.data.len() as u64;
+                Some(Ok(s.data))
+            }
+            Err(e) => {
+                self.end = self.next;
+                Some(Err(e.into()))
+            }
+        }
+    }
+}
+
+impl SessionHost {
+    /// Starts streaming `path` of computer `id` (which must exist and be the caller's to
+    /// reach), bytes `from..to` (`to` clamped to the size; `None`: to the end). Refuses a
+    /// file over `limit` bytes.
+    pub async fn download(
+        &self,
+        id: &str,
+        path: &str,
+        range: Option<(u64, Option<u64>)>,
+        limit: u64,
+    ) -> Result<Download, ComputerError> {
+        let key = self.reachable(id).await?;
+        let held = Held::new(self.computers.clone(), key.clone());
+        let (from, to) = range.unwrap_or((0, None));
+        let first = self
+            .computers
+            .backend
+            .file_read(&key, path, from, MAX_SLICE)
+            .await?;
+        if first.size > limit {
+            return Err(refused(format!(
+                "{path} is {} bytes, over this server's --file-limit of {limit} bytes",
+                first.size
+            )));
+        }
+        let end = to.map_or(first.size, |t| t.min(first.size));
+        let mut data = first.data;
+        data.truncate(usize::try_from(end.saturating_sub(from)).unwrap_or(usize::MAX));
+        Ok(Download {
+            held,
+            path: path.to_owned(),
+            size: first.size,
+            start: from,
+            next: from + data.len() as u64,
+            end,
+            first: Some(data),
+        })
+    }
+
+    /// Streams `body` into `spec.path` on computer `id` (created on first use, like the
+    /// tools, with `temporary`): an atomic replace once the body ended well.
+    pub async fn upload(
+        &self,
+        id: &str,
+        temporary: Option<bool>,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<Value, ComputerError> {
+        let (id, _) = self
+            .target(Some(id), temporary, &Progress::default())
+            .await?;
+        let key = self.key(&id);
+        let _held = Held::new(self.computers.clone(), key.clone());
+        let written = self.computers.backend.file_put(&key, spec, body).await?;
+        Ok(write_structured(&id, spec.path, &written))
     }
 }
 

@@ -131,7 +131,7 @@ impl Computers {
 
 impl SessionHost {
     /// The backend key of computer `id` if this caller may reach it (without creating it).
-    async fn reachable(&self, id: &str) -> Result<String, ComputerError> {
+    pub(super) async fn reachable(&self, id: &str) -> Result<String, ComputerError> {
         let c = &self.computers;
         let key = self.key(id);
         let claimant = Claimant {

@@ -13,16 +13,21 @@ use cap_std::fs::{Dir, MetadataExt, OpenOptions, Permissions, PermissionsExt};
 use shared::files::{DEFAULT_MODE, Digest, Sha256, hex};
 
 use super::{Wasm, WasmError};
-use crate::spec::{FileSlice, FileWriteSpec, FileWritten};
+use crate::spec::{FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
 
-/// What a write needs, owned (it runs on a blocking thread).
-struct Upload {
+/// Where a write goes and how, owned (it runs on a blocking thread).
+struct Target {
     path: String,
-    data: Vec<u8>,
-    append: bool,
     create_only: bool,
     mode: Option<u32>,
     make_dirs: bool,
+}
+
+/// One slice to write.
+struct Upload {
+    target: Target,
+    data: Vec<u8>,
+    append: bool,
 }
 
 impl Wasm {
@@ -56,16 +61,93 @@ impl Wasm {
     ) -> Result<FileWritten, WasmError> {
         let fs = self.root_of(id)?;
         let w = Upload {
-            path: spec.path.to_owned(),
+            target: Target {
+                path: spec.path.to_owned(),
+                create_only: spec.create_only,
+                mode: spec.mode,
+                make_dirs: spec.make_dirs,
+            },
             data: spec.data.to_vec(),
             append: spec.append,
-            create_only: spec.create_only,
-            mode: spec.mode,
-            make_dirs: spec.make_dirs,
         };
         tokio::task::spawn_blocking(move || write(&fs, &w))
             .await
             .map_err(|e| WasmError::Storage(e.to_string()))?
+    }
+}
+
+impl Wasm {
+    /// Streams `body` into a temporary file beside the target, then commits it.
+    pub async fn file_put(
+        &self,
+        id: &str,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<FileWritten, WasmError> {
+        use futures_util::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let fs = self.root_of(id)?;
+        let target = Target {
+            path: spec.path.to_owned(),
+            create_only: spec.create_only,
+            mode: spec.mode,
+            make_dirs: spec.make_dirs,
+        };
+        let blocking = |e: tokio::task::JoinError| WasmError::Storage(e.to_string());
+        let (dir, tmp, name, target, file) = tokio::task::spawn_blocking(move || {
+            let (dir, name) = parent_dir(&fs, &target.path, target.make_dirs)?;
+            let name = name.to_owned();
+            let tmp = temp_name(&name);
+            let file = dir
+                .open_with(&tmp, OpenOptions::new().write(true).create_new(true))
+                .map_err(|e| refused(&target.path, &e, false))?;
+            Ok::<_, WasmError>((dir, tmp, name, target, file.into_std()))
+        })
+        .await
+        .map_err(blocking)??;
+        // Chunks arrive small (tens of KiB); one blocking write per MiB, not per chunk.
+        let mut out = tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(file));
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let mut failed = None;
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    hasher.update(&bytes);
+                    size += bytes.len() as u64;
+                    if let Err(e) = out.write_all(&bytes).await {
+                        failed = Some(refused(&target.path, &e, false));
+                        break;
+                    }
+                }
+                Err(why) => {
+                    failed = Some(WasmError::File(format!(
+                        "{}: the upload broke off ({why}); the old file is unchanged",
+                        target.path
+                    )));
+                    break;
+                }
+            }
+        }
+        if failed.is_none()
+            && let Err(e) = out.flush().await
+        {
+            failed = Some(refused(&target.path, &e, false));
+        }
+        drop(out);
+        tokio::task::spawn_blocking(move || match failed {
+            Some(e) => {
+                let _ = dir.remove_file(&tmp);
+                Err(e)
+            }
+            None => commit(&dir, &tmp, &name, &target),
+        })
+        .await
+        .map_err(blocking)??;
+        Ok(FileWritten {
+            size,
+            sha256: hex(&hasher.finalize()),
+        })
     }
 }
 
@@ -153,48 +235,72 @@ fn read(fs: &Path, path: &str, offset: u64, length: u64) -> Result<FileSlice, Wa
     })
 }
 
-fn write(fs: &Path, w: &Upload) -> Result<FileWritten, WasmError> {
+/// The directory that holds `path` (created first with `make_dirs`) and the file's name;
+/// refuses a target that is a directory.
+fn parent_dir<'p>(fs: &Path, path: &'p str, make_dirs: bool) -> Result<(Dir, &'p str), WasmError> {
     let root = open_root(fs)?;
-    let (_, parent, name) = split(&w.path);
-    if w.make_dirs && !parent.is_empty() {
+    let (_, parent, name) = split(path);
+    if make_dirs && !parent.is_empty() {
         root.create_dir_all(parent)
-            .map_err(|e| refused(&w.path, &e, false))?;
+            .map_err(|e| refused(path, &e, false))?;
     }
     let dir = if parent.is_empty() {
-        root.try_clone()
-            .map_err(|e| WasmError::Storage(e.to_string()))?
+        root
     } else {
         root.open_dir(parent)
-            .map_err(|e| refused(&w.path, &e, !w.make_dirs))?
+            .map_err(|e| refused(path, &e, !make_dirs))?
     };
     if dir.is_dir(name) {
         return Err(refused(
-            &w.path,
+            path,
             &io::Error::from(io::ErrorKind::IsADirectory),
             false,
         ));
     }
-    if w.append {
-        return append(&dir, name, w);
-    }
-    let tmp = format!(".{name}.msc-{:08x}.tmp", rand::random::<u32>());
+    Ok((dir, name))
+}
+
+/// A fresh temporary name beside `name`.
+fn temp_name(name: &str) -> String {
+    format!(".{name}.msc-{:08x}.tmp", rand::random::<u32>())
+}
+
+/// Makes the written temporary file `tmp` the file `name`: its mode, synced, then renamed
+/// over the old one (`create_only`: linked, which fails if the name exists). On failure
+/// the temporary is removed and the old file is as it was.
+fn commit(dir: &Dir, tmp: &str, name: &str, w: &Target) -> Result<(), WasmError> {
     let result = (|| -> io::Result<()> {
-        let mut f = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
-        f.write_all(&w.data)?;
+        let f = dir.open_with(tmp, OpenOptions::new().write(true))?;
         f.set_permissions(Permissions::from_mode(w.mode.unwrap_or(DEFAULT_MODE)))?;
         f.sync_all()?;
         if w.create_only {
             // A link fails when the name exists: the check and the write are one step.
-            dir.hard_link(&tmp, &dir, name)?;
-            dir.remove_file(&tmp)
+            dir.hard_link(tmp, dir, name)?;
+            dir.remove_file(tmp)
         } else {
-            dir.rename(&tmp, &dir, name)
+            dir.rename(tmp, dir, name)
         }
     })();
-    if let Err(e) = result {
-        let _ = dir.remove_file(&tmp);
-        return Err(refused(&w.path, &e, false));
+    result.map_err(|e| {
+        let _ = dir.remove_file(tmp);
+        refused(&w.path, &e, false)
+    })
+}
+
+fn write(fs: &Path, w: &Upload) -> Result<FileWritten, WasmError> {
+    let (dir, name) = parent_dir(fs, &w.target.path, w.target.make_dirs)?;
+    if w.append {
+        return append(&dir, name, w);
     }
+    let tmp = temp_name(name);
+    let created = dir
+        .open_with(&tmp, OpenOptions::new().write(true).create_new(true))
+        .and_then(|mut f| f.write_all(&w.data));
+    if let Err(e) = created {
+        let _ = dir.remove_file(&tmp);
+        return Err(refused(&w.target.path, &e, false));
+    }
+    commit(&dir, &tmp, name, &w.target)?;
     Ok(FileWritten {
         size: w.data.len() as u64,
         sha256: hex(&Sha256::digest(&w.data)),
@@ -205,16 +311,18 @@ fn append(dir: &Dir, name: &str, w: &Upload) -> Result<FileWritten, WasmError> {
     let existed = dir.exists(name);
     let mut opts = OpenOptions::new();
     opts.append(true);
-    if w.create_only {
+    if w.target.create_only {
         opts.create_new(true);
     } else {
         opts.create(true);
     }
-    let fail = |e: io::Error| refused(&w.path, &e, false);
+    let fail = |e: io::Error| refused(&w.target.path, &e, false);
     let mut f = dir.open_with(name, &opts).map_err(fail)?;
-    if !existed || w.mode.is_some() {
-        f.set_permissions(Permissions::from_mode(w.mode.unwrap_or(DEFAULT_MODE)))
-            .map_err(fail)?;
+    if !existed || w.target.mode.is_some() {
+        f.set_permissions(Permissions::from_mode(
+            w.target.mode.unwrap_or(DEFAULT_MODE),
+        ))
+        .map_err(fail)?;
     }
     f.write_all(&w.data).map_err(fail)?;
     f.sync_all().map_err(fail)?;

@@ -5,7 +5,9 @@ use shared::result::ExecOutcome;
 use super::{Wasm, WasmError};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten};
+use crate::spec::{
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream,
+};
 
 impl From<WasmError> for BackendError {
     fn from(e: WasmError) -> Self {
@@ -93,5 +95,14 @@ impl Place for Wasm {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, BackendError> {
         Ok(Wasm::file_write(self, id, spec).await?)
+    }
+
+    async fn file_put(
+        &self,
+        id: &str,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        Ok(Wasm::file_put(self, id, spec, body).await?)
     }
 }

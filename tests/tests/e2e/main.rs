@@ -14,6 +14,7 @@
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
+//! - `files_http`: GET/PUT /v1/files streams (1 GiB each way), ranges, limits, auth, ownership
 //! - `files_wasm`: files as bytes on WASM computers (read, write, edit; escapes refused)
 //! - `fly`: Fly Machines computers against the local simulator of the Machines API
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
@@ -25,6 +26,7 @@ mod dashboard;
 mod e2b;
 mod exec;
 mod executor_api;
+mod files_http;
 mod files_wasm;
 mod fly;
 mod gateway;

@@ -1,0 +1,312 @@
+//! `GET` / `PUT /v1/files/{computer_id}/{path}` (SPEC §3.9): files streamed as raw bytes,
+//! with the bearer auth and the ownership rules of the tools.
+//!
+//! The caller is the legacy session named by `Mcp-Session-Id`, else the authenticated
+//! principal (as a stateless tool call is). A download needs the computer to exist; an
+//! upload creates it like a first tool call (`?temporary=false` for a permanent one).
+//! Neither holds a file in memory: a download sends one slice at a time, an upload
+//! streams into a temporary file that replaces the old one only once the body ended well.
+//! Both stop at `--file-limit`. `Range: bytes=a-b` answers 206 with that part.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::{HttpState, check_auth, check_host_origin, header_str, json_response, principal};
+use crate::computers::SessionHost;
+use crate::error::ComputerError;
+use crate::spec::FilePutSpec;
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    json_response(status, json!({"error": message.into()}))
+}
+
+/// Why a request is refused before anything runs (small, unlike a `Response`).
+enum Denied {
+    Auth(super::Refusal),
+    Status(StatusCode, String),
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        match self {
+            Denied::Auth(r) => r.into_response(),
+            Denied::Status(status, message) => error(status, message),
+        }
+    }
+}
+
+fn failed(e: &ComputerError) -> Response {
+    let status = StatusCode::from_u16(crate::api::code_of(e).http_status())
+        .unwrap_or(StatusCode::BAD_GATEWAY);
+    error(status, e.to_string())
+}
+
+/// The caller: its legacy session, or the principal.
+fn caller(state: &HttpState, headers: &HeaderMap) -> Result<SessionHost, Denied> {
+    match header_str(headers, "mcp-session-id") {
+        Some(sid) => {
+            let mut sessions = state.sessions();
+            let s = sessions.get_mut(sid).ok_or_else(|| {
+                Denied::Status(
+                    StatusCode::NOT_FOUND,
+                    "unknown Mcp-Session-Id: the session ended or never existed; start a new one, or send no session header".into(),
+                )
+            })?;
+            s.last_seen = Instant::now();
+            Ok(s.host.clone())
+        }
+        None => Ok(SessionHost::new(
+            state.computers.clone(),
+            principal(state),
+            true,
+        )),
+    }
+}
+
+/// Auth, the caller, and the validated computer id and absolute path.
+fn admit(
+    state: &HttpState,
+    headers: &HeaderMap,
+    id: &str,
+    rest: &str,
+) -> Result<(SessionHost, String), Denied> {
+    check_host_origin(state, headers)
+        .and_then(|()| check_auth(state, headers))
+        .map_err(Denied::Auth)?;
+    let bad = |e: String| Denied::Status(StatusCode::BAD_REQUEST, e);
+    shared::ids::validate_computer_id(id).map_err(|e| bad(e.to_string()))?;
+    let path = format!("/{rest}");
+    shared::files::validate_path(&path).map_err(bad)?;
+    Ok((caller(state, headers)?, path))
+}
+
+/// `bytes=a-b`, `bytes=a-` or `bytes=-n` (one range) as `(from, Some(to_exclusive))`;
+/// `Err` for anything else.
+fn parse_range(raw: &str, size_hint: Option<u64>) -> Result<(u64, Option<u64>), ()> {
+    let spec = raw.trim().strip_prefix("bytes=").ok_or(())?;
+    if spec.contains(',') {
+        return Err(());
+    }
+    let (a, b) = spec.split_once('-').ok_or(())?;
+    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| ());
+    match (a.trim().is_empty(), b.trim().is_empty()) {
+        (false, true) => Ok((num(a)?, None)),
+        (false, false) => {
+            let (from, to) = (num(a)?, num(b)?);
+            if to < from {
+                return Err(());
+            }
+            Ok((from, Some(to.saturating_add(1))))
+        }
+        // A suffix needs the size, which the caller learns first.
+        (true, false) => {
+            let n = num(b)?;
+            let size = size_hint.ok_or(())?;
+            Ok((size.saturating_sub(n), None))
+        }
+        (true, true) => Err(()),
+    }
+}
+
+/// `GET /v1/files/{computer_id}/{path}`.
+pub(super) async fn get(
+    State(state): State<Arc<HttpState>>,
+    Path((id, rest)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let (host, path) = match admit(&state, &headers, &id, &rest) {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let range_header = header_str(&headers, "range").map(str::to_owned);
+    let mut range = None;
+    if let Some(raw) = &range_header {
+        match parse_range(raw, None) {
+            Ok(r) => range = Some(r),
+            // A suffix range: learn the size with the first slice, then ask again.
+            Err(()) if raw.contains("=-") => {
+                let probe = host.download(&id, &path, None, state.file_limit).await;
+                match probe {
+                    Ok(d) => match parse_range(raw, Some(d.size)) {
+                        Ok(r) => range = Some(r),
+                        Err(()) => return bad_range(d.size),
+                    },
+                    Err(e) => return failed(&e),
+                }
+            }
+            Err(()) => {
+                return error(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    "Range must be one `bytes=a-b`, `bytes=a-` or `bytes=-n`",
+                );
+            }
+        }
+    }
+    let d = match host.download(&id, &path, range, state.file_limit).await {
+        Ok(d) => d,
+        Err(e) => return failed(&e),
+    };
+    if range.is_some() && d.start >= d.size && d.size > 0 {
+        return bad_range(d.size);
+    }
+    let (start, end, size) = (d.start, d.end.max(d.start), d.size);
+    // One slice at a time: the next is read once the previous went out.
+    let chunks = futures_util::stream::unfold(d, |mut d| async move {
+        let chunk = d.next_chunk().await?;
+        Some((chunk.map_err(|e| std::io::Error::other(e.to_string())), d))
+    });
+    let mut r = Response::new(Body::from_stream(chunks));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+    if range.is_some() {
+        *r.status_mut() = StatusCode::PARTIAL_CONTENT;
+        let last = end.saturating_sub(1).max(start);
+        if let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{last}/{size}")) {
+            r.headers_mut().insert(header::CONTENT_RANGE, v);
+        }
+    }
+    r
+}
+
+fn bad_range(size: u64) -> Response {
+    let mut r = error(
+        StatusCode::RANGE_NOT_SATISFIABLE,
+        format!("the range starts past the end of the file ({size} bytes)"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+        r.headers_mut().insert(header::CONTENT_RANGE, v);
+    }
+    r
+}
+
+/// The query of a `PUT`: `temporary`, `mode`, `create_only`, `make_dirs`.
+struct PutQuery {
+    temporary: Option<bool>,
+    mode: Option<u32>,
+    create_only: bool,
+    make_dirs: bool,
+}
+
+fn put_query(uri: &Uri) -> Result<PutQuery, String> {
+    let mut q = PutQuery {
+        temporary: None,
+        mode: None,
+        create_only: false,
+        make_dirs: false,
+    };
+    let flag = |k: &str, v: &str| match v {
+        "" | "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("`{k}` must be true or false, got {v:?}")),
+    };
+    for pair in uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "temporary" => q.temporary = Some(flag(k, v)?),
+            "create_only" => q.create_only = flag(k, v)?,
+            "make_dirs" => q.make_dirs = flag(k, v)?,
+            "mode" => q.mode = Some(shared::files::parse_mode(v)?),
+            other => {
+                return Err(format!(
+                    "unknown query parameter {other:?}; accepted: temporary, mode, create_only, make_dirs"
+                ));
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// `PUT /v1/files/{computer_id}/{path}`.
+pub(super) async fn put(
+    State(state): State<Arc<HttpState>>,
+    Path((id, rest)): Path<(String, String)>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (host, path) = match admit(&state, &headers, &id, &rest) {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let q = match put_query(&uri) {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let limit = state.file_limit;
+    let declared = header_str(&headers, "content-length").and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is over this server's --file-limit of {limit} bytes; nothing was written"
+            ),
+        );
+    }
+    let mut seen = 0u64;
+    let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let over_in = over.clone();
+    let mut stream = Box::pin(body.into_data_stream().map(move |chunk| {
+        let bytes = chunk.map_err(|e| format!("reading the request body: {e}"))?;
+        seen += bytes.len() as u64;
+        if seen > limit {
+            over_in.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(format!(
+                "the body passed this server's --file-limit of {limit} bytes"
+            ));
+        }
+        Ok(bytes.to_vec())
+    }));
+    let spec = FilePutSpec {
+        path: &path,
+        create_only: q.create_only,
+        mode: q.mode,
+        make_dirs: q.make_dirs,
+    };
+    match host.upload(&id, q.temporary, &spec, &mut stream).await {
+        Ok(v) => json_response(StatusCode::CREATED, v),
+        Err(e) if over.load(std::sync::atomic::Ordering::SeqCst) => {
+            error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+        }
+        Err(e) => failed(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", None), Ok((0, Some(10))));
+        assert_eq!(parse_range("bytes=5-", None), Ok((5, None)));
+        assert_eq!(parse_range("bytes=-4", Some(10)), Ok((6, None)));
+        assert_eq!(parse_range("bytes=-40", Some(10)), Ok((0, None)));
+        for bad in [
+            "bytes=9-1",
+            "bytes=a-b",
+            "items=0-1",
+            "bytes=0-1,3-4",
+            "bytes=-",
+            "bytes=-4",
+        ] {
+            assert_eq!(parse_range(bad, None), Err(()), "{bad}");
+        }
+    }
+}

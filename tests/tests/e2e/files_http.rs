@@ -1,0 +1,288 @@
+//! Issue 15: `GET` / `PUT /v1/files/{computer_id}/{path}` on the local HTTP server (WASM
+//! computers: no daemon needed): a 1 GiB stream each way with the server's memory flat,
+//! ranges, `--file-limit`, auth, ownership, and clear errors.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use shared::files::{Digest, Sha256};
+use tests::*;
+
+/// `n` bytes of a fixed pseudo-random sequence, in 1 MiB chunks, never all in memory.
+fn body_stream(n: u64) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures_util::stream::unfold(
+        (0u64, 0x9e37_79b9_7f4a_7c15u64),
+        move |(sent, mut x)| async move {
+            if sent >= n {
+                return None;
+            }
+            let len = (n - sent).min(1 << 20) as usize;
+            let mut chunk = Vec::with_capacity(len);
+            while chunk.len() < len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                chunk.extend_from_slice(&x.to_le_bytes()[..(len - chunk.len()).min(8)]);
+            }
+            Some((Ok(chunk), (sent + len as u64, x)))
+        },
+    )
+}
+
+/// The SHA-256 and length of what `body_stream(n)` yields.
+async fn expected(n: u64) -> (String, u64) {
+    let mut h = Sha256::new();
+    let mut s = Box::pin(body_stream(n));
+    while let Some(Ok(c)) = s.next().await {
+        h.update(&c);
+    }
+    (shared::files::hex(&h.finalize()), n)
+}
+
+/// The server's peak resident memory (VmHWM), in MiB.
+fn peak_rss_mib(server: &HttpServer) -> u64 {
+    let pid = server.child.id().unwrap_or(0);
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
+
+fn url(server: &HttpServer, id: &str, path: &str) -> String {
+    format!("{}/v1/files/{id}{path}", server.base)
+}
+
+/// Streams the body of a GET, returning its SHA-256 and length.
+async fn hash_get(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
+    let mut h = Sha256::new();
+    let mut n = 0u64;
+    let mut s = r.bytes_stream();
+    while let Some(c) = s.next().await {
+        let c = c?;
+        n += c.len() as u64;
+        h.update(&c);
+    }
+    Ok((shared::files::hex(&h.finalize()), n))
+}
+
+#[tokio::test]
+async fn issue_15_http_streams_a_gib_each_way_with_flat_memory() -> anyhow::Result<()> {
+    let t = tag("fhttp");
+    let server = HttpServer::start(&t, &state_dir(&t), &wasm_opts().arg("--tools=files")).await?;
+    let http = reqwest::Client::new();
+    let n: u64 = 1 << 30;
+    let started = Instant::now();
+    let r = http
+        .put(url(&server, "big", "/data/gib.bin?make_dirs=true"))
+        .body(reqwest::Body::wrap_stream(body_stream(n)))
+        .send()
+        .await?;
+    let put_secs = started.elapsed().as_secs_f64();
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let v: Value = r.json().await?;
+    let (sha, len) = expected(n).await;
+    assert_eq!(
+        (v["size"].as_u64(), v["sha256"].as_str()),
+        (Some(len), Some(sha.as_str())),
+        "{v}"
+    );
+    let started = Instant::now();
+    let r = http
+        .get(url(&server, "big", "/data/gib.bin"))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], n.to_string().as_str());
+    let got = hash_get(r).await?;
+    let get_secs = started.elapsed().as_secs_f64();
+    assert_eq!(got, (sha, len));
+    let peak = peak_rss_mib(&server);
+    eprintln!(
+        "1 GiB: PUT {:.0} MB/s, GET {:.0} MB/s, server peak RSS {peak} MiB",
+        n as f64 / put_secs / 1e6,
+        n as f64 / get_secs / 1e6
+    );
+    assert!(
+        peak < 256,
+        "the server held the file in memory: peak RSS {peak} MiB"
+    );
+    // A range.
+    let r = http
+        .get(url(&server, "big", "/data/gib.bin"))
+        .header("range", "bytes=8-15")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes 8-15/{n}").as_str()
+    );
+    let mut first = Box::pin(body_stream(16));
+    let head = first.next().await.unwrap()?;
+    assert_eq!(r.bytes().await?.as_ref(), &head[8..16]);
+    let r = http
+        .get(url(&server, "big", "/data/gib.bin"))
+        .header("range", "bytes=-4")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await?.len(), 4);
+    let r = http
+        .get(url(&server, "big", "/data/gib.bin"))
+        .header("range", format!("bytes={n}-"))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 416);
+    // The file is the tools' file too.
+    let c = server.modern_client(None).await?;
+    let r = call(
+        &c,
+        "computer_file_read",
+        json!({"computer_id": "big", "path": "/data/gib.bin", "offset": n - 3}),
+    )
+    .await?
+    .structured_content
+    .unwrap();
+    assert_eq!(
+        (r["size"].as_u64(), &r["eof"]),
+        (Some(n), &json!(true)),
+        "{r}"
+    );
+    c.cancel().await?;
+    server.terminate().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_15_http_files_limits_auth_ownership_errors() -> anyhow::Result<()> {
+    let t = tag("fhttp2");
+    let token = "files-token-0123456789abcdef";
+    let server = HttpServer::start(
+        &t,
+        &state_dir(&t),
+        &wasm_opts()
+            .arg("--tools=files")
+            .arg("--file-limit=100000")
+            .arg("--auth-token")
+            .arg(token),
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    let auth = format!("Bearer {token}");
+    // No token: 401, nothing made.
+    let r = http
+        .put(url(&server, "box", "/a.txt"))
+        .body("x")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 401);
+    let put = |path: &str, body: reqwest::Body| {
+        http.put(url(&server, "box", path))
+            .header("authorization", &auth)
+            .body(body)
+    };
+    let r = put("/a.txt?mode=0600", "hello".into()).send().await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    // Over --file-limit: refused, declared or streamed; the old file stays. (The server
+    // answers before reading the rest, so a client still sending may see the connection
+    // close instead of the 413.)
+    for body in [
+        reqwest::Body::from(vec![b'x'; 100_001]),
+        reqwest::Body::wrap_stream(body_stream(300_000)),
+    ] {
+        match put("/a.txt", body).send().await {
+            Ok(r) => assert_eq!(r.status(), 413, "{:?}", r.text().await),
+            Err(e) => assert!(e.is_request() || e.is_body(), "{e:?}"),
+        }
+    }
+    let get = |id: &str, path: &str| {
+        http.get(url(&server, id, path))
+            .header("authorization", &auth)
+    };
+    let r = get("box", "/a.txt").send().await?;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await?.as_ref(), b"hello");
+    // create_only, and query mistakes.
+    let r = put("/a.txt?create_only=true", "new".into()).send().await?;
+    assert_eq!(r.status(), 400, "{:?}", r.text().await);
+    for q in [
+        "/a.txt?bogus=1",
+        "/a.txt?mode=rwx",
+        "/a.txt?temporary=maybe",
+    ] {
+        let r = put(q, "z".into()).send().await?;
+        assert_eq!(r.status(), 400, "{q}");
+        let e: Value = r.json().await?;
+        assert!(
+            e["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{q}: {e}"
+        );
+    }
+    // Errors: a directory, a missing file, a missing computer, a bad id.
+    let r = get("box", "/").send().await?;
+    assert!(r.status().is_client_error(), "{}", r.status());
+    let r = get("box", "/tmp").send().await?;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await?;
+    assert!(
+        e["error"].as_str().unwrap_or("").contains("is a directory"),
+        "{e}"
+    );
+    let r = get("box", "/missing.txt").send().await?;
+    assert_eq!(r.status(), 404);
+    let r = get("nobox", "/a.txt").send().await?;
+    assert_eq!(r.status(), 404);
+    let r = get("Bad_Id", "/a.txt").send().await?;
+    assert_eq!(r.status(), 400);
+    // Ownership: a legacy session's temporary is reachable with its session id only.
+    let r = http
+        .post(format!("{}/mcp", server.base))
+        .header("authorization", &auth)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))
+        .send()
+        .await?;
+    let sid = r.headers()["mcp-session-id"].to_str()?.to_owned();
+    let r = http
+        .put(url(&server, "sess-box", "/s.txt"))
+        .header("authorization", &auth)
+        .header("mcp-session-id", &sid)
+        .body("session's")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201);
+    let r = get("sess-box", "/s.txt").send().await?;
+    assert!(
+        matches!(r.status().as_u16(), 404 | 409),
+        "the principal must not reach a session's temporary: {}",
+        r.status()
+    );
+    assert!(!r.text().await?.contains("session's"));
+    let r = get("sess-box", "/s.txt")
+        .header("mcp-session-id", &sid)
+        .send()
+        .await?;
+    assert_eq!(r.bytes().await?.as_ref(), b"session's");
+    let r = get("sess-box", "/s.txt")
+        .header("mcp-session-id", "0123456789abcdef0123456789abcdef")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await?.contains("Mcp-Session-Id"));
+    // An upload cut off halfway leaves the old file.
+    let slow = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![b'y'; 1000])]).chain(
+        futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err(std::io::Error::other("client gave up"))
+        }),
+    );
+    let r = put("/a.txt", reqwest::Body::wrap_stream(slow)).send().await;
+    assert!(r.is_err() || !r.unwrap().status().is_success());
+    let r = get("box", "/a.txt").send().await?;
+    assert_eq!(r.bytes().await?.as_ref(), b"hello");
+    server.terminate().await?;
+    Ok(())
+}
