@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -38,6 +38,8 @@ pub struct ApiState {
     computers: Arc<Computers>,
     key: DecodingKey,
     validation: Validation,
+    /// `--file-limit` for `/v1/files` streams.
+    file_limit: u64,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -63,7 +65,14 @@ impl ApiState {
             computers,
             key: DecodingKey::from_secret(secret)?,
             validation,
+            file_limit: 1 << 30,
         })
+    }
+
+    /// Sets `--file-limit`.
+    pub fn with_file_limit(mut self, limit: u64) -> Self {
+        self.file_limit = limit;
+        self
     }
 
     /// The team the request is for, or why it is refused.
@@ -178,11 +187,44 @@ async fn operation(
     Ok((StatusCode::OK, axum::Json(v)).into_response())
 }
 
+/// `GET` / `PUT /v1/files/{computer_id}/{path}` for the token's team: the streams of
+/// the HTTP server (`crate::http::files`), as the gateway forwards them.
+async fn file_stream(
+    State(s): State<Arc<ApiState>>,
+    Path((id, rest)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    use crate::http::files;
+    let team = match s.authorize(&headers) {
+        Ok(t) => t,
+        Err(f) => return f.into_response(),
+    };
+    let path = match files::target(&id, &rest) {
+        Ok(p) => p,
+        Err(d) => return d.into_response(),
+    };
+    let host = s.host(&team);
+    if method == Method::PUT {
+        files::upload(&host, &id, &path, &uri, &headers, body, s.file_limit).await
+    } else {
+        files::download(&host, &id, &path, &headers, s.file_limit).await
+    }
+}
+
 /// The router.
 pub fn app(state: Arc<ApiState>) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .fallback(operation)
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .route(
+            "/v1/files/{computer_id}/{*path}",
+            get(file_stream)
+                .put(file_stream)
+                .layer(DefaultBodyLimit::disable()),
+        )
         .with_state(state)
 }

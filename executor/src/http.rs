@@ -27,7 +27,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::computers::{Computers, SessionHost};
 
-mod files;
+pub(crate) mod files;
 
 /// Largest request body.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -133,7 +133,7 @@ fn json_response(status: StatusCode, body: Value) -> Response {
 
 /// Why a request is refused before dispatch; the one place such refusals become replies.
 #[derive(Debug)]
-enum Refusal {
+pub(crate) enum Refusal {
     Unauthorized,
     Forbidden(&'static str),
 }

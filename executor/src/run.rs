@@ -201,7 +201,8 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
     if let Some(ex) = &config.executor {
         let state = Arc::new(
             crate::api::ApiState::new(computers.clone(), ex.secret.as_bytes(), &ex.audience)
-                .map_err(|e| RunError::Executor(e.to_string()))?,
+                .map_err(|e| RunError::Executor(e.to_string()))?
+                .with_file_limit(config.file_limit),
         );
         let listener = tokio::net::TcpListener::bind(ex.listen)
             .await

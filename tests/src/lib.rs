@@ -630,6 +630,41 @@ impl Gateway {
         http_client(self.config(token), true).await
     }
 
+    /// Resident memory of the workerd processes running the Worker: `(now, peak)` in
+    /// MiB (VmRSS and VmHWM, summed over the process group's workerd processes).
+    pub fn workerd_memory_mib(&self) -> (u64, u64) {
+        let Some(pgid) = self.pgid else {
+            return (0, 0);
+        };
+        let mut total = (0u64, 0u64);
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let dir = e.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid pgrp …`: comm may hold spaces, so split after ')'.
+            let Some((head, tail)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let pgrp = tail
+                .split_whitespace()
+                .nth(2)
+                .and_then(|v| v.parse::<u32>().ok());
+            if pgrp != Some(pgid) || !head.contains("workerd") {
+                continue;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let kib = |key: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            total.0 += kib("VmRSS:");
+            total.1 += kib("VmHWM:");
+        }
+        (total.0 / 1024, total.1 / 1024)
+    }
+
     /// Stops wrangler and its workerd children (the whole process group).
     pub async fn stop(mut self) -> Result<()> {
         self.signal_group("TERM");
@@ -861,4 +896,54 @@ pub async fn cloud_reattach(c: &Client, keep: &str) -> Result<()> {
     let r = call(c, "computer_delete", json!({"computer_id": keep})).await?;
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
     Ok(())
+}
+
+// ---- streamed files (issue 15)
+
+/// `n` bytes of a fixed pseudo-random sequence, in 1 MiB chunks, never all in memory.
+pub fn pattern_stream(n: u64) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures_util::stream::unfold(
+        (0u64, 0x9e37_79b9_7f4a_7c15u64),
+        move |(sent, mut x)| async move {
+            if sent >= n {
+                return None;
+            }
+            let len = (n - sent).min(1 << 20) as usize;
+            let mut chunk = Vec::with_capacity(len);
+            while chunk.len() < len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                chunk.extend_from_slice(&x.to_le_bytes()[..(len - chunk.len()).min(8)]);
+            }
+            Some((Ok(chunk), (sent + len as u64, x)))
+        },
+    )
+}
+
+/// The SHA-256 and length of what `pattern_stream(n)` yields.
+pub async fn pattern_digest(n: u64) -> (String, u64) {
+    use futures_util::StreamExt;
+    use shared::files::Digest;
+    let mut h = shared::files::Sha256::new();
+    let mut s = Box::pin(pattern_stream(n));
+    while let Some(Ok(c)) = s.next().await {
+        h.update(&c);
+    }
+    (shared::files::hex(&h.finalize()), n)
+}
+
+/// Streams the body of a GET, returning its SHA-256 and length.
+pub async fn hash_body(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
+    use futures_util::StreamExt;
+    use shared::files::Digest;
+    let mut h = shared::files::Sha256::new();
+    let mut n = 0u64;
+    let mut s = r.bytes_stream();
+    while let Some(c) = s.next().await {
+        let c = c?;
+        n += c.len() as u64;
+        h.update(&c);
+    }
+    Ok((shared::files::hex(&h.finalize()), n))
 }

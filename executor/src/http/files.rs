@@ -28,7 +28,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Why a request is refused before anything runs (small, unlike a `Response`).
-enum Denied {
+pub(crate) enum Denied {
     Auth(super::Refusal),
     Status(StatusCode, String),
 }
@@ -70,7 +70,7 @@ fn caller(state: &HttpState, headers: &HeaderMap) -> Result<SessionHost, Denied>
     }
 }
 
-/// Auth, the caller, and the validated computer id and absolute path.
+/// Auth, the caller, and the validated absolute path.
 fn admit(
     state: &HttpState,
     headers: &HeaderMap,
@@ -80,11 +80,23 @@ fn admit(
     check_host_origin(state, headers)
         .and_then(|()| check_auth(state, headers))
         .map_err(Denied::Auth)?;
+    if !state.dispatcher.config().names.files {
+        return Err(Denied::Status(
+            StatusCode::NOT_FOUND,
+            "/v1/files belongs to the files tool group: start the server with --tools files (or all)".into(),
+        ));
+    }
+    let path = target(id, rest)?;
+    Ok((caller(state, headers)?, path))
+}
+
+/// The validated computer id and the absolute path of `/v1/files/{id}/{rest}`.
+pub(crate) fn target(id: &str, rest: &str) -> Result<String, Denied> {
     let bad = |e: String| Denied::Status(StatusCode::BAD_REQUEST, e);
     shared::ids::validate_computer_id(id).map_err(|e| bad(e.to_string()))?;
     let path = format!("/{rest}");
     shared::files::validate_path(&path).map_err(bad)?;
-    Ok((caller(state, headers)?, path))
+    Ok(path)
 }
 
 /// `bytes=a-b`, `bytes=a-` or `bytes=-n` (one range) as `(from, Some(to_exclusive))`;
@@ -121,18 +133,28 @@ pub(super) async fn get(
     Path((id, rest)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let (host, path) = match admit(&state, &headers, &id, &rest) {
-        Ok(x) => x,
-        Err(r) => return r.into_response(),
-    };
-    let range_header = header_str(&headers, "range").map(str::to_owned);
+    match admit(&state, &headers, &id, &rest) {
+        Ok((host, path)) => download(&host, &id, &path, &headers, state.file_limit).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Streams `path` of computer `id` to `host`'s caller (a `Range` header honoured).
+pub(crate) async fn download(
+    host: &SessionHost,
+    id: &str,
+    path: &str,
+    headers: &HeaderMap,
+    limit: u64,
+) -> Response {
+    let range_header = header_str(headers, "range").map(str::to_owned);
     let mut range = None;
     if let Some(raw) = &range_header {
         match parse_range(raw, None) {
             Ok(r) => range = Some(r),
             // A suffix range: learn the size with the first slice, then ask again.
             Err(()) if raw.contains("=-") => {
-                let probe = host.download(&id, &path, None, state.file_limit).await;
+                let probe = host.download(id, path, None, limit).await;
                 match probe {
                     Ok(d) => match parse_range(raw, Some(d.size)) {
                         Ok(r) => range = Some(r),
@@ -149,7 +171,7 @@ pub(super) async fn get(
             }
         }
     }
-    let d = match host.download(&id, &path, range, state.file_limit).await {
+    let d = match host.download(id, path, range, limit).await {
         Ok(d) => d,
         Err(e) => return failed(&e),
     };
@@ -241,16 +263,27 @@ pub(super) async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (host, path) = match admit(&state, &headers, &id, &rest) {
-        Ok(x) => x,
-        Err(r) => return r.into_response(),
-    };
-    let q = match put_query(&uri) {
+    match admit(&state, &headers, &id, &rest) {
+        Ok((host, path)) => upload(&host, &id, &path, &uri, &headers, body, state.file_limit).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Streams `body` into `path` of computer `id` for `host`'s caller (the query says how).
+pub(crate) async fn upload(
+    host: &SessionHost,
+    id: &str,
+    path: &str,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+) -> Response {
+    let q = match put_query(uri) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let limit = state.file_limit;
-    let declared = header_str(&headers, "content-length").and_then(|v| v.parse::<u64>().ok());
+    let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return error(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -274,12 +307,12 @@ pub(super) async fn put(
         Ok(bytes.to_vec())
     }));
     let spec = FilePutSpec {
-        path: &path,
+        path,
         create_only: q.create_only,
         mode: q.mode,
         make_dirs: q.make_dirs,
     };
-    match host.upload(&id, q.temporary, &spec, &mut stream).await {
+    match host.upload(id, q.temporary, &spec, &mut stream).await {
         Ok(v) => json_response(StatusCode::CREATED, v),
         Err(e) if over.load(std::sync::atomic::Ordering::SeqCst) => {
             error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())

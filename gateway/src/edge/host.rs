@@ -153,7 +153,7 @@ impl Host {
     /// The computer a call that may create it uses (`computer_id` and `temporary` as the
     /// exec tool takes them): claimed in the team's inventory (cached per isolate), and
     /// made the session default when the call read the default.
-    async fn target(
+    pub(crate) async fn target(
         &self,
         computer_id: Option<&str>,
         temporary: Option<bool>,

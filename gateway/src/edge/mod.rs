@@ -4,6 +4,7 @@
 //! sessions and the reaping alarm. Pure rules live in the native modules of the crate.
 
 mod config;
+mod files;
 mod host;
 mod log;
 mod routes;

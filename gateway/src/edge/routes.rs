@@ -87,6 +87,16 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             let body = req.bytes().await?;
             mcp_post(&req, body, &env, gw, caller).await
         }
+        (_, path) if path.starts_with("/v1/files/") => {
+            if let Err(why) = crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref())
+                .check(&url, req.headers().get("origin")?.as_deref())
+            {
+                return json_response(403, &json!({"error": why}));
+            }
+            let rest = path.trim_start_matches("/v1/files/").to_owned();
+            let query = url.query().map(str::to_owned);
+            super::files::files(req, &env, gw, &origin, &rest, query.as_deref()).await
+        }
         (method, "/mcp") => {
             let (status, body) = route::method_not_allowed(method.as_ref());
             let r = json_response(status, &body)?;

@@ -6,39 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use shared::files::{Digest, Sha256};
 use tests::*;
-
-/// `n` bytes of a fixed pseudo-random sequence, in 1 MiB chunks, never all in memory.
-fn body_stream(n: u64) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
-    futures_util::stream::unfold(
-        (0u64, 0x9e37_79b9_7f4a_7c15u64),
-        move |(sent, mut x)| async move {
-            if sent >= n {
-                return None;
-            }
-            let len = (n - sent).min(1 << 20) as usize;
-            let mut chunk = Vec::with_capacity(len);
-            while chunk.len() < len {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                chunk.extend_from_slice(&x.to_le_bytes()[..(len - chunk.len()).min(8)]);
-            }
-            Some((Ok(chunk), (sent + len as u64, x)))
-        },
-    )
-}
-
-/// The SHA-256 and length of what `body_stream(n)` yields.
-async fn expected(n: u64) -> (String, u64) {
-    let mut h = Sha256::new();
-    let mut s = Box::pin(body_stream(n));
-    while let Some(Ok(c)) = s.next().await {
-        h.update(&c);
-    }
-    (shared::files::hex(&h.finalize()), n)
-}
 
 /// The server's peak resident memory (VmHWM), in MiB.
 fn peak_rss_mib(server: &HttpServer) -> u64 {
@@ -55,19 +23,6 @@ fn url(server: &HttpServer, id: &str, path: &str) -> String {
     format!("{}/v1/files/{id}{path}", server.base)
 }
 
-/// Streams the body of a GET, returning its SHA-256 and length.
-async fn hash_get(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
-    let mut h = Sha256::new();
-    let mut n = 0u64;
-    let mut s = r.bytes_stream();
-    while let Some(c) = s.next().await {
-        let c = c?;
-        n += c.len() as u64;
-        h.update(&c);
-    }
-    Ok((shared::files::hex(&h.finalize()), n))
-}
-
 #[tokio::test]
 async fn issue_15_http_streams_a_gib_each_way_with_flat_memory() -> anyhow::Result<()> {
     let t = tag("fhttp");
@@ -77,13 +32,13 @@ async fn issue_15_http_streams_a_gib_each_way_with_flat_memory() -> anyhow::Resu
     let started = Instant::now();
     let r = http
         .put(url(&server, "big", "/data/gib.bin?make_dirs=true"))
-        .body(reqwest::Body::wrap_stream(body_stream(n)))
+        .body(reqwest::Body::wrap_stream(pattern_stream(n)))
         .send()
         .await?;
     let put_secs = started.elapsed().as_secs_f64();
     assert_eq!(r.status(), 201, "{:?}", r.text().await);
     let v: Value = r.json().await?;
-    let (sha, len) = expected(n).await;
+    let (sha, len) = pattern_digest(n).await;
     assert_eq!(
         (v["size"].as_u64(), v["sha256"].as_str()),
         (Some(len), Some(sha.as_str())),
@@ -96,7 +51,7 @@ async fn issue_15_http_streams_a_gib_each_way_with_flat_memory() -> anyhow::Resu
         .await?;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-length"], n.to_string().as_str());
-    let got = hash_get(r).await?;
+    let got = hash_body(r).await?;
     let get_secs = started.elapsed().as_secs_f64();
     assert_eq!(got, (sha, len));
     let peak = peak_rss_mib(&server);
@@ -120,7 +75,7 @@ async fn issue_15_http_streams_a_gib_each_way_with_flat_memory() -> anyhow::Resu
         r.headers()["content-range"],
         format!("bytes 8-15/{n}").as_str()
     );
-    let mut first = Box::pin(body_stream(16));
+    let mut first = Box::pin(pattern_stream(16));
     let head = first.next().await.unwrap()?;
     assert_eq!(r.bytes().await?.as_ref(), &head[8..16]);
     let r = http
@@ -191,7 +146,7 @@ async fn issue_15_http_files_limits_auth_ownership_errors() -> anyhow::Result<()
     // close instead of the 413.)
     for body in [
         reqwest::Body::from(vec![b'x'; 100_001]),
-        reqwest::Body::wrap_stream(body_stream(300_000)),
+        reqwest::Body::wrap_stream(pattern_stream(300_000)),
     ] {
         match put("/a.txt", body).send().await {
             Ok(r) => assert_eq!(r.status(), 413, "{:?}", r.text().await),

@@ -554,6 +554,65 @@ async fn issue_15_gateway_files() -> anyhow::Result<()> {
     .structured_content
     .unwrap();
     assert_eq!(r["content"], "v=2\n");
+    // GET/PUT /v1/files through the Worker: 256 MiB each way, the Worker's memory flat.
+    let http = reqwest::Client::new();
+    let bearer = format!("Bearer {}", sign(&claims("team-a", "u1")));
+    let file_url = |path: &str| format!("{}/v1/files/{path}", gw.base);
+    let (_, peak_before) = gw.workerd_memory_mib();
+    let n: u64 = 256 << 20;
+    let r = http
+        .put(file_url("stream-box/data/big.bin?make_dirs=true"))
+        .header("authorization", &bearer)
+        .body(reqwest::Body::wrap_stream(pattern_stream(n)))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let v: Value = r.json().await?;
+    let want = pattern_digest(n).await;
+    assert_eq!(v["sha256"].as_str(), Some(want.0.as_str()), "{v}");
+    let r = http
+        .get(file_url("stream-box/data/big.bin"))
+        .header("authorization", &bearer)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    assert_eq!(hash_body(r).await?, want);
+    let (_, peak_after) = gw.workerd_memory_mib();
+    eprintln!("workerd peak RSS: {peak_before} MiB before, {peak_after} MiB after 2 x 256 MiB");
+    assert!(
+        peak_after < peak_before + 96,
+        "the Worker buffered the stream: peak {peak_before} -> {peak_after} MiB"
+    );
+    // The same rules as the tools: another user's temporary, another team, no token.
+    let other = format!("Bearer {}", sign(&claims("team-b", "u1")));
+    for auth in [Some(&other), None] {
+        let mut req = http.get(file_url("stream-box/data/big.bin"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a.as_str());
+        }
+        let r = req.send().await?;
+        assert!(matches!(r.status().as_u16(), 401 | 404), "{}", r.status());
+    }
+    let r = http
+        .get(file_url("stream-box/data/big.bin"))
+        .header(
+            "authorization",
+            format!("Bearer {}", sign(&claims("team-a", "u2"))),
+        )
+        .send()
+        .await?;
+    assert!(matches!(r.status().as_u16(), 404 | 409), "{}", r.status());
+    let r = http
+        .get(file_url("team-share/notes.txt"))
+        .header(
+            "authorization",
+            format!("Bearer {}", sign(&claims("team-a", "u2"))),
+        )
+        .header("range", "bytes=0-2")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await?.as_ref(), b"v=2");
     for c in [a1, a2, b1] {
         c.cancel().await?;
     }

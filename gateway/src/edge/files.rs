@@ -1,0 +1,179 @@
+//! `GET` / `PUT /v1/files/{computer_id}/{path}` at the edge (SPEC §3.9): the caller's JWT
+//! and the team's inventory decide, then the bytes stream between the client and the
+//! executor that holds the computer, never buffered in the Worker (its memory stays flat
+//! whatever the size; the executor enforces its `--file-limit`).
+//!
+//! The owner is the legacy session named by `Mcp-Session-Id`, else the JWT's user, as
+//! for the tools. A download needs a computer the caller may see; an upload claims it like
+//! a first tool call (`?temporary=false` for a permanent one). Computers placed directly
+//! on Fly or E2B do not stream files yet and say so.
+
+use super::*;
+
+fn error(status: u16, message: impl Into<String>) -> Result<Response> {
+    json_response(status, &json!({"error": message.into()}))
+}
+
+fn status_of(e: &GatewayError) -> u16 {
+    match e {
+        GatewayError::Inventory { status, .. } => *status,
+        GatewayError::Scope { .. } => 403,
+        GatewayError::Api(a) => a.error.code.http_status(),
+        _ => 502,
+    }
+}
+
+/// The route, after the origin check: auth, the inventory, then the executor's stream.
+pub(crate) async fn files(
+    req: Request,
+    env: &Env,
+    gw: Rc<Gateway>,
+    origin: &str,
+    rest: &str,
+    query: Option<&str>,
+) -> Result<Response> {
+    if !gw.dispatcher.config().names.files {
+        return error(
+            404,
+            "/v1/files belongs to the files tool group, which this gateway does not serve (its TOOLS variable)",
+        );
+    }
+    let (method, put) = match req.method() {
+        Method::Get => ("GET", false),
+        Method::Put => ("PUT", true),
+        _ => {
+            let r = error(405, "/v1/files takes GET (download) or PUT (upload)")?;
+            r.headers().set("allow", "GET, PUT")?;
+            return Ok(r);
+        }
+    };
+    let auth = match &gw.auth {
+        Ok(a) => a,
+        Err(e) => return error(500, format!("gateway configuration: {e}")),
+    };
+    let authorization = req.headers().get("authorization")?;
+    let caller = match auth.check(authorization.as_deref(), now_ms() / 1000) {
+        Ok(c) => c,
+        Err(e) => return routes::unauthorized(origin, &e.to_string()),
+    };
+    if !caller.can_exec {
+        return error(403, "reading and writing files needs the `exec` scope");
+    }
+    let Some((id, file)) = rest.split_once('/') else {
+        return error(400, "the route is /v1/files/{computer_id}/{path}");
+    };
+    if let Err(e) = shared::ids::validate_computer_id(id) {
+        return error(400, e.to_string());
+    }
+    if let Err(e) = shared::files::validate_path(&format!("/{file}")) {
+        return error(400, e);
+    }
+    let team = caller.team.clone();
+    let sid = req.headers().get("mcp-session-id")?;
+    let (owner, default) = match &sid {
+        Some(sid) => {
+            let found = team_call(
+                env,
+                &team,
+                "/session/get",
+                &json!({"sid": sid, "subject": caller.subject}),
+            )
+            .await;
+            match found {
+                Ok(s) => (
+                    format!("session:{sid}"),
+                    s["default_id"].as_str().map(str::to_owned),
+                ),
+                Err(GatewayError::Inventory { status: 404, .. }) => {
+                    return error(
+                        404,
+                        "unknown Mcp-Session-Id: the session ended or never existed; start a new one, or send no session header",
+                    );
+                }
+                Err(e) => return error(502, e.to_string()),
+            }
+        }
+        None => (format!("user:{}", caller.subject), None),
+    };
+    let host = Host {
+        gw: gw.clone(),
+        env: env.clone(),
+        caller,
+        owner,
+        session: sid,
+        default: RefCell::new(default),
+    };
+    let temporary = query.and_then(|q| {
+        q.split('&').find_map(|p| match p {
+            "temporary=false" | "temporary=0" => Some(false),
+            "temporary=true" | "temporary=1" | "temporary" => Some(true),
+            _ => None,
+        })
+    });
+    let placed = if put {
+        host.target(Some(id), temporary).await.map(|(_, r)| r)
+    } else {
+        host.visible(id).await
+    };
+    let rec = match placed {
+        Ok(r) => r,
+        Err(e) => return error(status_of(&e), e.to_string()),
+    };
+    if rec.executor == cloud::FLY || rec.executor == cloud::E2B {
+        return error(
+            400,
+            format!(
+                "computers placed on {} do not stream files yet: use the file tools' exec fallback, or place computers on an executor",
+                rec.executor
+            ),
+        );
+    }
+    let Some(ex) = gw.executor(&rec.executor) else {
+        return error(
+            502,
+            format!(
+                "executor {:?} is not configured on this gateway",
+                rec.executor
+            ),
+        );
+    };
+    let token = match exec_token::token(
+        &gw.executor_secret,
+        &gw.executor_audience,
+        &team,
+        now_ms() / 1000,
+    ) {
+        Ok(t) => t,
+        Err(e) => return error(500, e),
+    };
+    let headers = Headers::new();
+    headers.set("authorization", &format!("Bearer {token}"))?;
+    for name in ["range", "content-length", "content-type"] {
+        if let Some(v) = req.headers().get(name)? {
+            headers.set(name, &v)?;
+        }
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::from(method.to_owned()))
+        .with_headers(headers);
+    if put {
+        // The client's body, handed on as a stream.
+        init.with_body(req.inner().body().map(Into::into));
+    }
+    let url = format!(
+        "{}/v1/files/{id}/{file}{}",
+        ex.url.trim_end_matches('/'),
+        query.map(|q| format!("?{q}")).unwrap_or_default()
+    );
+    let forwarded = Request::new_with_init(&url, &init)?;
+    match Fetch::Request(forwarded).send().await {
+        // The executor's answer, its body streamed through.
+        Ok(resp) => {
+            if put && resp.status_code() < 300 && touch_due(&team, id, gw.idle_ms / 4) {
+                let _ = team_call(env, &team, "/touch", &json!({"id": id})).await;
+            }
+            Ok(resp)
+        }
+        Err(e) => error(502, format!("executor {:?} unreachable: {e}", rec.executor)),
+    }
+}
