@@ -100,6 +100,12 @@ async function web(page) {
   await page.locator("#markers").filter({ hasText: "timed out" }).waitFor();
   await page.fill("#timeout", "");
 
+  // The file browser: list through exec, view, upload (PUT /v1/files), download (GET).
+  await page.fill("#command", "mkdir -p /tmp/fb/sub && printf 'abc\\n' > /tmp/fb/a.txt && echo made-fb");
+  await page.click("#run");
+  await page.locator("#stdout").filter({ hasText: "made-fb" }).waitFor();
+  await files(page, "/tmp/fb");
+
   await page.screenshot({ path: `${artifacts}/dashboard-web.png`, fullPage: true });
   await page.emulateMedia({ colorScheme: "dark" });
   await page.setViewportSize({ width: 390, height: 844 });
@@ -116,6 +122,36 @@ async function web(page) {
   await page.click("#confirm-yes");
   await row.waitFor({ state: "detached" });
   check(cspErrors.length === 0, "CSP violations: " + cspErrors.join("; "));
+}
+
+/** Lists `dir` in the file browser of `ui` (a page or a frame), views, uploads, downloads. */
+async function files(ui, dir, page = ui) {
+  await ui.locator("#dir").fill(dir);
+  await ui.locator("#ls").click();
+  const row = ui.locator("#files tr").filter({ hasText: "a.txt" });
+  await row.waitFor();
+  await ui.locator("#files tr").filter({ hasText: "sub/" }).waitFor();
+  await row.locator("button", { hasText: "View" }).click();
+  await ui.locator("#file-text").filter({ hasText: "abc" }).waitFor();
+  check((await ui.locator("#file-meta").textContent()).includes("4 bytes"), "the size is shown");
+  // Bytes that are not text, every value, through the upload.
+  const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+  await ui.locator("#upload").setInputFiles({ name: "bin.dat", mimeType: "application/octet-stream", buffer: bytes });
+  const up = ui.locator("#files tr").filter({ hasText: "bin.dat" });
+  await up.waitFor();
+  check((await up.textContent()).includes("256"), "the uploaded file has 256 bytes: " + (await up.textContent()));
+  const [dl] = await Promise.all([
+    page.waitForEvent("download"),
+    up.locator("button", { hasText: "Download" }).click(),
+  ]);
+  const path = await dl.path();
+  const { readFileSync } = await import("node:fs");
+  check(Buffer.compare(readFileSync(path), bytes) === 0, "the download is the uploaded bytes");
+  check(dl.suggestedFilename() === "bin.dat", "download name " + dl.suggestedFilename());
+  // A directory that is not there: the shell's words.
+  await ui.locator("#dir").fill(dir + "/nope");
+  await ui.locator("#ls").click();
+  await ui.locator("#files-error").filter({ hasText: /nope/ }).waitFor();
 }
 
 async function app(page) {
@@ -139,7 +175,7 @@ async function app(page) {
 
   await page.exposeFunction("forwardToServer", (method, params) => mcp(method, params));
   await page.setContent(`<!doctype html><html><body>
-    <iframe id="view" sandbox="allow-scripts" style="width:1000px;height:900px;border:1px solid #888"></iframe>
+    <iframe id="view" sandbox="allow-scripts allow-downloads" style="width:1000px;height:900px;border:1px solid #888"></iframe>
     <script>
       window.log = [];
       const view = document.getElementById("view");
@@ -200,6 +236,10 @@ async function app(page) {
   await v.locator("#command").fill("echo hello-from-the-app");
   await v.locator("#command").press("Control+Enter");
   await v.locator("#stdout").filter({ hasText: "hello-from-the-app" }).waitFor();
+  await v.locator("#command").fill("mkdir -p /tmp/fb/sub && printf 'abc\\n' > /tmp/fb/a.txt && echo made-fb");
+  await v.locator("#run").click();
+  await v.locator("#stdout").filter({ hasText: "made-fb" }).waitFor();
+  await files(v, "/tmp/fb", page);
   await page.screenshot({ path: `${artifacts}/dashboard-app.png`, fullPage: true });
   await v.locator("#delete").click();
   await v.locator("#confirm-yes").click();
@@ -216,7 +256,7 @@ async function app(page) {
   check(log.some((m) => m.method === "ui/notifications/initialized"), "initialized sent");
   check(log.some((m) => m.method === "ui/notifications/size-changed" && m.params.height > 0), "size-changed sent");
   const calls = log.filter((m) => m.method === "tools/call").map((m) => m.params.name);
-  for (const t of ["computer_list", "computer_create", "terminal_execute", "computer_delete"]) {
+  for (const t of ["computer_list", "computer_create", "terminal_execute", "computer_delete", "computer_file_read", "computer_file_write"]) {
     check(calls.includes(t), `the view called ${t} through the host: ${calls}`);
   }
   check(cspErrors.length === 0, "CSP violations: " + cspErrors.join("; "));

@@ -342,4 +342,32 @@ mod tests {
             assert_eq!(parse_range(bad, None), Err(()), "{bad}");
         }
     }
+
+    #[test]
+    fn junk_never_panics() {
+        let alphabet = b"bytes=-,0123456789 \xff";
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let raw: Vec<u8> = (0..(seed % 24) as usize)
+                .map(|i| alphabet[((seed >> (i % 60)) as usize + i) % alphabet.len()])
+                .collect();
+            let raw = String::from_utf8_lossy(&raw);
+            let _ = parse_range(&raw, Some(seed % 1000));
+            let _ = parse_range(&raw, None);
+            if let Ok(uri) = format!("/x?{}", raw.replace(' ', "&")).parse::<Uri>() {
+                let _ = put_query(&uri);
+            }
+        }
+        let uri: Uri = "/x?temporary=false&mode=0755&create_only&make_dirs=1"
+            .parse()
+            .unwrap();
+        let q = put_query(&uri).unwrap();
+        assert_eq!(
+            (q.temporary, q.mode, q.create_only, q.make_dirs),
+            (Some(false), Some(0o755), true, true)
+        );
+    }
 }

@@ -245,4 +245,60 @@ mod tests {
             .contains("expected_replacements")
         );
     }
+
+    #[test]
+    fn junk_never_panics() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let keys = [
+            "path",
+            "offset",
+            "length",
+            "content",
+            "content_base64",
+            "append",
+            "create_only",
+            "mode",
+            "make_dirs",
+            "old_text",
+            "new_text",
+            "expected_replacements",
+            "computer_id",
+            "temporary",
+            "x",
+        ];
+        let values = [
+            json!(null),
+            json!(""),
+            json!("/a"),
+            json!("a"),
+            json!(-1),
+            json!(1.5),
+            json!(u64::MAX),
+            json!(true),
+            json!([1]),
+            json!({}),
+            json!("%%"),
+            json!("0999"),
+            json!("/\u{0}"),
+            json!(0),
+        ];
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut m = serde_json::Map::new();
+            for i in 0..(seed % 5) {
+                let k = keys[((seed >> (8 * i)) as usize) % keys.len()];
+                let v = values[((seed >> (3 + 7 * i)) as usize) % values.len()].clone();
+                m.insert(k.into(), v);
+            }
+            let v = Value::Object(m);
+            for tool in [READ_TOOL, WRITE_TOOL, EDIT_TOOL] {
+                let _ = parse_file(tool, Some(&v));
+            }
+        }
+        for raw in [json!(null), json!(1), json!("x"), json!([])] {
+            let _ = parse_file(WRITE_TOOL, Some(&raw));
+        }
+    }
 }
