@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|jobs|gateway|wasm|cloud` runs one part.
+//! `MSC_BENCH_ONLY=warm|jobs|files|gateway|wasm|cloud` runs one part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -19,6 +19,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 #[path = "bench/cloud.rs"]
 mod cloud;
+#[path = "bench/files.rs"]
+mod files;
 #[path = "bench/jobs.rs"]
 mod jobs;
 #[path = "bench/wasm.rs"]
@@ -595,6 +597,12 @@ async fn main() -> Result<()> {
         print_rows(&rows);
         return Ok(());
     }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("files") {
+        files::rows(&t, &mut rows).await?;
+        remove_all(&t).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("gateway") {
         gateway_rows(&t, &mut rows).await?;
         remove_all(&t).await?;
@@ -792,6 +800,7 @@ async fn main() -> Result<()> {
 
     // ---- WASM computers (issue 4) ----
     jobs::rows(&t, &mut rows).await?;
+    files::rows(&t, &mut rows).await?;
     wasm::rows(&t, &mut rows).await?;
 
     // ---- start-up and idle memory ----
