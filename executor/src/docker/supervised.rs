@@ -18,7 +18,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use shared::result::{ExecOutcome, OutputCollector, Stream};
-use supervisor::frame::{ExitInfo, Frame, Kind, MAX_FRAME, PONG_JOBS, StartSpec};
+use supervisor::frame::{ExitInfo, Frame, Kind, MAX_FRAME, StartSpec, pong_serves_jobs};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -86,7 +86,7 @@ pub struct Connection {
     pub(super) jobs: Mutex<HashMap<u32, mpsc::UnboundedSender<Frame>>>,
     pub(super) next_job: AtomicU32,
     alive: AtomicBool,
-    /// The supervisor serves kept jobs (it answered the ping with `PONG_JOBS`).
+    /// The supervisor serves kept jobs (it answered the ping with `PONG_JOBS` or later).
     pub(super) serves_jobs: AtomicBool,
 }
 
@@ -362,7 +362,7 @@ impl Docker {
         match pong {
             Ok(Some(f)) if f.kind == Kind::Pong => {
                 conn.serves_jobs
-                    .store(f.payload == PONG_JOBS, Ordering::SeqCst);
+                    .store(pong_serves_jobs(&f.payload), Ordering::SeqCst);
             }
             _ => {
                 conn.close();
