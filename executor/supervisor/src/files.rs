@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::file_errors::{Op, classify, create_failure, failure, io_errno, not_regular};
 use rustix::fs::{FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -35,104 +36,6 @@ use crate::server::{Writer, send};
 const MAX_UPLOADS: usize = 64;
 
 static NEXT_TEMP: AtomicU64 = AtomicU64::new(1);
-
-/// What an operation was doing when it failed (it shapes the advice).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Read,
-    Write,
-}
-
-fn failure(kind: FileErrorKind, message: String) -> FileFailure {
-    FileFailure { kind, message }
-}
-
-/// Classifies `errno` on `path`, with advice for the agent.
-fn classify(errno: Errno, path: &str, op: Op) -> FileFailure {
-    let (kind, message) = match errno {
-        Errno::NOENT if op == Op::Read => (
-            FileErrorKind::NotFound,
-            format!(
-                "{path} does not exist; check the path (list its directory with terminal_execute ls)"
-            ),
-        ),
-        Errno::NOENT => (
-            FileErrorKind::NotFound,
-            format!(
-                "the directory of {path} does not exist; pass make_dirs: true to create parent directories"
-            ),
-        ),
-        Errno::ISDIR if op == Op::Read => (
-            FileErrorKind::IsDir,
-            format!("{path} is a directory; read a file, or list it with terminal_execute ls"),
-        ),
-        Errno::ISDIR => (
-            FileErrorKind::IsDir,
-            format!("{path} is a directory; write to a file path (e.g. one inside it)"),
-        ),
-        Errno::NOTDIR => (
-            FileErrorKind::NotDir,
-            format!("a parent of {path} is not a directory; check the path"),
-        ),
-        Errno::EXIST => (
-            FileErrorKind::Exists,
-            format!(
-                "{path} already exists and create_only is set; nothing changed (drop create_only to replace it)"
-            ),
-        ),
-        Errno::ROFS => (
-            FileErrorKind::ReadOnly,
-            format!(
-                "{path} is on a read-only file system; write under a writable directory such as /tmp"
-            ),
-        ),
-        Errno::NOSPC | Errno::DQUOT => (
-            FileErrorKind::NoSpace,
-            format!(
-                "no space left for {path} (disk or quota full); nothing changed: free space (e.g. remove files with terminal_execute) and write again"
-            ),
-        ),
-        Errno::ACCESS | Errno::PERM => (
-            FileErrorKind::Permission,
-            format!(
-                "permission denied on {path}; choose another path, or change permissions with terminal_execute chmod"
-            ),
-        ),
-        other => (
-            FileErrorKind::Io,
-            format!("{path}: {}", std::io::Error::from(other)),
-        ),
-    };
-    failure(kind, message)
-}
-
-/// A failure to create a file in `dir`: `ENOENT` when `dir` exists means the file system
-/// takes no new files there (e.g. /proc), not a missing directory.
-fn create_failure(e: Errno, path: &str, dir: &Path) -> FileFailure {
-    if e == Errno::NOENT && dir.is_dir() {
-        return failure(
-            FileErrorKind::Io,
-            format!(
-                "{} does not take new files (a virtual file system?); write under a regular directory such as /tmp",
-                dir.display()
-            ),
-        );
-    }
-    classify(e, path, Op::Write)
-}
-
-fn io_errno(e: &std::io::Error) -> Errno {
-    Errno::from_io_error(e).unwrap_or(Errno::IO)
-}
-
-fn not_regular(path: &str) -> FileFailure {
-    failure(
-        FileErrorKind::Io,
-        format!(
-            "{path} is not a regular file (a device, socket or pipe); the file tools read and write regular files"
-        ),
-    )
-}
 
 fn answer<T: serde::Serialize>(w: &Writer, job: u32, a: &FileAnswer<T>) {
     let body = serde_json::to_vec(a).unwrap_or_default();
@@ -227,6 +130,8 @@ struct Replace {
 /// An append: bytes go to the end of the file, cut back to `old_size` on failure.
 struct Append {
     path: String,
+    /// Where the bytes go (`path`, or the file its final symlink points to).
+    target: PathBuf,
     file: File,
     old_size: u64,
     created: bool,
@@ -291,7 +196,7 @@ impl Upload {
             }
             Upload::Append(a) => {
                 if a.created {
-                    let _ = std::fs::remove_file(&a.path);
+                    let _ = std::fs::remove_file(&a.target);
                 } else {
                     let _ = a.file.set_len(a.old_size);
                 }
@@ -446,6 +351,7 @@ fn begin_append(
     let old_size = file.metadata().map(|m| m.len()).unwrap_or(0);
     Ok(Append {
         path: path.to_owned(),
+        target: target.to_owned(),
         file,
         old_size,
         created,
@@ -591,30 +497,6 @@ impl Drop for Uploads {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errnos_are_classified_with_advice() {
-        let f = classify(Errno::NOENT, "/a/b", Op::Write);
-        assert_eq!(f.kind, FileErrorKind::NotFound);
-        assert!(f.message.contains("make_dirs"));
-        assert_eq!(
-            classify(Errno::ISDIR, "/a", Op::Read).kind,
-            FileErrorKind::IsDir
-        );
-        assert_eq!(
-            classify(Errno::DQUOT, "/a", Op::Write).kind,
-            FileErrorKind::NoSpace
-        );
-        assert_eq!(
-            classify(Errno::ROFS, "/a", Op::Write).kind,
-            FileErrorKind::ReadOnly
-        );
-        assert_eq!(
-            classify(Errno::PERM, "/a", Op::Write).kind,
-            FileErrorKind::Permission
-        );
-        assert_eq!(classify(Errno::IO, "/a", Op::Write).kind, FileErrorKind::Io);
-    }
 
     #[test]
     fn hex_is_lowercase() {

@@ -7,6 +7,7 @@
 //! `x86_64-unknown-linux-musl`, so it needs nothing from the image. Other architectures
 //! have no supervisor: the server falls back to plain Engine API exec there.
 
+mod file_errors;
 mod files;
 pub mod frame;
 mod jobs;
