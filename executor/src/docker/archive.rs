@@ -217,6 +217,12 @@ fn archive_error(e: bollard::errors::Error, path: &str) -> DockerError {
     }
 }
 
+fn missing_dir(path: &str) -> DockerError {
+    DockerError::NoSuchFile(format!(
+        "the directory of {path} does not exist; pass make_dirs: true to create parent directories"
+    ))
+}
+
 /// `path`'s parent directory (`/` for a top-level name) and its last component.
 fn split(path: &str) -> (&str, &str) {
     let trimmed = path.trim_end_matches('/');
@@ -340,6 +346,16 @@ impl Docker {
         let (into, entry) = if spec.make_dirs {
             ("/".to_owned(), path.trim_start_matches('/').to_owned())
         } else {
+            // Checked here: Podman creates a missing upload directory where Docker says 404.
+            match self.archive_stat(container, dir).await? {
+                None => return Err(missing_dir(path)),
+                Some(m) if m & GO_MODE_DIR == 0 && m & GO_MODE_SYMLINK == 0 => {
+                    return Err(DockerError::File(format!(
+                        "a parent of {path} is not a directory; check the path"
+                    )));
+                }
+                Some(_) => {}
+            }
             (dir.to_owned(), name.to_owned())
         };
         let tar = one_file_tar(&entry, &whole, mode, mtime);
@@ -353,11 +369,7 @@ impl Docker {
             .await
         {
             Ok(()) => {}
-            Err(e) if super::status_of(&e) == Some(404) => {
-                return Err(DockerError::NoSuchFile(format!(
-                    "the directory of {path} does not exist; pass make_dirs: true to create parent directories"
-                )));
-            }
+            Err(e) if super::status_of(&e) == Some(404) => return Err(missing_dir(path)),
             Err(e) => {
                 return Err(DockerError::File(format!(
                     "{path}: {}",
