@@ -286,12 +286,37 @@ async fn files_on(c: &Client, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A computer stopped behind the server's back is started again by a file call.
+async fn stopped_then_read(c: &Client, id: &str) -> anyhow::Result<()> {
+    ok(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/root/k", "content": "kept"}),
+    )
+    .await?;
+    docker()?
+        .stop_container(
+            &format!("kilntainer-{id}"),
+            None::<bollard::query_parameters::StopContainerOptions>,
+        )
+        .await?;
+    let r = ok(
+        c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/root/k"}),
+    )
+    .await?;
+    assert_eq!(r["content"], "kept");
+    Ok(())
+}
+
 #[tokio::test]
 async fn issue_15_files_through_the_supervisor() -> anyhow::Result<()> {
     let t = tag("files");
     let c = stdio_client(&t, &state_dir(&t), &files_opts(false)).await?;
     let id = format!("{t}-a");
     files_on(&c, &id).await?;
+    stopped_then_read(&c, &id).await?;
     // A read-only file system is refused, naming it.
     let e = refused(
         &c,
@@ -310,6 +335,7 @@ async fn issue_15_files_through_the_archive_api() -> anyhow::Result<()> {
     let c = stdio_client(&t, &state_dir(&t), &files_opts(true)).await?;
     let id = format!("{t}-a");
     files_on(&c, &id).await?;
+    stopped_then_read(&c, &id).await?;
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
