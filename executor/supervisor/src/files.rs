@@ -154,7 +154,12 @@ impl Upload {
                 .mode(0o755)
                 .create(dir)
         {
-            return Upload::Failed(classify(io_errno(&e), path, Op::Write));
+            // EEXIST here: a parent is a file, not a directory.
+            let errno = match io_errno(&e) {
+                Errno::EXIST => Errno::NOTDIR,
+                other => other,
+            };
+            return Upload::Failed(classify(errno, path, Op::Write));
         }
         let begun = if append {
             begin_append(path, &target, create_only, mode).map(Upload::Append)

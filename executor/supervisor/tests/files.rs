@@ -293,6 +293,10 @@ fn issue_15_failed_replaces_leave_nothing_behind() {
     // A parent that is a file.
     let e = write(&mut s, 3, &deep.join("d"), b"x", Opts::default()).unwrap_err();
     assert_eq!(e.kind, FileErrorKind::NotDir, "{e:?}");
+    let e = write(&mut s, 13, &deep.join("d/e"), b"x", o).unwrap_err();
+    assert_eq!(e.kind, FileErrorKind::NotDir, "{e:?}");
+    let e = write(&mut s, 14, &deep.join("d"), b"x", o).unwrap_err();
+    assert_eq!(e.kind, FileErrorKind::NotDir, "{e:?}");
     // A read-only directory (root ignores permissions, so only when we are not root).
     let ro = sup.dir.join("ro");
     std::fs::create_dir(&ro).unwrap();
