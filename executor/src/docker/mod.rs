@@ -6,7 +6,9 @@
 //! Exec lives in [`exec`]. Must not decide who may reach a computer: that is the
 //! lifecycle policy's job, applied by `computers`.
 
+mod archive;
 pub mod exec;
+mod files;
 pub mod flags;
 mod jobs;
 mod place;
@@ -92,6 +94,13 @@ pub enum DockerError {
     /// This computer cannot keep jobs, and why.
     #[error("{0}")]
     NoJobs(String),
+    /// No such file or directory in the computer (the message says what to do).
+    #[error("{0}")]
+    NoSuchFile(String),
+    /// A file operation was refused, changing nothing (a directory, an existing file with
+    /// `create_only`, a read-only or full disk...), in the computer's words.
+    #[error("{0}")]
+    File(String),
 }
 
 impl DockerError {

@@ -6,7 +6,9 @@ use shared::result::ExecOutcome;
 use super::{Docker, DockerError, container_name};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
-use crate::spec::{ContainerRecord, ExecSpec, JobPoll, JobStart};
+use crate::spec::{
+    ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart,
+};
 
 impl From<DockerError> for BackendError {
     fn from(e: DockerError) -> Self {
@@ -23,6 +25,8 @@ impl From<DockerError> for BackendError {
             | DockerError::Job(_) => Failure::Failed,
             DockerError::NoSuchJob(_) => Failure::NoSuchJob,
             DockerError::NoJobs(_) => Failure::Unsupported,
+            DockerError::NoSuchFile(_) => Failure::NoSuchFile,
+            DockerError::File(_) => Failure::File,
         };
         BackendError::new(failure, e)
     }
@@ -104,6 +108,24 @@ impl Place for Docker {
     async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
         Ok(Docker::job_list(self, &container_name(id)).await?)
     }
+
+    async fn file_read(
+        &self,
+        id: &str,
+        path: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<FileSlice, BackendError> {
+        Ok(Docker::file_read(self, &container_name(id), path, offset, length).await?)
+    }
+
+    async fn file_write(
+        &self,
+        id: &str,
+        spec: &FileWriteSpec<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        Ok(Docker::file_write(self, &container_name(id), spec).await?)
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +140,11 @@ mod tests {
             (DockerError::NotOurs { name: "a".into() }, Failure::Conflict),
             (DockerError::Unreachable("x".into()), Failure::Unavailable),
             (DockerError::Engine("500: x".into()), Failure::Failed),
+            (
+                DockerError::NoSuchFile("/x does not exist".into()),
+                Failure::NoSuchFile,
+            ),
+            (DockerError::File("/x is a directory".into()), Failure::File),
         ] {
             let words = e.to_string();
             let b = BackendError::from(e);

@@ -18,7 +18,9 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use shared::result::{ExecOutcome, OutputCollector, Stream};
-use supervisor::frame::{ExitInfo, Frame, Kind, MAX_FRAME, PONG_JOBS, StartSpec};
+use supervisor::frame::{
+    ExitInfo, Frame, Kind, MAX_FRAME, StartSpec, pong_serves_files, pong_serves_jobs,
+};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -48,33 +50,7 @@ pub fn volume_name(binary: &[u8]) -> String {
 
 /// A tar archive holding `msc-supervisor` (mode 0755), for the archive API.
 pub fn supervisor_tar(binary: &[u8]) -> Vec<u8> {
-    fn header(name: &str, size: usize, mode: u32, kind: u8) -> [u8; 512] {
-        let mut h = [0u8; 512];
-        h[..name.len()].copy_from_slice(name.as_bytes());
-        let octal = |field: &mut [u8], value: u64| {
-            let s = format!("{value:0width$o}\0", width = field.len() - 1);
-            field.copy_from_slice(s.as_bytes());
-        };
-        octal(&mut h[100..108], u64::from(mode));
-        octal(&mut h[108..116], 0);
-        octal(&mut h[116..124], 0);
-        octal(&mut h[124..136], size as u64);
-        octal(&mut h[136..148], 0);
-        h[156] = kind;
-        h[257..263].copy_from_slice(b"ustar\0");
-        h[263..265].copy_from_slice(b"00");
-        h[148..156].copy_from_slice(b"        ");
-        let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
-        let s = format!("{sum:06o}\0 ");
-        h[148..156].copy_from_slice(s.as_bytes());
-        h
-    }
-    let mut out = Vec::with_capacity(binary.len() + 3 * 512);
-    out.extend_from_slice(&header("msc-supervisor", binary.len(), 0o755, b'0'));
-    out.extend_from_slice(binary);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-    out.extend_from_slice(&[0u8; 1024]);
-    out
+    super::archive::one_file_tar("msc-supervisor", binary, 0o755, 0)
 }
 
 type Input = std::pin::Pin<Box<dyn AsyncWrite + Send>>;
@@ -86,8 +62,10 @@ pub struct Connection {
     pub(super) jobs: Mutex<HashMap<u32, mpsc::UnboundedSender<Frame>>>,
     pub(super) next_job: AtomicU32,
     alive: AtomicBool,
-    /// The supervisor serves kept jobs (it answered the ping with `PONG_JOBS`).
+    /// The supervisor serves kept jobs (it answered the ping with `PONG_JOBS` or later).
     pub(super) serves_jobs: AtomicBool,
+    /// The supervisor serves files (it answered the ping with `PONG_FILES`).
+    pub(super) serves_files: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -315,6 +293,7 @@ impl Docker {
             next_job: AtomicU32::new(1),
             alive: AtomicBool::new(true),
             serves_jobs: AtomicBool::new(false),
+            serves_files: AtomicBool::new(false),
         });
         let reader = conn.clone();
         let name = container.to_owned();
@@ -362,7 +341,9 @@ impl Docker {
         match pong {
             Ok(Some(f)) if f.kind == Kind::Pong => {
                 conn.serves_jobs
-                    .store(f.payload == PONG_JOBS, Ordering::SeqCst);
+                    .store(pong_serves_jobs(&f.payload), Ordering::SeqCst);
+                conn.serves_files
+                    .store(pong_serves_files(&f.payload), Ordering::SeqCst);
             }
             _ => {
                 conn.close();

@@ -26,6 +26,10 @@ pub enum Kind {
     Job = 6,
     /// Bytes for a kept job's stdin: `[id length: u8][job id][bytes]`; answered by `Done`.
     JobStdin = 7,
+    /// A file request (JSON [`FileControl`]); answered by `Data` frames and one `Done`.
+    File = 8,
+    /// Bytes of an upload begun by a `File` `write_begin` of the same job number.
+    FileData = 9,
     Started = 16,
     Stdout = 17,
     Stderr = 18,
@@ -34,6 +38,8 @@ pub enum Kind {
     Pong = 21,
     /// The answer to a `Job` or `JobStdin` request (JSON, after any output frames).
     Done = 22,
+    /// Bytes of a file being read (before its `Done`).
+    Data = 23,
 }
 
 impl Kind {
@@ -46,6 +52,8 @@ impl Kind {
             5 => Kind::Ping,
             6 => Kind::Job,
             7 => Kind::JobStdin,
+            8 => Kind::File,
+            9 => Kind::FileData,
             16 => Kind::Started,
             17 => Kind::Stdout,
             18 => Kind::Stderr,
@@ -53,6 +61,7 @@ impl Kind {
             20 => Kind::Error,
             21 => Kind::Pong,
             22 => Kind::Done,
+            23 => Kind::Data,
             _ => return None,
         })
     }
@@ -161,6 +170,18 @@ pub struct ExitInfo {
 
 /// What a supervisor that serves kept jobs answers to a ping (older ones echo the ping).
 pub const PONG_JOBS: &[u8] = b"msc-supervisor jobs/1";
+/// What a supervisor that serves kept jobs and files answers to a ping.
+pub const PONG_FILES: &[u8] = b"msc-supervisor jobs/1 files/1";
+
+/// Whether a pong announces kept jobs.
+pub fn pong_serves_jobs(pong: &[u8]) -> bool {
+    pong == PONG_JOBS || pong == PONG_FILES
+}
+
+/// Whether a pong announces files.
+pub fn pong_serves_files(pong: &[u8]) -> bool {
+    pong == PONG_FILES
+}
 
 /// A request about kept jobs: jobs that outlive the connection that started them, with
 /// their output in a bounded buffer until it is read.
@@ -223,6 +244,103 @@ pub struct JobStatus {
     /// The job's timeout (what a timed-out exit says it hit).
     #[serde(default)]
     pub timeout_ms: u64,
+}
+
+/// Most file bytes in one `Data` or `FileData` frame.
+pub const FILE_CHUNK: usize = 256 * 1024;
+
+/// A file request (the payload of a `File` frame). Paths resolve inside the computer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FileControl {
+    /// At most `length` bytes of regular file `path` from `offset`: `Data` frames, then
+    /// `Done` with [`FileAnswer`]`<`[`FileRead`]`>`. An offset at or past the end reads 0 bytes.
+    Read {
+        path: String,
+        offset: u64,
+        length: u64,
+    },
+    /// Begins an upload under this frame's job number; its bytes follow in `FileData`
+    /// frames of the same number, then `WriteEnd`. Nothing is answered until `WriteEnd`
+    /// (or `WriteAbort`).
+    WriteBegin {
+        path: String,
+        /// Add to the end (creating the file if missing) instead of an atomic replace.
+        #[serde(default)]
+        append: bool,
+        /// Refuse (`exists`), changing nothing, if the file exists.
+        #[serde(default)]
+        create_only: bool,
+        /// Permission bits; `None`: 0644 for a new or replaced file, an appended one keeps its own.
+        #[serde(default)]
+        mode: Option<u32>,
+        /// Create missing parent directories (0755).
+        #[serde(default)]
+        make_dirs: bool,
+    },
+    /// Ends the upload: answered by `Done` with [`FileAnswer`]`<`[`FileStored`]`>`.
+    WriteEnd {},
+    /// Drops the upload, leaving the old file as it was: `Done` with `{"ok": {}}`.
+    WriteAbort {},
+}
+
+/// The `Done` of a file request: `{"ok": …}` or `{"error": {"kind", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileAnswer<T> {
+    Ok(T),
+    Error(FileFailure),
+}
+
+/// A file read's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRead {
+    /// The file's size when read.
+    pub size: u64,
+    pub offset: u64,
+    /// Bytes sent in `Data` frames.
+    pub read: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Last modification, seconds since the epoch.
+    pub mtime: i64,
+}
+
+/// A finished upload: the whole file's size and SHA-256 (lowercase hex) after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStored {
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// The answer to an aborted upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Aborted {}
+
+/// Why a file request failed, changing nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileFailure {
+    pub kind: FileErrorKind,
+    /// For the agent: what happened and what to do.
+    pub message: String,
+}
+
+/// The kinds of file failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileErrorKind {
+    /// The path, or a parent directory, does not exist.
+    NotFound,
+    IsDir,
+    /// A parent is not a directory.
+    NotDir,
+    /// `create_only`, and the file exists.
+    Exists,
+    ReadOnly,
+    /// The disk or a quota is full.
+    NoSpace,
+    Permission,
+    Io,
 }
 
 /// The payload of a `JobStdin` frame.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, WaitOptions};
 
-use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, JobControl, Kind, PONG_JOBS, StartSpec};
+use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, JobControl, Kind, PONG_FILES, StartSpec};
 use crate::jobs::{Jobs, Kept};
 use crate::ring::Stream;
 
@@ -480,6 +480,8 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
     };
     let w: Writer = Arc::new(Mutex::new(write_half));
     let jobs: ConnJobs = Arc::default();
+    // Dropped with the connection: uploads still open are aborted.
+    let mut uploads = crate::files::Uploads::default();
     let mut reader = io::BufReader::new(stream);
     loop {
         let frame = match Frame::read_from(&mut reader) {
@@ -547,7 +549,9 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
                 ),
             },
             Kind::JobStdin => crate::jobs::stdin(&state, &w, frame.job, &frame.payload),
-            Kind::Ping => send(&w, &Frame::new(Kind::Pong, frame.job, PONG_JOBS.to_vec())),
+            Kind::File => uploads.control(&w, frame.job, &frame.payload),
+            Kind::FileData => uploads.data(frame.job, &frame.payload),
+            Kind::Ping => send(&w, &Frame::new(Kind::Pong, frame.job, PONG_FILES.to_vec())),
             // Supervisor-to-client kinds are not accepted from a client.
             _ => {
                 send(

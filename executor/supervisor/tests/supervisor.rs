@@ -8,7 +8,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use supervisor::frame::{
-    ExitInfo, Frame, JobControl, JobStatus, Kind, PONG_JOBS, StartSpec, job_stdin_payload,
+    ExitInfo, Frame, JobControl, JobStatus, Kind, PONG_FILES, StartSpec, job_stdin_payload,
 };
 
 struct Sup {
@@ -260,7 +260,7 @@ fn issue_3_stdin_and_kill_frames() {
     let pong = Frame::read_from(&mut s).unwrap();
     assert_eq!(
         (pong.kind, pong.payload.as_slice()),
-        (Kind::Pong, PONG_JOBS)
+        (Kind::Pong, PONG_FILES)
     );
 }
 

@@ -10,6 +10,7 @@
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
+//! - `files`: the file tools (read, write, edit) through the supervisor and the archive API
 //! - `jobs`: long-running commands as jobs (`yield_ms`, `terminal_job`) and per-call `env`
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
@@ -26,6 +27,7 @@ mod dashboard;
 mod e2b;
 mod exec;
 mod executor_api;
+mod files;
 mod files_http;
 mod files_wasm;
 mod fly;
