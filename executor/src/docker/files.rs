@@ -19,7 +19,11 @@ use tokio::sync::mpsc;
 
 use super::supervised::{Connection, lock};
 use super::{Docker, DockerError, NAME_PREFIX};
-use crate::spec::{FileSlice, FileWriteSpec, FileWritten};
+use crate::spec::{FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
+
+/// The largest streamed upload a computer without the supervisor takes: the archive API
+/// needs the size in the tar header first, so the body is gathered in memory.
+const ARCHIVE_PUT_LIMIT: usize = 64 << 20;
 
 /// The longest a file request may go unanswered (a hung supervisor, a stuck disk).
 const ANSWER_WAIT: Duration = Duration::from_secs(120);
@@ -215,6 +219,77 @@ impl Docker {
             req.control(&FileControl::WriteEnd {}).await
         }
         .await;
+        self.lost(container, sent)?;
+        let answer = req.answer::<FileStored>(0).await;
+        match self.lost(container, answer)? {
+            (_, FileAnswer::Ok(stored)) => Ok(FileWritten {
+                size: stored.size,
+                sha256: stored.sha256,
+            }),
+            (_, FileAnswer::Error(f)) => Err(refused(f)),
+        }
+    }
+
+    /// Streams `body` into `spec.path`: `write_begin`, each chunk as `FileData` frames as
+    /// it arrives (the relay's pipe is the backpressure), `write_end`. A body that breaks
+    /// off aborts the upload in the computer; the old file stays.
+    pub async fn file_put(
+        &self,
+        container: &str,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<FileWritten, DockerError> {
+        use futures_util::StreamExt;
+        let broke = |why: String| {
+            DockerError::File(format!(
+                "{}: the upload broke off ({why}); the old file is unchanged",
+                spec.path
+            ))
+        };
+        let Some(conn) = self.file_connection(container).await? else {
+            let mut data = Vec::new();
+            while let Some(chunk) = body.next().await {
+                data.extend_from_slice(&chunk.map_err(broke)?);
+                if data.len() > ARCHIVE_PUT_LIMIT {
+                    return Err(DockerError::File(format!(
+                        "{}: this computer runs without the in-computer supervisor, so a streamed upload is at most {ARCHIVE_PUT_LIMIT} bytes (64 MiB); nothing was written. Upload in pieces with computer_file_write (append), or use a computer made with the supervisor",
+                        spec.path
+                    )));
+                }
+            }
+            let whole = FileWriteSpec {
+                path: spec.path,
+                data: &data,
+                append: false,
+                create_only: spec.create_only,
+                mode: spec.mode,
+                make_dirs: spec.make_dirs,
+            };
+            return self.archive_write(container, &whole).await;
+        };
+        let mut req = Request::new(conn);
+        let begin = FileControl::WriteBegin {
+            path: spec.path.to_owned(),
+            append: false,
+            create_only: spec.create_only,
+            mode: spec.mode,
+            make_dirs: spec.make_dirs,
+        };
+        req.uploading = true;
+        let sent = req.control(&begin).await;
+        self.lost(container, sent)?;
+        while let Some(chunk) = body.next().await {
+            // Dropping `req` unanswered aborts the upload in the computer.
+            let bytes = chunk.map_err(broke)?;
+            for piece in bytes.chunks(FILE_CHUNK) {
+                let sent = req
+                    .conn
+                    .send(&Frame::new(Kind::FileData, req.job, piece.to_vec()))
+                    .await;
+                self.lost(container, sent)?;
+            }
+        }
+        let sent = req.control(&FileControl::WriteEnd {}).await;
         self.lost(container, sent)?;
         let answer = req.answer::<FileStored>(0).await;
         match self.lost(container, answer)? {

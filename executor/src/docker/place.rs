@@ -7,7 +7,8 @@ use super::{Docker, DockerError, container_name};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart,
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
+    JobStart, UploadStream,
 };
 
 impl From<DockerError> for BackendError {
@@ -125,6 +126,15 @@ impl Place for Docker {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, BackendError> {
         Ok(Docker::file_write(self, &container_name(id), spec).await?)
+    }
+
+    async fn file_put(
+        &self,
+        id: &str,
+        spec: &FilePutSpec<'_>,
+        body: UploadStream<'_>,
+    ) -> Result<FileWritten, BackendError> {
+        Ok(Docker::file_put(self, &container_name(id), spec, body).await?)
     }
 }
 

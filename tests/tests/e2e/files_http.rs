@@ -241,3 +241,80 @@ async fn issue_15_http_files_limits_auth_ownership_errors() -> anyhow::Result<()
     server.terminate().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn issue_15_http_files_on_docker() -> anyhow::Result<()> {
+    let t = tag("fhttpd");
+    let server = HttpServer::start(
+        &t,
+        &state_dir(&t),
+        &ServerOpts::default().arg("--tools=files"),
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    let n: u64 = 64 << 20;
+    let r = http
+        .put(url(
+            &server,
+            "dbox",
+            "/srv/data/big.bin?make_dirs=true&mode=0600",
+        ))
+        .body(reqwest::Body::wrap_stream(pattern_stream(n)))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let v: Value = r.json().await?;
+    let want = pattern_digest(n).await;
+    assert_eq!(v["sha256"].as_str(), Some(want.0.as_str()), "{v}");
+    let r = http
+        .get(url(&server, "dbox", "/srv/data/big.bin"))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    assert_eq!(hash_body(r).await?, want);
+    // The shell sees the same bytes and mode.
+    let c = server.modern_client(None).await?;
+    let r = exec(
+        &c,
+        json!({"computer_id": "dbox", "command": "stat -c %a /srv/data/big.bin; wc -c < /srv/data/big.bin"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], format!("600\n{n}\n"), "{r}");
+    // A range, and an upload that breaks off: the old file stays, no temporary is left.
+    let r = http
+        .get(url(&server, "dbox", "/srv/data/big.bin"))
+        .header("range", "bytes=1-3")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await?.len(), 3);
+    let broken = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![b'z'; 300_000])]).chain(
+        futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Err(std::io::Error::other("client gave up"))
+        }),
+    );
+    let r = http
+        .put(url(&server, "dbox", "/srv/data/big.bin"))
+        .body(reqwest::Body::wrap_stream(broken))
+        .send()
+        .await;
+    assert!(r.is_err() || !r.unwrap().status().is_success());
+    // The abort reaches the computer asynchronously.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = exec(
+            &c,
+            json!({"computer_id": "dbox", "command": "wc -c < /srv/data/big.bin; ls -a /srv/data | grep -c msc || true"}),
+        )
+        .await?;
+        if r["stdout"] == format!("{n}\n0\n") {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "after a broken upload: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.cancel().await?;
+    server.terminate().await?;
+    wait_for_count(&t, 0, Duration::from_secs(20)).await
+}
