@@ -16,16 +16,6 @@ use crate::spec::{
     JobStart, UploadStream,
 };
 
-/// The answer of a backend that does not serve files.
-fn no_files(backend: &str) -> BackendError {
-    BackendError::new(
-        Failure::Unsupported,
-        format!(
-            "the {backend} backend does not serve the file tools yet: move files with terminal_execute (e.g. base64 through stdin), or use the Docker or WASM backend"
-        ),
-    )
-}
-
 /// The answer of a backend that does not keep jobs.
 fn no_jobs(backend: &str) -> BackendError {
     BackendError::new(
@@ -136,15 +126,18 @@ pub trait Place {
     }
     /// Reads at most `length` bytes of regular file `path` from `offset` (an offset at or
     /// past the end gives an empty slice). Paths resolve inside the computer.
+    /// By default through the computer's exec (`crate::over_exec`).
     async fn file_read(
         &self,
         id: &str,
         path: &str,
         offset: u64,
         length: u64,
-    ) -> Result<FileSlice, BackendError> {
-        let _ = (id, path, offset, length);
-        Err(no_files(self.name()))
+    ) -> Result<FileSlice, BackendError>
+    where
+        Self: Sized + Sync,
+    {
+        crate::over_exec::read(self, id, path, offset, length).await
     }
     /// Writes one slice as `spec` says: an atomic replace (a temporary name, fsync,
     /// rename) or an append; a failure leaves the old file as it was.
@@ -152,9 +145,11 @@ pub trait Place {
         &self,
         id: &str,
         spec: &FileWriteSpec<'_>,
-    ) -> Result<FileWritten, BackendError> {
-        let _ = (id, spec);
-        Err(no_files(self.name()))
+    ) -> Result<FileWritten, BackendError>
+    where
+        Self: Sized + Sync,
+    {
+        crate::over_exec::write(self, id, spec).await
     }
     /// Streams `body` into `spec.path` without holding it in memory: a temporary file,
     /// renamed over the old one once the body ended well (HTTP `PUT /v1/files`).
@@ -163,8 +158,10 @@ pub trait Place {
         id: &str,
         spec: &FilePutSpec<'_>,
         body: UploadStream<'_>,
-    ) -> Result<FileWritten, BackendError> {
-        let _ = (id, spec, body);
-        Err(no_files(self.name()))
+    ) -> Result<FileWritten, BackendError>
+    where
+        Self: Sized + Sync,
+    {
+        crate::over_exec::put(self, id, spec, body).await
     }
 }

@@ -9,6 +9,8 @@ use serde_json::{Map, Value, json};
 /// The hash of `Written::sha256`, for backends that hash as they go.
 pub use sha2::{Digest, Sha256};
 
+pub mod over_exec;
+
 /// The file tools' names.
 pub const READ_TOOL: &str = "computer_file_read";
 pub const WRITE_TOOL: &str = "computer_file_write";

@@ -51,8 +51,8 @@ impl Drop for Held {
     }
 }
 
-/// A file being streamed out (HTTP `GET /v1/files`), one slice at a time, so a file of
-/// any size costs at most one slice of memory.
+/// A file being streamed out (HTTP `GET /v1/files`) slice by slice, the next slice read
+/// while the previous one goes out: at most two slices of memory, whatever the size.
 pub struct Download {
     held: Held,
     path: String,
@@ -61,44 +61,66 @@ pub struct Download {
     /// The range sent: `start..end`.
     pub start: u64,
     pub end: u64,
-    /// The next byte to read.
+    /// Where the next read starts.
     next: u64,
     first: Option<Vec<u8>>,
+    /// The next slice, being read.
+    ahead: Option<tokio::task::JoinHandle<Result<crate::spec::FileSlice, BackendError>>>,
 }
 
 impl Download {
-    /// The range being sent, `start..end`.
-    pub fn range(&self) -> (u64, u64) {
-        (
-            self.next - self.first.as_ref().map_or(0, |f| f.len() as u64),
-            self.end,
-        )
+    /// Starts reading the next slice, if any is left.
+    fn read_ahead(&mut self) {
+        if self.ahead.is_some() || self.next >= self.end {
+            return;
+        }
+        let want = (self.end - self.next).min(MAX_SLICE);
+        let (c, key, path, at) = (
+            self.held.computers.clone(),
+            self.held.key.clone(),
+            self.path.clone(),
+            self.next,
+        );
+        self.next += want;
+        self.ahead = Some(tokio::spawn(async move {
+            c.backend.file_read(&key, &path, at, want).await
+        }));
     }
 
     /// The next chunk, `None` at the end (or when the file shrank meanwhile).
     pub async fn next_chunk(&mut self) -> Option<Result<Vec<u8>, ComputerError>> {
         if let Some(first) = self.first.take() {
+            self.read_ahead();
             return Some(Ok(first));
         }
-        if self.next >= self.end {
-            return None;
-        }
-        let c = &self.held.computers;
-        let want = (self.end - self.next).min(MAX_SLICE);
-        match c
-            .backend
-            .file_read(&self.held.key, &self.path, self.next, want)
+        let ahead = self.ahead.take()?;
+        let read = ahead
             .await
-        {
+            .unwrap_or_else(|e| Err(BackendError::new(Failure::Failed, e)));
+        match read {
             Ok(s) if s.data.is_empty() => None,
             Ok(s) => {
-                self.next += s.data.len() as u64;
+                let asked = (self.end.min(s.offset + MAX_SLICE)) - s.offset;
+                if (s.data.len() as u64) < asked {
+                    // It shrank while read: this is the last of it.
+                    self.end = s.offset + s.data.len() as u64;
+                } else {
+                    self.read_ahead();
+                }
                 Some(Ok(s.data))
             }
             Err(e) => {
                 self.end = self.next;
                 Some(Err(e.into()))
             }
+        }
+    }
+}
+
+impl Drop for Download {
+    fn drop(&mut self) {
+        if let Some(h) = self.ahead.take() {
+            h.abort();
         }
     }
 }
@@ -139,6 +161,7 @@ impl SessionHost {
             next: from + data.len() as u64,
             end,
             first: Some(data),
+            ahead: None,
         })
     }
 

@@ -278,16 +278,38 @@ impl Docker {
         req.uploading = true;
         let sent = req.control(&begin).await;
         self.lost(container, sent)?;
-        while let Some(chunk) = body.next().await {
-            // Dropping `req` unanswered aborts the upload in the computer.
-            let bytes = chunk.map_err(broke)?;
-            for piece in bytes.chunks(FILE_CHUNK) {
-                let sent = req
-                    .conn
-                    .send(&Frame::new(Kind::FileData, req.job, piece.to_vec()))
-                    .await;
-                self.lost(container, sent)?;
+        // Body chunks are small (tens of KiB): gathered into frames of FILE_CHUNK, so
+        // the relay carries few large writes. Dropping `req` unanswered aborts the upload.
+        let mut frame = Vec::with_capacity(FILE_CHUNK);
+        loop {
+            let next = body.next().await;
+            let end = next.is_none();
+            if let Some(chunk) = next {
+                let mut bytes = &chunk.map_err(broke)?[..];
+                while !bytes.is_empty() {
+                    let take = (FILE_CHUNK - frame.len()).min(bytes.len());
+                    frame.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if frame.len() == FILE_CHUNK {
+                        let full = std::mem::replace(&mut frame, Vec::with_capacity(FILE_CHUNK));
+                        let sent = req
+                            .conn
+                            .send(&Frame::new(Kind::FileData, req.job, full))
+                            .await;
+                        self.lost(container, sent)?;
+                    }
+                }
             }
+            if end {
+                break;
+            }
+        }
+        if !frame.is_empty() {
+            let sent = req
+                .conn
+                .send(&Frame::new(Kind::FileData, req.job, frame))
+                .await;
+            self.lost(container, sent)?;
         }
         let sent = req.control(&FileControl::WriteEnd {}).await;
         self.lost(container, sent)?;

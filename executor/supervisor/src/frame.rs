@@ -247,7 +247,7 @@ pub struct JobStatus {
 }
 
 /// Most file bytes in one `Data` or `FileData` frame.
-pub const FILE_CHUNK: usize = 256 * 1024;
+pub const FILE_CHUNK: usize = MAX_FRAME - 5;
 
 /// A file request (the payload of a `File` frame). Paths resolve inside the computer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

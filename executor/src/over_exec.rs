@@ -1,0 +1,132 @@
+//! The file tools on any backend that can exec (`shared::files::over_exec`): what Fly,
+//! E2B and Modal computers serve, through their own exec, until a provider file API is
+//! wired in. The `Place` trait's default file methods land here; Docker and WASM
+//! override them with their direct paths.
+
+use std::time::Duration;
+
+use shared::files::over_exec::{self, OUTPUT_LIMIT, OverExec, Shell, Staged, TIMEOUT_MS, WriteHow};
+use shared::result::ExecOutcome;
+
+use crate::place::{BackendError, Failure, Place};
+use crate::spec::{ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
+
+/// A backend's exec on one computer, as a [`Shell`].
+pub struct PlaceShell<'a, P> {
+    pub place: &'a P,
+    pub id: &'a str,
+}
+
+impl<P: Place + Sync> Shell for PlaceShell<'_, P> {
+    type Error = BackendError;
+
+    async fn run(
+        &self,
+        argv: Vec<String>,
+        stdin: Option<String>,
+    ) -> Result<ExecOutcome, BackendError> {
+        let spec = ExecSpec {
+            argv,
+            shell_command: None,
+            stdin,
+            working_directory: None,
+            timeout: Duration::from_millis(TIMEOUT_MS),
+            output_limit: OUTPUT_LIMIT,
+            env: Vec::new(),
+            progress: crate::progress::Progress::default(),
+        };
+        self.place.exec(self.id, &spec).await
+    }
+}
+
+fn classified(e: OverExec<BackendError>) -> BackendError {
+    match e {
+        OverExec::Shell(e) => e,
+        OverExec::NoSuchFile(m) => BackendError::new(Failure::NoSuchFile, m),
+        OverExec::Refused(m) => BackendError::new(Failure::File, m),
+    }
+}
+
+fn how<'a>(
+    path: &'a str,
+    append: bool,
+    create_only: bool,
+    mode: Option<u32>,
+    make_dirs: bool,
+) -> WriteHow<'a> {
+    WriteHow {
+        path,
+        append,
+        create_only,
+        mode,
+        make_dirs,
+        nonce: rand::random(),
+    }
+}
+
+pub async fn read<P: Place + Sync>(
+    place: &P,
+    id: &str,
+    path: &str,
+    offset: u64,
+    length: u64,
+) -> Result<FileSlice, BackendError> {
+    over_exec::read(&PlaceShell { place, id }, path, offset, length)
+        .await
+        .map_err(classified)
+}
+
+pub async fn write<P: Place + Sync>(
+    place: &P,
+    id: &str,
+    spec: &FileWriteSpec<'_>,
+) -> Result<FileWritten, BackendError> {
+    let how = how(
+        spec.path,
+        spec.append,
+        spec.create_only,
+        spec.mode,
+        spec.make_dirs,
+    );
+    over_exec::write(&PlaceShell { place, id }, how, spec.data)
+        .await
+        .map_err(classified)
+}
+
+/// Streams `body` in staged slices of `over_exec::SLICE`; a body that breaks off removes
+/// the staged bytes, leaving the old file.
+pub async fn put<P: Place + Sync>(
+    place: &P,
+    id: &str,
+    spec: &FilePutSpec<'_>,
+    body: UploadStream<'_>,
+) -> Result<FileWritten, BackendError> {
+    use futures_util::StreamExt;
+    let shell = PlaceShell { place, id };
+    let mut staged = Staged::new(
+        &shell,
+        how(
+            spec.path,
+            false,
+            spec.create_only,
+            spec.mode,
+            spec.make_dirs,
+        ),
+    );
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(bytes) => staged.add(&bytes).await.map_err(classified)?,
+            Err(why) => {
+                staged.abort().await;
+                return Err(BackendError::new(
+                    Failure::File,
+                    format!(
+                        "{}: the upload broke off ({why}); the old file is unchanged",
+                        spec.path
+                    ),
+                ));
+            }
+        }
+    }
+    staged.commit().await.map_err(classified)
+}

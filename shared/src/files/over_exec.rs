@@ -1,0 +1,360 @@
+//! Files through a computer's exec, for providers with no file API of ours (Fly, E2B,
+//! Modal): POSIX `sh` with `stat`, `tail`, `head` and `base64`, which both GNU coreutils
+//! and BusyBox have. Bytes travel as base64 on stdout (reads) and stdin (writes), in
+//! slices of [`SLICE`], so a provider's request size never matters.
+//!
+//! A write stages its bytes in a temporary file beside the target (`.<name>.msc-<n>.tmp`)
+//! over as many calls as it needs, then one last call commits: a rename over the target
+//! (`create_only`: a hard link, which fails if the name exists), or, for an append, the
+//! staged bytes added to the end. A failure removes the temporary, so a failed write leaves
+//! the old file. What this path cannot do is fsync: the staged file is renamed when the
+//! shell says it is written.
+
+use std::future::Future;
+
+use base64::Engine;
+
+use super::{Slice, Written};
+use crate::result::ExecOutcome;
+
+/// Bytes per exec call (about 1.4 MB of base64 each way).
+pub const SLICE: usize = 1 << 20;
+/// The output a read needs kept (its base64 plus the stat line), for the provider's limit.
+pub const OUTPUT_LIMIT: usize = 2 * SLICE + 4096;
+/// Each call's timeout.
+pub const TIMEOUT_MS: u64 = 120_000;
+
+/// A computer's shell, one command at a time: argv, stdin, the outcome. (No `Send` bound:
+/// callers use concrete shells, whose futures are `Send` where their exec is.)
+pub trait Shell {
+    type Error;
+    fn run(
+        &self,
+        argv: Vec<String>,
+        stdin: Option<String>,
+    ) -> impl Future<Output = Result<ExecOutcome, Self::Error>>;
+}
+
+/// Why a file operation through exec failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverExec<E> {
+    /// The exec itself failed (the computer is gone, the provider refused).
+    #[error(transparent)]
+    Shell(E),
+    /// The path (or a parent) does not exist.
+    #[error("{0}")]
+    NoSuchFile(String),
+    /// Refused, nothing changed: a directory, an existing file, a full disk…
+    #[error("{0}")]
+    Refused(String),
+}
+
+const READ: &str = r#"f=$1; off=$2; len=$3
+if [ -d "$f" ]; then echo msc:is_dir >&2; exit 40; fi
+if [ ! -e "$f" ]; then echo msc:not_found >&2; exit 41; fi
+if [ ! -f "$f" ]; then echo msc:not_regular >&2; exit 42; fi
+if [ ! -r "$f" ]; then echo msc:permission >&2; exit 43; fi
+m=$(stat -c '%s %a %Y' "$f") || exit 44
+echo "$m"
+tail -c +$((off + 1)) "$f" | head -c "$len" | base64"#;
+
+/// `$1` phase (`first`, `more`, `last`, `whole`, `abort`), `$2` path, `$3` temporary,
+/// `$4` mode (octal, or `-`), `$5` flags (`a` append, `c` create_only, `d` make_dirs).
+const WRITE: &str = r#"ph=$1; f=$2; t=$3; mode=$4; fl=$5
+case $ph in abort) rm -f "$t"; exit 0;; esac
+d=${f%/*}; [ -n "$d" ] || d=/
+case $fl in *d*) [ "$ph" = first ] || [ "$ph" = whole ] && mkdir -p "$d" 2>/dev/null;; esac
+if [ -d "$f" ]; then echo msc:is_dir >&2; rm -f "$t"; exit 40; fi
+if [ ! -d "$d" ]; then if [ -e "$d" ]; then echo msc:not_dir >&2; else echo msc:no_parent >&2; fi; exit 41; fi
+case $fl in *c*) if [ -e "$f" ]; then echo msc:exists >&2; rm -f "$t"; exit 45; fi;; esac
+case $ph in
+  first|whole) base64 -d > "$t" || { rm -f "$t"; exit 46; };;
+  more|last) base64 -d >> "$t" || { rm -f "$t"; exit 46; };;
+esac
+case $ph in first|more) exit 0;; esac
+case $fl in
+  *a*)
+    new=0; [ -e "$f" ] || new=1
+    cat "$t" >> "$f" || { rm -f "$t"; exit 46; }
+    rm -f "$t"
+    if [ "$mode" != - ]; then chmod "$mode" "$f"; elif [ $new = 1 ]; then chmod 644 "$f"; fi;;
+  *)
+    if [ "$mode" = - ]; then mode=644; fi
+    chmod "$mode" "$t" || { rm -f "$t"; exit 46; }
+    case $fl in
+      *c*) ln "$t" "$f" 2>/dev/null || { rm -f "$t"; echo msc:exists >&2; exit 45; }; rm -f "$t";;
+      *) mv -f "$t" "$f" || { rm -f "$t"; exit 46; };;
+    esac;;
+esac
+s=$(wc -c < "$f") || exit 44
+h=$(sha256sum "$f") || exit 44
+echo "$s ${h%% *}""#;
+
+fn sh(script: &str, args: &[&str]) -> Vec<String> {
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        script.to_owned(),
+        "msc-file".to_owned(),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    argv
+}
+
+/// The agent's words for a refusal the script reported.
+fn refusal<E>(path: &str, out: &ExecOutcome) -> OverExec<E> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let has = |marker: &str| stderr.contains(marker);
+    if has("msc:not_found") {
+        OverExec::NoSuchFile(format!(
+            "{path} does not exist on this computer (list its directory with terminal_execute: ls)"
+        ))
+    } else if has("msc:no_parent") {
+        OverExec::NoSuchFile(format!(
+            "{path}: a parent directory does not exist; pass make_dirs: true to create it"
+        ))
+    } else if has("msc:not_dir") {
+        OverExec::Refused(format!(
+            "{path}: a component of the path is a file, not a directory"
+        ))
+    } else if has("msc:is_dir") {
+        OverExec::Refused(format!(
+            "{path} is a directory; name a file inside it (list it with terminal_execute: ls)"
+        ))
+    } else if has("msc:exists") {
+        OverExec::Refused(format!(
+            "{path} already exists and `create_only` is set: nothing changed"
+        ))
+    } else if has("msc:not_regular") {
+        OverExec::Refused(format!(
+            "{path} is not a regular file (a device, socket or pipe)"
+        ))
+    } else if has("msc:permission") {
+        OverExec::Refused(format!("{path}: permission denied"))
+    } else {
+        let why = stderr.trim();
+        OverExec::Refused(format!(
+            "{path}: the computer's shell failed (exit {}): {}; nothing changed",
+            out.exit_code,
+            if why.is_empty() { "no message" } else { why }
+        ))
+    }
+}
+
+/// Reads at most `length` bytes of `path` from `offset`, in calls of [`SLICE`].
+pub async fn read<S: Shell>(
+    shell: &S,
+    path: &str,
+    offset: u64,
+    length: u64,
+) -> Result<Slice, OverExec<S::Error>> {
+    let mut data = Vec::new();
+    let meta = loop {
+        let at = offset + data.len() as u64;
+        let want = (length - data.len() as u64).min(SLICE as u64);
+        let argv = sh(READ, &[path, &at.to_string(), &want.to_string()]);
+        let out = shell.run(argv, None).await.map_err(OverExec::Shell)?;
+        if out.exit_code != 0 || out.truncated_at.is_some() || out.timed_out_after.is_some() {
+            return Err(refusal(path, &out));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (head, body) = text.split_once('\n').unwrap_or((&text, ""));
+        let mut fields = head.split_whitespace();
+        let (Some(size), Some(mode), Some(mtime)) = (
+            fields.next().and_then(|v| v.parse::<u64>().ok()),
+            fields.next().and_then(|v| u32::from_str_radix(v, 8).ok()),
+            fields.next().and_then(|v| v.parse::<i64>().ok()),
+        ) else {
+            return Err(OverExec::Refused(format!(
+                "{path}: the computer's stat answered {head:?}; it needs a POSIX shell with stat, tail, head and base64"
+            )));
+        };
+        let clean: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(clean)
+            .map_err(|e| OverExec::Refused(format!("{path}: the computer's base64: {e}")))?;
+        let got = bytes.len() as u64;
+        data.extend_from_slice(&bytes);
+        if got < want || data.len() as u64 >= length || at + got >= size {
+            break (size, mode, mtime);
+        }
+    };
+    let (size, mode, mtime_secs) = meta;
+    Ok(Slice {
+        size,
+        offset,
+        data,
+        mode,
+        mtime_secs,
+    })
+}
+
+/// How a write goes (the bytes come separately).
+#[derive(Debug, Clone, Copy)]
+pub struct WriteHow<'a> {
+    pub path: &'a str,
+    pub append: bool,
+    pub create_only: bool,
+    pub mode: Option<u32>,
+    pub make_dirs: bool,
+    /// Names the temporary file (a random number).
+    pub nonce: u64,
+}
+
+impl WriteHow<'_> {
+    fn temp(&self) -> String {
+        let (dir, name) = self.path.rsplit_once('/').unwrap_or(("", self.path));
+        format!("{dir}/.{name}.msc-{:016x}.tmp", self.nonce)
+    }
+
+    fn flags(&self) -> String {
+        let mut f = String::from("-");
+        for (on, c) in [
+            (self.append, 'a'),
+            (self.create_only, 'c'),
+            (self.make_dirs, 'd'),
+        ] {
+            if on {
+                f.push(c);
+            }
+        }
+        f
+    }
+
+    fn argv(&self, phase: &str) -> Vec<String> {
+        let mode = self.mode.map_or("-".to_owned(), |m| format!("{m:o}"));
+        sh(
+            WRITE,
+            &[phase, self.path, &self.temp(), &mode, &self.flags()],
+        )
+    }
+}
+
+/// A write staged over several calls: [`Staged::add`] the bytes, then
+/// [`Staged::commit`] (or [`Staged::abort`] to leave the old file as it was).
+pub struct Staged<'s, S: Shell> {
+    shell: &'s S,
+    how: WriteHow<'s>,
+    started: bool,
+    pending: Vec<u8>,
+}
+
+impl<'s, S: Shell> Staged<'s, S> {
+    pub fn new(shell: &'s S, how: WriteHow<'s>) -> Self {
+        Self {
+            shell,
+            how,
+            started: false,
+            pending: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, phase: &str, bytes: &[u8]) -> Result<String, OverExec<S::Error>> {
+        let stdin = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let out = self
+            .shell
+            .run(self.how.argv(phase), Some(stdin))
+            .await
+            .map_err(OverExec::Shell)?;
+        if out.exit_code != 0 {
+            return Err(refusal(self.how.path, &out));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Adds bytes; a full slice goes to the computer.
+    pub async fn add(&mut self, mut bytes: &[u8]) -> Result<(), OverExec<S::Error>> {
+        while !bytes.is_empty() {
+            let room = SLICE - self.pending.len();
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            self.pending.extend_from_slice(now);
+            bytes = rest;
+            if self.pending.len() == SLICE {
+                let chunk = std::mem::take(&mut self.pending);
+                let phase = if self.started { "more" } else { "first" };
+                let sent = self.send(phase, &chunk).await;
+                if sent.is_err() && self.started {
+                    self.abort().await;
+                }
+                sent?;
+                self.started = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is left and commits: the file's size and whole-file SHA-256.
+    pub async fn commit(mut self) -> Result<Written, OverExec<S::Error>> {
+        let chunk = std::mem::take(&mut self.pending);
+        let text = if self.started {
+            let done = self.send("last", &chunk).await;
+            if done.is_err() {
+                self.abort().await;
+            }
+            done?
+        } else {
+            self.send("whole", &chunk).await?
+        };
+        let mut fields = text.split_whitespace();
+        match (
+            fields.next().and_then(|v| v.parse::<u64>().ok()),
+            fields.next(),
+        ) {
+            (Some(size), Some(sha)) if sha.len() == 64 => Ok(Written {
+                size,
+                sha256: sha.to_ascii_lowercase(),
+            }),
+            _ => Err(OverExec::Refused(format!(
+                "{}: the computer answered {:?} after the write; it needs sha256sum and wc",
+                self.how.path,
+                text.trim()
+            ))),
+        }
+    }
+
+    /// Removes the staged bytes (best effort): the old file stays as it was.
+    pub async fn abort(&mut self) {
+        let _ = self.shell.run(self.how.argv("abort"), None).await;
+    }
+}
+
+/// Writes `data` in one go (staged in slices when bigger than one).
+pub async fn write<S: Shell>(
+    shell: &S,
+    how: WriteHow<'_>,
+    data: &[u8],
+) -> Result<Written, OverExec<S::Error>> {
+    let mut staged = Staged::new(shell, how);
+    staged.add(data).await?;
+    staged.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_sit_beside_the_target() {
+        let how = WriteHow {
+            path: "/srv/a b/c.txt",
+            append: true,
+            create_only: false,
+            mode: Some(0o755),
+            make_dirs: true,
+            nonce: 0xab,
+        };
+        assert_eq!(how.temp(), "/srv/a b/.c.txt.msc-00000000000000ab.tmp");
+        assert_eq!(how.flags(), "-ad");
+        let argv = how.argv("whole");
+        assert_eq!(
+            &argv[4..],
+            [
+                "whole",
+                "/srv/a b/c.txt",
+                "/srv/a b/.c.txt.msc-00000000000000ab.tmp",
+                "755",
+                "-ad"
+            ]
+        );
+    }
+}
