@@ -16,6 +16,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
 use shared::executor_api::{ApiError, ErrorCode};
+use shared::files::over_exec::{self, OverExec, Shell, WriteHow};
+use shared::files::{self, FileCall};
 use shared::op::{Op, OpHandler};
 use shared::providers::HttpTransport;
 use shared::providers::computers::e2b::{E2bComputers, E2bSettings};
@@ -332,23 +334,114 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
                 ),
             ));
         }
-        if let Op::File(f) = &op {
-            return Err(ApiError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "{} computers reached from the gateway do not serve {} yet: move files with the exec tool, or place computers on an executor",
-                    self.computers.kind(),
-                    f.tool()
-                ),
-            ));
+        if let Op::File(call) = op {
+            return self.file(team, call).await;
         }
-        self.run(team, op).await.map_err(|e| {
-            let code = match e {
-                ComputersError::NotFound(_) => ErrorCode::NotFound,
-                ComputersError::Fly(_) | ComputersError::E2b(_) => ErrorCode::Engine,
-            };
-            ApiError::new(code, e.to_string())
-        })
+        self.run(team, op).await.map_err(computers_error)
+    }
+}
+
+/// A cloud computer's exec as the shell of `shared::files::over_exec`.
+struct CloudShell<'a, C> {
+    computers: &'a C,
+    key: &'a str,
+}
+
+impl<C: CloudComputers> Shell for CloudShell<'_, C> {
+    type Error = ComputersError;
+
+    async fn run(
+        &self,
+        argv: Vec<String>,
+        stdin: Option<String>,
+    ) -> Result<shared::result::ExecOutcome, ComputersError> {
+        let mut nonce = [0u8; 8];
+        if getrandom_fill(&mut nonce).is_err() {
+            nonce = fnv(format!("{argv:?}").as_bytes()).to_le_bytes();
+        }
+        let ex = ProviderExec {
+            argv,
+            stdin,
+            timeout_ms: over_exec::TIMEOUT_MS,
+            output_limit: over_exec::OUTPUT_LIMIT,
+            nonce: u64::from_le_bytes(nonce),
+        };
+        self.computers.exec(self.key, &ex).await
+    }
+}
+
+fn file_error(e: OverExec<ComputersError>) -> ApiError {
+    match e {
+        OverExec::Shell(e) => computers_error(e),
+        OverExec::NoSuchFile(m) => ApiError::new(ErrorCode::NotFound, m),
+        OverExec::Refused(m) => ApiError::new(ErrorCode::BadRequest, m),
+    }
+}
+
+fn computers_error(e: ComputersError) -> ApiError {
+    let code = match e {
+        ComputersError::NotFound(_) => ErrorCode::NotFound,
+        ComputersError::Fly(_) | ComputersError::E2b(_) => ErrorCode::Engine,
+    };
+    ApiError::new(code, e.to_string())
+}
+
+impl<C: CloudComputers> Cloud<C> {
+    /// A file tool through the computer's exec (created on first use, like an exec).
+    async fn file(&self, team: &str, call: FileCall) -> Result<Value, ApiError> {
+        let id = call.computer_id().unwrap_or_default().to_owned();
+        let k = teams::key(Some(team), &id);
+        self.computers.prepare().await.map_err(computers_error)?;
+        self.ensure(&k, call.temporary().unwrap_or(true))
+            .await
+            .map_err(computers_error)?;
+        let sh = CloudShell {
+            computers: &self.computers,
+            key: &k,
+        };
+        let how = |path, append, create_only, mode, make_dirs| {
+            let mut nonce = [0u8; 8];
+            let _ = getrandom_fill(&mut nonce);
+            WriteHow {
+                path,
+                append,
+                create_only,
+                mode,
+                make_dirs,
+                nonce: u64::from_le_bytes(nonce) ^ fnv(k.as_bytes()),
+            }
+        };
+        let result = match &call {
+            FileCall::Read(r) => over_exec::read(&sh, &r.path, r.offset, r.length)
+                .await
+                .map(|slice| files::read_structured(&id, &r.path, &slice)),
+            FileCall::Write(w) => over_exec::write(
+                &sh,
+                how(&w.path, w.append, w.create_only, w.mode, w.make_dirs),
+                &w.content,
+            )
+            .await
+            .map(|written| files::write_structured(&id, &w.path, &written)),
+            FileCall::Edit(e) => {
+                let file = over_exec::read(&sh, &e.path, 0, files::MAX_EDIT_BYTES)
+                    .await
+                    .map_err(file_error)?;
+                let (edited, n) = files::edit_file(e, &file)
+                    .map_err(|m| ApiError::new(ErrorCode::BadRequest, m))?;
+                over_exec::write(
+                    &sh,
+                    how(&e.path, false, false, Some(file.mode), false),
+                    &edited,
+                )
+                .await
+                .map(|written| files::edit_structured(&id, &e.path, n, written.size))
+            }
+        };
+        if result.is_err() {
+            // Gone, stopped, paused…: look again before the next call.
+            self.ready().remove(&k);
+        }
+        result.map_err(file_error)
     }
 }
 

@@ -257,6 +257,33 @@ pub enum EditError {
     },
 }
 
+/// The whole new content of an edit of `file` (read from offset 0 with length
+/// [`MAX_EDIT_BYTES`]) and the number of replacements, or why nothing changes. The caller
+/// writes it back in one atomic replace with `file.mode`.
+pub fn edit_file(e: &FileEdit, file: &Slice) -> Result<(Vec<u8>, u64), String> {
+    if file.size > MAX_EDIT_BYTES || !file.eof() {
+        return Err(format!(
+            "{} is {} bytes; computer_file_edit rewrites files of at most {MAX_EDIT_BYTES} bytes (4 MiB) atomically: edit it with terminal_execute (e.g. sed -i)",
+            e.path, file.size
+        ));
+    }
+    let (edited, replacements) = apply_edit(
+        &e.path,
+        &file.data,
+        &e.old_text,
+        &e.new_text,
+        e.expected_replacements,
+    )
+    .map_err(|err| err.to_string())?;
+    if edited.len() as u64 > MAX_EDIT_BYTES {
+        return Err(format!(
+            "the edited file would be {} bytes, over the 4 MiB computer_file_edit writes at once; nothing changed",
+            edited.len()
+        ));
+    }
+    Ok((edited, replacements))
+}
+
 /// Replaces every non-overlapping `old` in `content` with `new`, only when it occurs
 /// exactly `expected` times. Bytes, so a file that is not UTF-8 elsewhere edits fine.
 pub fn apply_edit(

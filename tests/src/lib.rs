@@ -947,3 +947,133 @@ pub async fn hash_body(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
     }
     Ok((shared::files::hex(&h.finalize()), n))
 }
+
+/// The file tools on a backend without a file API of ours (issue 15: through its exec):
+/// every byte value over several 1 MiB slices, read back in slices; the shell sees it;
+/// `create_only`, the counted edit, a missing file and a directory refused, nothing
+/// changed and no temporary left.
+pub async fn cloud_files(c: &Client, id: &str) -> Result<()> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let ok = |r: CallToolResult| -> Result<Value> {
+        if r.is_error == Some(true) {
+            bail!("file call failed: {}", text(&r));
+        }
+        r.structured_content.context("no structured content")
+    };
+    let data: Vec<u8> = (0..(2 << 20) + 12_345u32)
+        .map(|i| (i % 251) as u8 ^ (i >> 11) as u8)
+        .collect();
+    let w = ok(call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/f/data.bin", "content_base64": b64.encode(&data), "make_dirs": true, "mode": "0600"}),
+    )
+    .await?)?;
+    assert_eq!(w["size"], data.len(), "{w}");
+    assert_eq!(w["sha256"], shared::files::sha256_hex(&data), "{w}");
+    let mut back = Vec::new();
+    loop {
+        let r = ok(call(
+            c,
+            "computer_file_read",
+            json!({"computer_id": id, "path": "/tmp/f/data.bin", "offset": back.len(), "length": 1_500_000}),
+        )
+        .await?)?;
+        back.extend(b64.decode(r["content_base64"].as_str().context("not base64")?)?);
+        assert_eq!(r["mode"], "0600", "{r}");
+        if r["eof"] == true {
+            break;
+        }
+    }
+    assert!(back == data, "the bytes read back differ");
+    let r = exec(
+        c,
+        json!({"computer_id": id, "command": "wc -c < /tmp/f/data.bin; ls -a /tmp/f | grep -c msc || true"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], format!("{}\n0\n", data.len()), "{r}");
+    // Text, append, create_only, edit.
+    ok(call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/f/t.txt", "content": "a=1\n"}),
+    )
+    .await?)?;
+    let w = ok(call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/f/t.txt", "content": "b=1\n", "append": true}),
+    )
+    .await?)?;
+    assert_eq!(w["size"], 8, "{w}");
+    let r = call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/f/t.txt", "content": "x", "create_only": true}),
+    )
+    .await?;
+    assert!(
+        r.is_error == Some(true) && text(&r).contains("already exists"),
+        "{}",
+        text(&r)
+    );
+    let r = call(
+        c,
+        "computer_file_edit",
+        json!({"computer_id": id, "path": "/tmp/f/t.txt", "old_text": "=1", "new_text": "=2"}),
+    )
+    .await?;
+    assert!(
+        r.is_error == Some(true) && text(&r).contains("2 times"),
+        "{}",
+        text(&r)
+    );
+    let e = ok(call(
+        c,
+        "computer_file_edit",
+        json!({"computer_id": id, "path": "/tmp/f/t.txt", "old_text": "b=1", "new_text": "b=22"}),
+    )
+    .await?)?;
+    assert_eq!(e["replacements"], 1, "{e}");
+    let r = ok(call(
+        c,
+        "computer_file_read",
+        json!({"computer_id": id, "path": "/tmp/f/t.txt"}),
+    )
+    .await?)?;
+    assert_eq!(
+        (r["content"].as_str(), r["mode"].as_str()),
+        (Some("a=1\nb=22\n"), Some("0644")),
+        "{r}"
+    );
+    for (args, needle) in [
+        (
+            json!({"computer_id": id, "path": "/tmp/f/none.txt"}),
+            "does not exist",
+        ),
+        (
+            json!({"computer_id": id, "path": "/tmp/f"}),
+            "is a directory",
+        ),
+    ] {
+        let r = call(c, "computer_file_read", args.clone()).await?;
+        assert!(
+            r.is_error == Some(true) && text(&r).contains(needle),
+            "{args}: {}",
+            text(&r)
+        );
+    }
+    let r = call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/nope/x/y", "content": "z"}),
+    )
+    .await?;
+    assert!(
+        r.is_error == Some(true) && text(&r).contains("make_dirs"),
+        "{}",
+        text(&r)
+    );
+    Ok(())
+}

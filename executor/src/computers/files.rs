@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 use shared::files::{
-    FileCall, FileEdit, FileRead, FileWrite, MAX_EDIT_BYTES, MAX_SLICE, apply_edit,
-    edit_structured, read_structured, write_structured,
+    FileCall, FileEdit, FileRead, FileWrite, MAX_EDIT_BYTES, MAX_SLICE, edit_file, edit_structured,
+    read_structured, write_structured,
 };
 
 use super::{Computers, InUse, SessionHost};
@@ -235,26 +235,7 @@ impl Computers {
             .backend
             .file_read(key, &e.path, 0, MAX_EDIT_BYTES)
             .await?;
-        if file.size > MAX_EDIT_BYTES || !file.eof() {
-            return Err(refused(format!(
-                "{} is {} bytes; computer_file_edit rewrites files of at most {MAX_EDIT_BYTES} bytes (4 MiB) atomically: edit it with terminal_execute (e.g. sed -i)",
-                e.path, file.size
-            )));
-        }
-        let (edited, replacements) = apply_edit(
-            &e.path,
-            &file.data,
-            &e.old_text,
-            &e.new_text,
-            e.expected_replacements,
-        )
-        .map_err(|err| refused(err.to_string()))?;
-        if edited.len() as u64 > MAX_EDIT_BYTES {
-            return Err(refused(format!(
-                "the edited file would be {} bytes, over the 4 MiB computer_file_edit writes at once; nothing changed",
-                edited.len()
-            )));
-        }
+        let (edited, replacements) = edit_file(e, &file).map_err(refused)?;
         let spec = FileWriteSpec {
             path: &e.path,
             data: &edited,

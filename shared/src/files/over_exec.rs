@@ -1,7 +1,7 @@
 //! Files through a computer's exec, for providers with no file API of ours (Fly, E2B,
 //! Modal): POSIX `sh` with `stat`, `tail`, `head` and `base64`, which both GNU coreutils
-//! and BusyBox have. Bytes travel as base64 on stdout (reads) and stdin (writes), in
-//! slices of [`SLICE`], so a provider's request size never matters.
+//! and BusyBox have. Bytes travel as base64 on stdout (reads, [`READ_SLICE`] a call) and
+//! stdin (writes, [`SLICE`] a call), so a provider's request size never matters.
 //!
 //! A write stages its bytes in a temporary file beside the target (`.<name>.msc-<n>.tmp`)
 //! over as many calls as it needs, then one last call commits: a rename over the target
@@ -17,10 +17,13 @@ use base64::Engine;
 use super::{Slice, Written};
 use crate::result::ExecOutcome;
 
-/// Bytes per exec call (about 1.4 MB of base64 each way).
-pub const SLICE: usize = 1 << 20;
+/// Bytes written per exec call: 960 KiB of base64 on stdin, under E2B's 1 MiB limit for a
+/// command's input.
+pub const SLICE: usize = 720 << 10;
+/// Bytes read per exec call (about 2.8 MB of base64 on stdout).
+pub const READ_SLICE: u64 = 2 << 20;
 /// The output a read needs kept (its base64 plus the stat line), for the provider's limit.
-pub const OUTPUT_LIMIT: usize = 2 * SLICE + 4096;
+pub const OUTPUT_LIMIT: usize = (READ_SLICE as usize) * 4 / 3 + 8192;
 /// Each call's timeout.
 pub const TIMEOUT_MS: u64 = 120_000;
 
@@ -141,7 +144,7 @@ fn refusal<E>(path: &str, out: &ExecOutcome) -> OverExec<E> {
     }
 }
 
-/// Reads at most `length` bytes of `path` from `offset`, in calls of [`SLICE`].
+/// Reads at most `length` bytes of `path` from `offset`, in calls of [`READ_SLICE`].
 pub async fn read<S: Shell>(
     shell: &S,
     path: &str,
@@ -151,7 +154,7 @@ pub async fn read<S: Shell>(
     let mut data = Vec::new();
     let meta = loop {
         let at = offset + data.len() as u64;
-        let want = (length - data.len() as u64).min(SLICE as u64);
+        let want = (length - data.len() as u64).min(READ_SLICE);
         let argv = sh(READ, &[path, &at.to_string(), &want.to_string()]);
         let out = shell.run(argv, None).await.map_err(OverExec::Shell)?;
         if out.exit_code != 0 || out.truncated_at.is_some() || out.timed_out_after.is_some() {

@@ -44,8 +44,10 @@ async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     let sim = start_sim(&t, |_| {}).await?;
     let mut opts = e2b_opts(&sim);
     opts.lifecycle = true;
+    let opts = opts.arg("--tools=files");
     let c = stdio_client(&t, &state, &opts).await?;
     cloud_basics(&c, "e2b", "e2b-keep", KEY).await?;
+    cloud_files(&c, "e2b-keep").await?;
     // ...and the timed-out process is killed explicitly (envd may keep it after the deadline).
     let signals = sim.request_counts();
     assert!(

@@ -42,6 +42,7 @@ async fn issue_7_fly_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     let sim = start_sim(&t, |_| {}).await?;
     let mut opts = fly_opts(&sim);
     opts.lifecycle = true;
+    let opts = opts.arg("--tools=files");
     let c = stdio_client(&t, &state, &opts).await?;
     // The first start created an app and remembered it.
     let remembered: Value = serde_json::from_slice(&std::fs::read(state.join("fly.json"))?)?;
@@ -52,6 +53,7 @@ async fn issue_7_fly_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
             .starts_with("msc-computers-")
     );
     cloud_basics(&c, "fly", "fly-keep", TOKEN).await?;
+    cloud_files(&c, "fly-keep").await?;
     // A command past one exec request's window runs in the background and is polled, also
     // to its timeout.
     let r = exec(

@@ -22,6 +22,7 @@ fn token(team: &str, sub: &str) -> String {
 
 fn auth_vars() -> Vec<(&'static str, String)> {
     vec![
+        ("TOOLS", "exec,files,lifecycle".into()),
         ("JWT_HS256_SECRET", JWT_SECRET.into()),
         ("JWT_ISSUER", "https://issuer.test".into()),
         ("JWT_AUDIENCE", "mcp-gateway-test".into()),
@@ -79,6 +80,8 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
         "{r}"
     );
     assert_eq!(r["computer_id"], "box", "{r}");
+    // The file tools, straight from the Worker through the provider's exec (issue 15).
+    cloud_files(&a, "box").await?;
     let r = exec(
         &a,
         json!({"computer_id": "box", "args": ["cat"], "stdin": "piped 'q' $(x)\n"}),

@@ -59,8 +59,10 @@ async fn issue_7_modal_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     let sim = start_sim(&t, |_| {}).await?;
     let mut opts = modal_opts(&sim);
     opts.lifecycle = true;
+    let opts = opts.arg("--tools=files");
     let c = stdio_client(&t, &state, &opts).await?;
     cloud_basics(&c, "modal", "modal-keep", TOKEN_SECRET).await?;
+    cloud_files(&c, "modal-keep").await?;
     assert_eq!(sim.live_sandboxes(), 2);
     // A flood is cut at the output limit at once, and stopped.
     let started = std::time::Instant::now();
