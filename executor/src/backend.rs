@@ -13,8 +13,8 @@ use crate::modal::Modal;
 use crate::place::{BackendError, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
-    JobStart, UploadStream,
+    ContainerRecord, ExecSpec, FileChunks, FilePutSpec, FileSlice, FileWriteSpec, FileWritten,
+    JobPoll, JobStart, UploadStream,
 };
 use crate::wasm::Wasm;
 
@@ -133,6 +133,16 @@ impl Place for Backend {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, BackendError> {
         each!(self, p => Place::file_write(p, id, spec).await)
+    }
+
+    async fn file_stream(
+        &self,
+        id: &str,
+        path: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Option<FileChunks>, BackendError> {
+        each!(self, p => Place::file_stream(p, id, path, from, to).await)
     }
 
     async fn file_put(

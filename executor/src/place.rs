@@ -12,8 +12,8 @@ use shared::result::ExecOutcome;
 
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
-    JobStart, UploadStream,
+    ContainerRecord, ExecSpec, FileChunks, FilePutSpec, FileSlice, FileWriteSpec, FileWritten,
+    JobPoll, JobStart, UploadStream,
 };
 
 /// The answer of a backend that does not keep jobs.
@@ -150,6 +150,18 @@ pub trait Place {
         Self: Sized + Sync,
     {
         crate::over_exec::write(self, id, spec).await
+    }
+    /// Bytes `from..to` of `path` as one stream, where the backend has a faster path
+    /// than slices (Docker: the archive API); `None`: read in slices.
+    async fn file_stream(
+        &self,
+        id: &str,
+        path: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Option<FileChunks>, BackendError> {
+        let _ = (id, path, from, to);
+        Ok(None)
     }
     /// Streams `body` into `spec.path` without holding it in memory: a temporary file,
     /// renamed over the old one once the body ended well (HTTP `PUT /v1/files`).

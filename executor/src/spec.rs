@@ -131,3 +131,7 @@ pub struct FilePutSpec<'a> {
     pub mode: Option<u32>,
     pub make_dirs: bool,
 }
+
+/// A range of a file streamed by a backend's fast path: chunks in order, or why the
+/// stream broke.
+pub type FileChunks = tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>;

@@ -32,6 +32,10 @@ impl SessionHost {
     }
 }
 
+/// A download with at least this much left after its first slice takes the backend's
+/// stream (one request at the engine's speed) over more slices.
+const FAST_PATH_BYTES: u64 = 8 << 20;
+
 /// Computer `key` counts as in use while this lives (a stream outlives any borrow).
 struct Held {
     computers: std::sync::Arc<Computers>,
@@ -66,6 +70,8 @@ pub struct Download {
     first: Option<Vec<u8>>,
     /// The next slice, being read.
     ahead: Option<tokio::task::JoinHandle<Result<crate::spec::FileSlice, BackendError>>>,
+    /// The rest in one stream, where the backend has a fast path (Docker's archive API).
+    fast: Option<crate::spec::FileChunks>,
 }
 
 impl Download {
@@ -90,8 +96,16 @@ impl Download {
     /// The next chunk, `None` at the end (or when the file shrank meanwhile).
     pub async fn next_chunk(&mut self) -> Option<Result<Vec<u8>, ComputerError>> {
         if let Some(first) = self.first.take() {
-            self.read_ahead();
+            if self.fast.is_none() {
+                self.read_ahead();
+            }
             return Some(Ok(first));
+        }
+        if let Some(fast) = &mut self.fast {
+            return match fast.recv().await? {
+                Ok(bytes) => Some(Ok(bytes)),
+                Err(why) => Some(Err(BackendError::new(Failure::Failed, why).into())),
+            };
         }
         let ahead = self.ahead.take()?;
         let read = ahead
@@ -153,6 +167,18 @@ impl SessionHost {
         let end = to.map_or(first.size, |t| t.min(first.size));
         let mut data = first.data;
         data.truncate(usize::try_from(end.saturating_sub(from)).unwrap_or(usize::MAX));
+        // A big rest goes by the backend's fast path if it has one.
+        let rest = from + data.len() as u64;
+        let fast = if end.saturating_sub(rest) >= FAST_PATH_BYTES {
+            self.computers
+                .backend
+                .file_stream(&key, path, rest, end)
+                .await
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
         Ok(Download {
             held,
             path: path.to_owned(),
@@ -162,6 +188,7 @@ impl SessionHost {
             end,
             first: Some(data),
             ahead: None,
+            fast,
         })
     }
 

@@ -88,7 +88,7 @@ pub fn one_file_tar(name: &str, data: &[u8], mode: u32, mtime: u64) -> Vec<u8> {
 }
 
 /// A tar header's numeric field: octal text, or GNU base-256 when the top bit is set.
-fn number(field: &[u8]) -> u64 {
+pub(super) fn number(field: &[u8]) -> u64 {
     if field.first().is_some_and(|b| b & 0x80 != 0) {
         return field[1..]
             .iter()

@@ -7,6 +7,7 @@
 //! lifecycle policy's job, applied by `computers`.
 
 mod archive;
+mod archive_stream;
 pub mod exec;
 mod files;
 pub mod flags;

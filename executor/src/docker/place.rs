@@ -7,8 +7,8 @@ use super::{Docker, DockerError, container_name};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
-    JobStart, UploadStream,
+    ContainerRecord, ExecSpec, FileChunks, FilePutSpec, FileSlice, FileWriteSpec, FileWritten,
+    JobPoll, JobStart, UploadStream,
 };
 
 impl From<DockerError> for BackendError {
@@ -126,6 +126,16 @@ impl Place for Docker {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, BackendError> {
         Ok(Docker::file_write(self, &container_name(id), spec).await?)
+    }
+
+    async fn file_stream(
+        &self,
+        id: &str,
+        path: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Option<FileChunks>, BackendError> {
+        Ok(Docker::archive_stream(self, &container_name(id), path, from, to).await)
     }
 
     async fn file_put(
