@@ -130,6 +130,9 @@ pub struct FilePutSpec<'a> {
     /// `None`: 0644.
     pub mode: Option<u32>,
     pub make_dirs: bool,
+    /// The body's length when the client said it (`Content-Length`): a backend may take
+    /// a faster path that needs it up front (Docker: the archive API).
+    pub size: Option<u64>,
 }
 
 /// A range of a file streamed by a backend's fast path: chunks in order, or why the

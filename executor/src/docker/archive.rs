@@ -23,7 +23,7 @@ const GO_MODE_SYMLINK: u32 = 1 << 27;
 const MAX_LINKS: usize = 8;
 
 /// One 512-byte ustar header.
-fn header(name: &[u8], size: u64, mode: u32, mtime: u64, kind: u8) -> [u8; 512] {
+pub(super) fn header(name: &[u8], size: u64, mode: u32, mtime: u64, kind: u8) -> [u8; 512] {
     let mut h = [0u8; 512];
     let n = name.len().min(100);
     h[..n].copy_from_slice(&name[..n]);

@@ -21,9 +21,12 @@ use super::supervised::{Connection, lock};
 use super::{Docker, DockerError, NAME_PREFIX};
 use crate::spec::{FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
 
-/// The largest streamed upload a computer without the supervisor takes: the archive API
-/// needs the size in the tar header first, so the body is gathered in memory.
+/// The largest streamed upload of unknown size a computer without the supervisor takes:
+/// the archive API needs the size in the tar header first, so the body is gathered.
 const ARCHIVE_PUT_LIMIT: usize = 64 << 20;
+/// Uploads of a known size from this on go through the archive API (the engine's own
+/// speed), staged beside the target and renamed.
+const ARCHIVE_PUT_MIN: u64 = 8 << 20;
 
 /// The longest a file request may go unanswered (a hung supervisor, a stuck disk).
 const ANSWER_WAIT: Duration = Duration::from_secs(120);
@@ -246,13 +249,17 @@ impl Docker {
                 spec.path
             ))
         };
-        let Some(conn) = self.file_connection(container).await? else {
+        let conn = self.file_connection(container).await?;
+        if let Some(size) = spec.size.filter(|s| *s >= ARCHIVE_PUT_MIN) {
+            return self.archive_put(container, spec, size, body).await;
+        }
+        let Some(conn) = conn else {
             let mut data = Vec::new();
             while let Some(chunk) = body.next().await {
                 data.extend_from_slice(&chunk.map_err(broke)?);
                 if data.len() > ARCHIVE_PUT_LIMIT {
                     return Err(DockerError::File(format!(
-                        "{}: this computer runs without the in-computer supervisor, so a streamed upload is at most {ARCHIVE_PUT_LIMIT} bytes (64 MiB); nothing was written. Upload in pieces with computer_file_write (append), or use a computer made with the supervisor",
+                        "{}: this computer runs without the in-computer supervisor, so an upload without a Content-Length is at most {ARCHIVE_PUT_LIMIT} bytes (64 MiB); nothing was written. Send its Content-Length, upload in pieces with computer_file_write (append), or use a computer made with the supervisor",
                         spec.path
                     )));
                 }

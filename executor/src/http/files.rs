@@ -311,6 +311,7 @@ pub(crate) async fn upload(
         create_only: q.create_only,
         mode: q.mode,
         make_dirs: q.make_dirs,
+        size: declared,
     };
     match host.upload(id, q.temporary, &spec, &mut stream).await {
         Ok(v) => json_response(StatusCode::CREATED, v),

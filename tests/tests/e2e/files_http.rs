@@ -272,8 +272,58 @@ async fn issue_15_http_files_on_docker() -> anyhow::Result<()> {
         .await?;
     assert_eq!(r.status(), 200);
     assert_eq!(hash_body(r).await?, want);
+    // A body of known length (Content-Length) takes the archive API; same answer.
+    let known: Vec<u8> = (0..(10u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let r = http
+        .put(url(&server, "dbox", "/srv/data/known.bin?mode=0640"))
+        .body(known.clone())
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let v: Value = r.json().await?;
+    assert_eq!(v["sha256"], shared::files::sha256_hex(&known), "{v}");
+    let r = http
+        .get(url(&server, "dbox", "/srv/data/known.bin"))
+        .send()
+        .await?;
+    assert_eq!(r.bytes().await?.as_ref(), &known[..]);
+    // Refused before the body is read: the client may see the answer, or the connection
+    // close while it still sends.
+    let early = |r: reqwest::Result<reqwest::Response>, status: u16| async move {
+        match r {
+            Ok(r) => {
+                assert_eq!(r.status(), status);
+                let e: Value = r.json().await.unwrap_or_default();
+                e["error"].as_str().unwrap_or("").to_owned()
+            }
+            Err(e) => {
+                assert!(e.is_request() || e.is_body(), "{e:?}");
+                String::new()
+            }
+        }
+    };
+    let r = http
+        .put(url(&server, "dbox", "/srv/data/known.bin?create_only=true"))
+        .body(known.clone())
+        .send()
+        .await;
+    let e = early(r, 400).await;
+    assert!(e.is_empty() || e.contains("already exists"), "{e}");
+    let r = http
+        .put(url(&server, "dbox", "/srv/nowhere/known.bin"))
+        .body(known.clone())
+        .send()
+        .await;
+    let e = early(r, 404).await;
+    assert!(e.is_empty() || e.contains("make_dirs"), "{e}");
     // The shell sees the same bytes and mode.
     let c = server.modern_client(None).await?;
+    let r = exec(
+        &c,
+        json!({"computer_id": "dbox", "command": "stat -c %a /srv/data/known.bin; ls -a /srv/data | grep -c msc || true"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "640\n0\n", "{r}");
     let r = exec(
         &c,
         json!({"computer_id": "dbox", "command": "stat -c %a /srv/data/big.bin; wc -c < /srv/data/big.bin"}),
