@@ -47,21 +47,14 @@ fn classified(e: OverExec<BackendError>) -> BackendError {
     }
 }
 
-fn how<'a>(
-    path: &'a str,
+fn how(
+    path: &str,
     append: bool,
     create_only: bool,
     mode: Option<u32>,
     make_dirs: bool,
-) -> WriteHow<'a> {
-    WriteHow {
-        path,
-        append,
-        create_only,
-        mode,
-        make_dirs,
-        nonce: rand::random(),
-    }
+) -> WriteHow<'_> {
+    WriteHow::new(path, append, create_only, mode, make_dirs, rand::random())
 }
 
 pub async fn read<P: Place + Sync>(

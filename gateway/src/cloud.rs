@@ -402,14 +402,8 @@ impl<C: CloudComputers> Cloud<C> {
         let how = |path, append, create_only, mode, make_dirs| {
             let mut nonce = [0u8; 8];
             let _ = getrandom_fill(&mut nonce);
-            WriteHow {
-                path,
-                append,
-                create_only,
-                mode,
-                make_dirs,
-                nonce: u64::from_le_bytes(nonce) ^ fnv(k.as_bytes()),
-            }
+            let nonce = u64::from_le_bytes(nonce) ^ fnv(k.as_bytes());
+            WriteHow::new(path, append, create_only, mode, make_dirs, nonce)
         };
         let result = match &call {
             FileCall::Read(r) => over_exec::read(&sh, &r.path, r.offset, r.length)

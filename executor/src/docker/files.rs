@@ -223,6 +223,11 @@ impl Docker {
         }
         .await;
         self.lost(container, sent)?;
+        self.stored(container, req).await
+    }
+
+    /// The answer to a finished upload: what was stored, or why not.
+    async fn stored(&self, container: &str, mut req: Request) -> Result<FileWritten, DockerError> {
         let answer = req.answer::<FileStored>(0).await;
         match self.lost(container, answer)? {
             (_, FileAnswer::Ok(stored)) => Ok(FileWritten {
@@ -320,14 +325,7 @@ impl Docker {
         }
         let sent = req.control(&FileControl::WriteEnd {}).await;
         self.lost(container, sent)?;
-        let answer = req.answer::<FileStored>(0).await;
-        match self.lost(container, answer)? {
-            (_, FileAnswer::Ok(stored)) => Ok(FileWritten {
-                size: stored.size,
-                sha256: stored.sha256,
-            }),
-            (_, FileAnswer::Error(f)) => Err(refused(f)),
-        }
+        self.stored(container, req).await
     }
 
     /// Drops the relay when a request failed on it (the next call reconnects).

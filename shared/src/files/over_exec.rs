@@ -204,7 +204,26 @@ pub struct WriteHow<'a> {
     pub nonce: u64,
 }
 
-impl WriteHow<'_> {
+impl<'a> WriteHow<'a> {
+    /// A replace (or, with `append`, an append) of `path`.
+    pub fn new(
+        path: &'a str,
+        append: bool,
+        create_only: bool,
+        mode: Option<u32>,
+        make_dirs: bool,
+        nonce: u64,
+    ) -> Self {
+        Self {
+            path,
+            append,
+            create_only,
+            mode,
+            make_dirs,
+            nonce,
+        }
+    }
+
     fn temp(&self) -> String {
         let (dir, name) = self.path.rsplit_once('/').unwrap_or(("", self.path));
         format!("{dir}/.{name}.msc-{:016x}.tmp", self.nonce)
