@@ -219,6 +219,8 @@ impl Docker {
         let mut count = 0u64;
         let mut broke = None;
         let _ = tx.send(Ok(head.to_vec().into())).await;
+        // Body chunks are small; the engine gets them gathered into CHUNK-sized writes.
+        let mut gathered = Vec::with_capacity(CHUNK);
         while let Some(chunk) = body.next().await {
             match chunk {
                 Ok(bytes) => {
@@ -228,8 +230,12 @@ impl Docker {
                         broke = Some("the body is longer than its Content-Length".to_owned());
                         break;
                     }
-                    if tx.send(Ok(bytes.into())).await.is_err() {
-                        break; // the upload ended early; its answer says why
+                    gathered.extend_from_slice(&bytes);
+                    if gathered.len() >= CHUNK {
+                        let full = std::mem::replace(&mut gathered, Vec::with_capacity(CHUNK));
+                        if tx.send(Ok(full.into())).await.is_err() {
+                            break; // the upload ended early; its answer says why
+                        }
                     }
                 }
                 Err(why) => {
@@ -240,6 +246,9 @@ impl Docker {
         }
         if broke.is_none() && count != size {
             broke = Some("the body is shorter than its Content-Length".to_owned());
+        }
+        if broke.is_none() && !gathered.is_empty() {
+            let _ = tx.send(Ok(gathered.into())).await;
         }
         match &broke {
             // An error on the stream makes the engine drop the partial archive.

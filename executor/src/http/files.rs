@@ -265,7 +265,29 @@ pub(super) async fn put(
 ) -> Response {
     match admit(&state, &headers, &id, &rest) {
         Ok((host, path)) => upload(&host, &id, &path, &uri, &headers, body, state.file_limit).await,
-        Err(r) => r.into_response(),
+        Err(r) => {
+            drain(body.into_data_stream()).await;
+            r.into_response()
+        }
+    }
+}
+
+/// Reads (and drops) what is left of a small refused body, so the client that is still
+/// sending it reads the answer instead of a reset connection. A big one is not waited
+/// for: its connection closes.
+async fn drain<S, B, E>(stream: S)
+where
+    S: futures_util::Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    const DRAIN: usize = 1 << 20;
+    let mut stream = std::pin::pin!(stream);
+    let mut seen = 0usize;
+    while let Some(Ok(chunk)) = stream.next().await {
+        seen += chunk.as_ref().len();
+        if seen > DRAIN {
+            break;
+        }
     }
 }
 
@@ -281,7 +303,10 @@ pub(crate) async fn upload(
 ) -> Response {
     let q = match put_query(uri) {
         Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => {
+            drain(body.into_data_stream()).await;
+            return error(StatusCode::BAD_REQUEST, e);
+        }
     };
     let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
@@ -304,7 +329,7 @@ pub(crate) async fn upload(
                 "the body passed this server's --file-limit of {limit} bytes"
             ));
         }
-        Ok(bytes.to_vec())
+        Ok(Vec::from(bytes))
     }));
     let spec = FilePutSpec {
         path,
@@ -313,7 +338,11 @@ pub(crate) async fn upload(
         make_dirs: q.make_dirs,
         size: declared,
     };
-    match host.upload(id, q.temporary, &spec, &mut stream).await {
+    let result = host.upload(id, q.temporary, &spec, &mut stream).await;
+    if result.is_err() {
+        drain(&mut stream).await;
+    }
+    match result {
         Ok(v) => json_response(StatusCode::CREATED, v),
         Err(e) if over.load(std::sync::atomic::Ordering::SeqCst) => {
             error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
