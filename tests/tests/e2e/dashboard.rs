@@ -185,6 +185,8 @@ async fn issue_6_dashboard_through_the_gateway() -> anyhow::Result<()> {
             ("JWT_HS256_SECRET", JWT.into()),
             ("JWT_ISSUER", "dash-test".into()),
             ("JWT_AUDIENCE", "dash-test".into()),
+            // The file browser through the gateway: the tools and /v1/files.
+            ("TOOLS", "exec,files,lifecycle".into()),
         ],
     )
     .await?;
