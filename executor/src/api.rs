@@ -127,21 +127,8 @@ impl IntoResponse for Failure {
     }
 }
 
-/// The one mapping of registry errors to API codes.
-pub(crate) fn code_of(e: &ComputerError) -> ErrorCode {
-    use crate::place::Failure as F;
-    match e.failure() {
-        Some(F::NoSuchFile) => return ErrorCode::NotFound,
-        Some(F::File) => return ErrorCode::BadRequest,
-        _ => {}
-    }
-    if e.is_not_found() {
-        ErrorCode::NotFound
-    } else if e.is_conflict() {
-        ErrorCode::Conflict
-    } else {
-        ErrorCode::Engine
-    }
+fn code_of(e: &ComputerError) -> ErrorCode {
+    e.api_code()
 }
 
 /// `GET /v1/health` (no auth): the backend served here, the host's CPUs, and the load.

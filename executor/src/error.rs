@@ -53,4 +53,16 @@ impl ComputerError {
             ComputerError::Registry(RegistryError::Policy(_)) | ComputerError::Taken(_)
         ) || self.failure() == Some(Failure::Conflict)
     }
+
+    /// The one mapping of these errors to API codes (the executor API and `/v1/files`).
+    pub fn api_code(&self) -> shared::executor_api::ErrorCode {
+        use shared::executor_api::ErrorCode;
+        match self.failure() {
+            Some(Failure::NoSuchFile) => ErrorCode::NotFound,
+            Some(Failure::File) => ErrorCode::BadRequest,
+            _ if self.is_not_found() => ErrorCode::NotFound,
+            _ if self.is_conflict() => ErrorCode::Conflict,
+            _ => ErrorCode::Engine,
+        }
+    }
 }

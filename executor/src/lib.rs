@@ -20,7 +20,6 @@ pub mod fly;
 pub mod http;
 pub mod instance;
 pub mod modal;
-pub mod over_exec;
 pub mod place;
 pub mod progress;
 pub mod run;

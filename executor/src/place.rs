@@ -16,6 +16,8 @@ use crate::spec::{
     JobPoll, JobStart, UploadStream,
 };
 
+pub mod over_exec;
+
 /// The answer of a backend that does not keep jobs.
 fn no_jobs(backend: &str) -> BackendError {
     BackendError::new(
@@ -137,7 +139,7 @@ pub trait Place {
     where
         Self: Sized + Sync,
     {
-        crate::over_exec::read(self, id, path, offset, length).await
+        over_exec::read(self, id, path, offset, length).await
     }
     /// Writes one slice as `spec` says: an atomic replace (a temporary name, fsync,
     /// rename) or an append; a failure leaves the old file as it was.
@@ -149,7 +151,7 @@ pub trait Place {
     where
         Self: Sized + Sync,
     {
-        crate::over_exec::write(self, id, spec).await
+        over_exec::write(self, id, spec).await
     }
     /// Bytes `from..to` of `path` as one stream, where the backend has a faster path
     /// than slices (Docker: the archive API); `None`: read in slices.
@@ -174,6 +176,6 @@ pub trait Place {
     where
         Self: Sized + Sync,
     {
-        crate::over_exec::put(self, id, spec, body).await
+        over_exec::put(self, id, spec, body).await
     }
 }

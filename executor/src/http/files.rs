@@ -43,8 +43,8 @@ impl IntoResponse for Denied {
 }
 
 fn failed(e: &ComputerError) -> Response {
-    let status = StatusCode::from_u16(crate::api::code_of(e).http_status())
-        .unwrap_or(StatusCode::BAD_GATEWAY);
+    let status =
+        StatusCode::from_u16(e.api_code().http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
     error(status, e.to_string())
 }
 
