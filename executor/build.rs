@@ -71,7 +71,9 @@ fn main() {
         panic!("writing {}: {e}", key.display());
     }
     // Modal's gRPC client, from the saved protos (specs/modal).
-    let protos = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../specs/modal");
+    // Read at run time: a build script compiled in another checkout may be reused here.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let protos = PathBuf::from(manifest).join("../specs/modal");
     if let Err(e) = modal_codegen::generate(&protos, &out, true, false) {
         panic!("generating the Modal client from {}: {e}", protos.display());
     }

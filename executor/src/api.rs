@@ -22,7 +22,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::json;
 use shared::executor_api::{
     ApiError, Capacity, Claims, ErrorCode, GATEWAY_ISSUER, Health, Load, MAX_TOKEN_LIFETIME_SECS,
-    PREFIX,
+    PREFIX, Scope,
 };
 use shared::op::Op;
 
@@ -75,37 +75,81 @@ impl ApiState {
         self
     }
 
-    /// The team the request is for, or why it is refused.
-    fn authorize(&self, headers: &HeaderMap) -> Result<String, Failure> {
-        let refused = |why: &str| Failure(ApiError::new(ErrorCode::Unauthorized, why));
+    /// Who the request is for, or why it is refused. The reason a token fails stays in
+    /// the log: the caller learns only that it is invalid.
+    fn authorize(&self, headers: &HeaderMap) -> Result<Grant, Failure> {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(shared::transport::bearer_token)
-            .ok_or_else(|| refused("missing bearer token"))?;
+            .ok_or_else(|| {
+                Failure(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "missing bearer token",
+                ))
+            })?;
+        self.verify(token).map_err(|why| {
+            tracing::info!(why = %why, "executor token refused");
+            Failure(ApiError::new(ErrorCode::Unauthorized, "invalid token"))
+        })
+    }
+
+    /// The token's grant, or why it is refused (for the log).
+    fn verify(&self, token: &str) -> Result<Grant, String> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
-            .map_err(|e| refused(&format!("token refused: {e}")))?;
+            .map_err(|e| e.to_string())?;
         let c = data.claims;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or_default();
         if c.iat > now + self.validation.leeway {
-            return Err(refused("token issued in the future (iat)"));
+            return Err("issued in the future (iat)".into());
         }
         if c.exp.saturating_sub(c.iat) > MAX_TOKEN_LIFETIME_SECS {
-            return Err(refused(&format!(
-                "token lifetime over {MAX_TOKEN_LIFETIME_SECS} s"
-            )));
+            return Err(format!("lifetime over {MAX_TOKEN_LIFETIME_SECS} s"));
         }
         if c.sub.is_empty() {
-            return Err(refused("token has no team (sub)"));
+            return Err("no team (sub)".into());
         }
-        Ok(c.sub)
+        Ok(Grant {
+            team: c.sub,
+            scope: c.scope,
+        })
     }
 
     fn host(&self, team: &str) -> SessionHost {
         SessionHost::for_team(self.computers.clone(), team)
+    }
+}
+
+/// What a verified token lets its holder do.
+#[derive(Debug)]
+struct Grant {
+    team: String,
+    /// The `scope` claim (space separated).
+    scope: String,
+}
+
+impl Grant {
+    /// Refuses an operation outside the token's scope (403), whatever the gateway let
+    /// through: the executor is an API of its own.
+    fn allow(&self, need: Scope) -> Result<(), Failure> {
+        if need.granted_by(&self.scope) {
+            return Ok(());
+        }
+        let what = match need {
+            Scope::Exec => "run commands, follow jobs, use files or list computers",
+            Scope::Manage => "create, restart, factory-reset or delete computers",
+        };
+        Err(Failure(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "this token may not {what}: it lacks the `{}` scope (it has {:?})",
+                need.as_str(),
+                self.scope
+            ),
+        )))
     }
 }
 
@@ -164,10 +208,11 @@ async fn operation(
             "no such route; the executor API is under /v1",
         )));
     };
-    let team = s.authorize(&headers)?;
+    let grant = s.authorize(&headers)?;
     let op = Op::decode(method.as_str(), path, &bytes).map_err(Failure)?;
+    grant.allow(op.scope())?;
     let v = s
-        .host(&team)
+        .host(&grant.team)
         .run_op(op, &Progress::new(None, None))
         .await
         .map_err(|e| Failure(ApiError::new(code_of(&e), e.to_string())))?;
@@ -185,10 +230,14 @@ async fn file_stream(
     body: axum::body::Body,
 ) -> Response {
     use crate::http::files;
-    let team = match s.authorize(&headers) {
-        Ok(t) => t,
+    let grant = match s
+        .authorize(&headers)
+        .and_then(|g| g.allow(Scope::Exec).map(|()| g))
+    {
+        Ok(g) => g,
         Err(f) => return f.into_response(),
     };
+    let team = grant.team;
     let path = match files::target(&id, &rest) {
         Ok(p) => p,
         Err(d) => return d.into_response(),

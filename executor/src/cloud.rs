@@ -61,7 +61,8 @@ impl From<ComputersError> for BackendError {
     }
 }
 
-/// Fly Machines and E2B sandboxes. Teams are kept apart by the key alone (`team` unused).
+/// Fly Machines and E2B sandboxes; a team's carry it in the tag `mcp_team` (beside the
+/// key prefix).
 impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
     fn name(&self) -> &'static str {
         self.inner.kind()
@@ -83,10 +84,10 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         &self,
         id: &str,
         temporary: bool,
-        _team: Option<&str>,
+        team: Option<&str>,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        Ok(self.inner.create(id, temporary).await?)
+        Ok(self.inner.create(id, temporary, team).await?)
     }
 
     async fn start(&self, id: &str) -> Result<(), BackendError> {
@@ -105,10 +106,10 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         &self,
         id: &str,
         temporary: bool,
-        _team: Option<&str>,
+        team: Option<&str>,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        Ok(self.inner.factory_reset(id, temporary).await?)
+        Ok(self.inner.factory_reset(id, temporary, team).await?)
     }
 
     /// Runs one command; a cancelled call (this future dropped) kills it on the provider.

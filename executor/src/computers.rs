@@ -37,14 +37,14 @@ pub mod files;
 mod jobs;
 
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
-/// A team's computers carry its key prefix, and its label where the backend keeps one
-/// (computers of older executors have none).
+/// A team's computers carry both its key prefix and its name (Docker label, WASM
+/// metadata, cloud tag): one without the name (made by a local server, or by an executor
+/// older than the team tags) belongs to no team and is never reached through the API.
 fn of_team(r: &ContainerRecord, team: Option<&str>) -> bool {
     match team {
         None => r.team.is_none(),
         Some(t) => {
-            shared::teams::id_of(Some(t), &r.computer_id).is_some()
-                && r.team.as_deref().is_none_or(|x| x == t)
+            shared::teams::id_of(Some(t), &r.computer_id).is_some() && r.team.as_deref() == Some(t)
         }
     }
 }

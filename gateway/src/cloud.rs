@@ -240,7 +240,7 @@ impl<C: CloudComputers> Cloud<C> {
                 let k = key(&computer_id);
                 let made = match c.find(&k).await? {
                     Some(found) => found,
-                    None => c.create(&k, temporary).await?,
+                    None => c.create(&k, temporary, Some(team)).await?,
                 };
                 self.ready().insert(k);
                 Ok(created(&computer_id, &made))
@@ -248,7 +248,7 @@ impl<C: CloudComputers> Cloud<C> {
             Op::Exec(req) => {
                 let id = req.computer_id.clone().unwrap_or_default();
                 let k = key(&id);
-                let temporary = self.ensure(&k, req.temporary.unwrap_or(true)).await?;
+                let temporary = self.ensure(&k, req.temporary.unwrap_or(true), team).await?;
                 let out = c.exec(&k, &provider_exec(&req)).await;
                 if out.is_err() {
                     // Gone, stopped, paused…: look again before the next command.
@@ -266,7 +266,7 @@ impl<C: CloudComputers> Cloud<C> {
                 let k = key(&computer_id);
                 let old = self.get(&k, &computer_id).await?;
                 self.ready().remove(&k);
-                let fresh = c.factory_reset(&k, old.temporary).await?;
+                let fresh = c.factory_reset(&k, old.temporary, Some(team)).await?;
                 self.ready().insert(k);
                 Ok(created(&computer_id, &fresh))
             }
@@ -283,12 +283,12 @@ impl<C: CloudComputers> Cloud<C> {
     }
 
     /// Makes sure `key` exists and runs (creating it on first use); its temporary flag.
-    async fn ensure(&self, key: &str, temporary: bool) -> Result<bool, ComputersError> {
+    async fn ensure(&self, key: &str, temporary: bool, team: &str) -> Result<bool, ComputersError> {
         if self.ready().contains(key) {
             return Ok(temporary);
         }
         let c = match self.computers.find(key).await? {
-            None => self.computers.create(key, temporary).await?,
+            None => self.computers.create(key, temporary, Some(team)).await?,
             Some(c) if c.state != "running" => {
                 self.computers.start(key).await?;
                 c
@@ -392,7 +392,7 @@ impl<C: CloudComputers> Cloud<C> {
         let id = call.computer_id().unwrap_or_default().to_owned();
         let k = teams::key(Some(team), &id);
         self.computers.prepare().await.map_err(computers_error)?;
-        self.ensure(&k, call.temporary().unwrap_or(true))
+        self.ensure(&k, call.temporary().unwrap_or(true), team)
             .await
             .map_err(computers_error)?;
         let sh = CloudShell {

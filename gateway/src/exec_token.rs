@@ -12,13 +12,25 @@ pub const LIFETIME_SECS: u64 = 300;
 /// A cached token is replaced this long before it expires.
 const MARGIN_SECS: u64 = 60;
 
+/// (audience, team, scope).
+type Key = (String, String, String);
+
 thread_local! {
-    static CACHE: RefCell<HashMap<(String, String), (String, u64)>> = RefCell::new(HashMap::new());
+    /// Tokens by key, with when they expire.
+    static CACHE: RefCell<HashMap<Key, (String, u64)>> = RefCell::new(HashMap::new());
 }
 
-/// A token for `team` at the executor with `audience`, valid at `now` (seconds).
-pub fn token(secret: &str, audience: &str, team: &str, now: u64) -> Result<String, String> {
-    let key = (audience.to_owned(), team.to_owned());
+/// A token for `team` at the executor with `audience`, granting `scope` (the `scope`
+/// claim: what the caller may do, checked again by the executor), valid at `now`
+/// (seconds).
+pub fn token(
+    secret: &str,
+    audience: &str,
+    team: &str,
+    scope: &str,
+    now: u64,
+) -> Result<String, String> {
+    let key = (audience.to_owned(), team.to_owned(), scope.to_owned());
     if let Some(t) = CACHE.with(|c| {
         c.borrow()
             .get(&key)
@@ -27,19 +39,26 @@ pub fn token(secret: &str, audience: &str, team: &str, now: u64) -> Result<Strin
     }) {
         return Ok(t);
     }
-    let t = sign(secret, audience, team, now)?;
+    let t = sign(secret, audience, team, scope, now)?;
     CACHE.with(|c| c.borrow_mut().insert(key, (t.clone(), now + LIFETIME_SECS)));
     Ok(t)
 }
 
 /// A fresh token (no cache): what one signature costs.
-pub fn sign(secret: &str, audience: &str, team: &str, now: u64) -> Result<String, String> {
+pub fn sign(
+    secret: &str,
+    audience: &str,
+    team: &str,
+    scope: &str,
+    now: u64,
+) -> Result<String, String> {
     let claims = Claims {
         iss: GATEWAY_ISSUER.into(),
         aud: audience.into(),
         sub: team.into(),
         iat: now,
         exp: now + LIFETIME_SECS,
+        scope: scope.into(),
     };
     let signing = EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?;
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &signing)
@@ -53,9 +72,13 @@ mod tests {
     #[test]
     fn tokens_are_reused_until_near_expiry() {
         let s = "executor-secret-0123456789abcdef0123";
-        let a = token(s, "aud", "team", 1_000).unwrap();
-        assert_eq!(token(s, "aud", "team", 1_100).unwrap(), a);
-        assert_ne!(token(s, "aud", "other", 1_100).unwrap(), a);
-        assert_ne!(token(s, "aud", "team", 1_000 + LIFETIME_SECS).unwrap(), a);
+        let a = token(s, "aud", "team", "exec", 1_000).unwrap();
+        assert_eq!(token(s, "aud", "team", "exec", 1_100).unwrap(), a);
+        assert_ne!(token(s, "aud", "other", "exec", 1_100).unwrap(), a);
+        assert_ne!(token(s, "aud", "team", "exec manage", 1_100).unwrap(), a);
+        assert_ne!(
+            token(s, "aud", "team", "exec", 1_000 + LIFETIME_SECS).unwrap(),
+            a
+        );
     }
 }

@@ -13,6 +13,15 @@ mod files;
 
 /// Largest `stdin` accepted, in bytes.
 pub const MAX_STDIN_BYTES: usize = 2 * 1024 * 1024;
+/// Longest `command` accepted, in bytes: Linux's limit for one argument
+/// (`MAX_ARG_STRLEN`, 128 KiB with its NUL), since the shell gets it as `-c`'s argument.
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+/// Most `args` entries accepted.
+pub const MAX_ARGS: usize = 32 * 1024;
+/// Largest `args` accepted, all entries together, in bytes (half of Linux's usual
+/// `ARG_MAX`, leaving the other half to the environment); each entry is also at most
+/// [`MAX_COMMAND_BYTES`].
+pub const MAX_ARGS_BYTES: usize = 1024 * 1024;
 /// Longest `timeout` accepted, in seconds (one day).
 pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 
@@ -266,8 +275,8 @@ pub fn exec_input_schema(jobs: bool) -> Value {
     let mut schema = json!({
         "type": "object",
         "properties": {
-            "command": {"type": "string", "description": "Shell command line, run with the configured shell's -c."},
-            "args": {"type": "array", "items": {"type": "string"}, "description": "Argv executed directly, without a shell. Use instead of command."},
+            "command": {"type": "string", "maxLength": MAX_COMMAND_BYTES, "description": "Shell command line, run with the configured shell's -c (at most 128 KiB; write longer scripts to a file)."},
+            "args": {"type": "array", "items": {"type": "string", "maxLength": MAX_COMMAND_BYTES}, "maxItems": MAX_ARGS, "description": "Argv executed directly, without a shell. Use instead of command (at most 32768 entries and 1 MiB in all)."},
             "stdin": {"type": "string", "maxLength": MAX_STDIN_BYTES, "description": "Text written to the command's standard input (at most 2 MiB)."},
             "working_directory": {"type": "string", "description": "Absolute directory to run in."},
             "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "description": "Seconds before the command and its children are killed."},

@@ -73,6 +73,8 @@ pub enum ErrorCode {
     BadRequest,
     /// Missing or refused token (401).
     Unauthorized,
+    /// The token is good but lacks the scope the request needs (403).
+    Forbidden,
     /// No such computer for this team (404).
     NotFound,
     /// The request contradicts the computer's state, e.g. the other `temporary` value (409).
@@ -88,6 +90,7 @@ impl ErrorCode {
         match self {
             ErrorCode::BadRequest => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::Conflict => 409,
             ErrorCode::Engine => 502,
@@ -138,6 +141,45 @@ pub struct Claims {
     pub sub: String,
     pub iat: u64,
     pub exp: u64,
+    /// What the caller may do, space separated (SPEC §5): `exec` (run commands, jobs,
+    /// files, list) and `manage` (create, restart, factory reset, delete). The executor
+    /// checks it on every route; a token without it may do nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
+}
+
+/// A scope of [`Claims::scope`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Run commands, follow jobs, read and write files, list computers.
+    Exec,
+    /// Create, restart, factory-reset and delete computers.
+    Manage,
+}
+
+impl Scope {
+    /// Its name in a token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Exec => "exec",
+            Scope::Manage => "manage",
+        }
+    }
+
+    /// The `scope` claim granting what `exec` and `manage` say.
+    pub fn claim(exec: bool, manage: bool) -> String {
+        match (exec, manage) {
+            (true, true) => "exec manage".into(),
+            (true, false) => "exec".into(),
+            (false, true) => "manage".into(),
+            (false, false) => String::new(),
+        }
+    }
+
+    /// Whether the space-separated `claim` grants this scope.
+    pub fn granted_by(self, claim: &str) -> bool {
+        claim.split_ascii_whitespace().any(|s| s == self.as_str())
+    }
 }
 
 #[cfg(test)]
@@ -152,5 +194,17 @@ mod tests {
             serde_json::json!({"error": {"code": "not_found", "message": "no"}})
         );
         assert_eq!(ErrorCode::Conflict.http_status(), 409);
+        assert_eq!(ErrorCode::Forbidden.http_status(), 403);
+    }
+
+    #[test]
+    fn scopes_are_read_from_the_claim() {
+        assert!(Scope::Exec.granted_by("exec manage"));
+        assert!(Scope::Manage.granted_by("manage"));
+        assert!(!Scope::Manage.granted_by("exec"));
+        assert!(!Scope::Exec.granted_by("executor"));
+        assert!(!Scope::Exec.granted_by(""));
+        assert_eq!(Scope::claim(true, false), "exec");
+        assert!(Scope::Manage.granted_by(&Scope::claim(true, true)));
     }
 }

@@ -135,6 +135,8 @@ pub struct JobOutput {
     pub dropped_bytes: u64,
     /// Its timeout ended it (value: the timeout in seconds).
     pub timed_out_after: Option<u64>,
+    /// The out-of-memory killer ended it.
+    pub oom_killed: bool,
 }
 
 fn as_outcome(out: &JobOutput) -> ExecOutcome {
@@ -145,6 +147,7 @@ fn as_outcome(out: &JobOutput) -> ExecOutcome {
         duration_ms: out.duration_ms,
         truncated_at: None,
         timed_out_after: out.timed_out_after,
+        oom_killed: out.oom_killed,
     }
 }
 

@@ -18,7 +18,10 @@ use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::{operation_error, validation_error};
 use crate::validate::{ToolCall, ValidationError, parse_tool_call};
 
-pub use jsonrpc::{Incoming, codes, error_response, parse_message, parse_value, success_response};
+pub use jsonrpc::{
+    Incoming, RAW_ID, codes, error_response, parse_message, parse_value, raw_id_text,
+    success_response,
+};
 
 /// `_meta` key of inventory results naming the exec tool (configurable with --tool-name),
 /// for the dashboard.

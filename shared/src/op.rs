@@ -13,7 +13,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::executor_api::{ApiError, ErrorCode};
+use crate::executor_api::{ApiError, ErrorCode, Scope};
 use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
 use crate::maybe_send::{MaybeSend, MaybeSync};
@@ -102,6 +102,19 @@ impl Op {
     pub fn file(computer_id: &str, call: FileCall) -> Op {
         let temporary = call.temporary();
         Op::File(call.on(computer_id, temporary))
+    }
+
+    /// The scope a caller needs for it (SPEC §5): commands, jobs, files and the list need
+    /// `exec` (a command or file call may create its computer, as the tools do);
+    /// creating, restarting, resetting and deleting need `manage`.
+    pub fn scope(&self) -> Scope {
+        match self {
+            Op::List | Op::Exec(_) | Op::Job(_) | Op::Jobs { .. } | Op::File(_) => Scope::Exec,
+            Op::Create { .. }
+            | Op::Restart { .. }
+            | Op::FactoryReset { .. }
+            | Op::Delete { .. } => Scope::Manage,
+        }
     }
 
     /// The computer the operation is about (`None` for [`Op::List`]).

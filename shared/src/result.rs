@@ -95,6 +95,10 @@ pub struct ExecOutcome {
     pub truncated_at: Option<u64>,
     /// The timeout was hit (value: the timeout in seconds).
     pub timed_out_after: Option<u64>,
+    /// The out-of-memory killer ended it (where the backend can tell: Docker with the
+    /// supervisor).
+    #[serde(default)]
+    pub oom_killed: bool,
 }
 
 /// Exit code of a timed-out command.
@@ -140,6 +144,7 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
         duration_ms,
         truncated_at,
         timed_out_after,
+        oom_killed,
     } = outcome;
     // Notices go after the captured bytes, and base64 covers the captured bytes only.
     let stderr_raw_is_utf8 = std::str::from_utf8(&stderr).is_ok();
@@ -159,6 +164,12 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
             &format!(
                 "[output truncated at {limit} bytes (the output limit); the command was stopped. Redirect output to a file and read it in parts, e.g. `cmd > /tmp/out.txt; head -c 100000 /tmp/out.txt`]"
             ),
+        );
+    }
+    if oom_killed {
+        append_notice(
+            &mut stderr,
+            "[killed by the out-of-memory killer: the computer's memory limit was reached. Use less memory (smaller inputs, fewer parallel jobs) or give computers more (--memory)]",
         );
     }
     let mut out = Map::new();
@@ -186,6 +197,9 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
     }
     if timed_out_after.is_some() {
         out.insert("timed_out".into(), json!(true));
+    }
+    if oom_killed {
+        out.insert("oom_killed".into(), json!(true));
     }
     out.extend(extra);
     Value::Object(out)
@@ -338,6 +352,7 @@ mod tests {
                 duration_ms: 1000,
                 truncated_at: Some(100),
                 timed_out_after: Some(1),
+                oom_killed: false,
             },
         );
         assert_eq!(v["exit_code"], 124);

@@ -8,7 +8,8 @@
 use serde_json::{Map, Value};
 
 pub use crate::catalogue::{
-    MAX_ENV_BYTES, MAX_ENV_ENTRIES, MAX_STDIN_BYTES, MAX_TIMEOUT_SECS, ToolKind,
+    MAX_ARGS, MAX_ARGS_BYTES, MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_ENTRIES, MAX_STDIN_BYTES,
+    MAX_TIMEOUT_SECS, ToolKind,
 };
 use crate::catalogue::{ToolNames, tool_kind};
 use crate::ids::validate_computer_id;
@@ -418,10 +419,25 @@ pub fn parse_exec(
         .collect();
     let args = Args::new(arguments, &allowed, tool)?;
     let command = args.string("command")?;
+    if let Some(c) = &command
+        && c.len() > MAX_COMMAND_BYTES
+    {
+        return Err(invalid(format!(
+            "`command` is {} bytes; at most {MAX_COMMAND_BYTES} bytes (Linux's limit for one argument, 128 KiB) are accepted: write a longer script to a file (computer_file_write or stdin) and run that file",
+            c.len()
+        )));
+    }
     let argv = match args.map.get("args") {
         None => None,
         Some(Value::Array(items)) => {
+            if items.len() > MAX_ARGS {
+                return Err(invalid(format!(
+                    "`args` has {} entries; at most {MAX_ARGS} are accepted: pass long lists in a file or on stdin (e.g. through xargs)",
+                    items.len()
+                )));
+            }
             let mut argv = Vec::with_capacity(items.len());
+            let mut total = 0usize;
             for (i, item) in items.iter().enumerate() {
                 match item {
                     Value::String(s) if s.contains('\0') => {
@@ -429,7 +445,21 @@ pub fn parse_exec(
                             "`args[{i}]` must not contain NUL characters"
                         )));
                     }
-                    Value::String(s) => argv.push(s.clone()),
+                    Value::String(s) if s.len() > MAX_COMMAND_BYTES => {
+                        return Err(invalid(format!(
+                            "`args[{i}]` is {} bytes; at most {MAX_COMMAND_BYTES} bytes (Linux's limit for one argument, 128 KiB) are accepted: pass long data in a file or on stdin",
+                            s.len()
+                        )));
+                    }
+                    Value::String(s) => {
+                        total += s.len() + 1;
+                        if total > MAX_ARGS_BYTES {
+                            return Err(invalid(format!(
+                                "`args` is over {MAX_ARGS_BYTES} bytes (1 MiB) in all: pass long data in a file or on stdin"
+                            )));
+                        }
+                        argv.push(s.clone())
+                    }
                     other => {
                         return Err(invalid(format!(
                             "`args` must be an array of strings; args[{i}] is {}",
@@ -550,6 +580,22 @@ mod tests {
             (json!({"args": "ls"}), "`args` must be an array"),
             (json!({"args": ["ls", 3]}), "args[1]"),
             (json!({"args": [""]}), "args[0]"),
+            (
+                json!({"command": "x".repeat(MAX_COMMAND_BYTES + 1)}),
+                "at most 131071 bytes",
+            ),
+            (
+                json!({"args": vec!["a"; MAX_ARGS + 1]}),
+                "at most 32768 are accepted",
+            ),
+            (
+                json!({"args": ["echo", "y".repeat(MAX_COMMAND_BYTES + 1)]}),
+                "`args[1]` is 131072 bytes",
+            ),
+            (
+                json!({"args": vec!["z".repeat(100_000); 11]}),
+                "over 1048576 bytes",
+            ),
             (json!({"command": "ls", "timeout": 0}), "`timeout`"),
             (json!({"command": "ls", "timeout": -3}), "`timeout`"),
             (json!({"command": "ls", "timeout": 1.5}), "`timeout`"),

@@ -704,12 +704,19 @@ pub fn hs256(claims: &Value, secret: &str) -> Result<String> {
     )?)
 }
 
-/// A token such as the gateway signs for an executor: `team`, one minute long.
+/// A token such as the gateway signs for an executor: `team`, both scopes, one minute
+/// long.
 pub fn executor_token(secret: &str, team: &str) -> Result<String> {
+    executor_token_scoped(secret, team, "exec manage")
+}
+
+/// A token for an executor with the `scope` claim given ("" = none).
+pub fn executor_token_scoped(secret: &str, team: &str, scope: &str) -> Result<String> {
     let now = unix_now();
     hs256(
         &serde_json::json!({"iss": shared::executor_api::GATEWAY_ISSUER,
-            "aud": shared::executor_api::DEFAULT_AUDIENCE, "sub": team, "iat": now, "exp": now + 60}),
+            "aud": shared::executor_api::DEFAULT_AUDIENCE, "sub": team, "iat": now, "exp": now + 60,
+            "scope": scope}),
         secret,
     )
 }

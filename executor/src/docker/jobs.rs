@@ -211,6 +211,7 @@ impl Docker {
 /// The neutral read of a supervisor's status.
 fn output(status: JobStatus, stdout: Vec<u8>, stderr: Vec<u8>) -> JobOutput {
     let timed_out = status.exit.as_ref().is_some_and(|e| e.timed_out);
+    let oom_killed = status.exit.as_ref().is_some_and(|e| e.oom_killed);
     JobOutput {
         job_id: status.job_id,
         stdout,
@@ -220,5 +221,6 @@ fn output(status: JobStatus, stdout: Vec<u8>, stderr: Vec<u8>) -> JobOutput {
         duration_ms: status.duration_ms,
         dropped_bytes: status.dropped_bytes,
         timed_out_after: timed_out.then(|| status.timeout_ms.div_ceil(1000)),
+        oom_killed,
     }
 }

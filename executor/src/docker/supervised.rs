@@ -479,6 +479,7 @@ impl Docker {
             duration_ms: started.elapsed().as_millis() as u64,
             truncated_at: truncated.then_some(spec.output_limit as u64),
             timed_out_after: exit.timed_out.then_some(spec.timeout.as_secs()),
+            oom_killed: exit.oom_killed,
         })
     }
 }

@@ -152,7 +152,7 @@ impl Modal {
             image: self.image.clone(),
             state: if s.running { "running" } else { "stopped" }.to_owned(),
             created_at: shared::history::rfc3339_utc((s.created_at.max(0.0) * 1000.0) as u64),
-            team: None,
+            team: s.tags.get(tags::TEAM).cloned(),
         })
     }
 
@@ -203,9 +203,10 @@ impl Modal {
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
         image_id: Option<&str>,
     ) -> Result<ContainerRecord, ModalBackendError> {
-        let t = tags::of(id, temporary, &self.owner);
+        let t = tags::of(id, temporary, &self.owner, team);
         let sandbox_id = match image_id {
             Some(image) => self.client.create_from_image(id, &t, image).await?,
             None => self.client.create(id, &t).await?,
@@ -220,7 +221,7 @@ impl Modal {
             image: self.image.clone(),
             state: "running".to_owned(),
             created_at: String::new(),
-            team: None,
+            team: team.map(str::to_owned),
         })
     }
 
@@ -228,8 +229,9 @@ impl Modal {
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
     ) -> Result<ContainerRecord, ModalBackendError> {
-        match self.make(id, temporary, None).await {
+        match self.make(id, temporary, team, None).await {
             // Another server made it first (names are unique among running sandboxes).
             Err(ModalBackendError::Api(ModalError::AlreadyExists(_))) => self
                 .find(id)
@@ -251,10 +253,13 @@ impl Modal {
             .await?
             .ok_or_else(|| ModalBackendError::NotFound(id.to_owned()))?;
         let temporary = old.tags.get(tags::TEMPORARY).map(String::as_str) == Some("true");
+        let team = old.tags.get(tags::TEAM).cloned();
         let image = self.client.snapshot_fs(&old.sandbox_id).await?;
         self.client.terminate(&old.sandbox_id).await?;
         self.ids().remove(id);
-        self.make(id, temporary, Some(&image)).await.map(|_| ())
+        self.make(id, temporary, team.as_deref(), Some(&image))
+            .await
+            .map(|_| ())
     }
 
     pub async fn remove(&self, id: &str) -> Result<(), ModalBackendError> {
@@ -269,9 +274,10 @@ impl Modal {
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
     ) -> Result<ContainerRecord, ModalBackendError> {
         self.remove(id).await?;
-        self.make(id, temporary, None).await
+        self.make(id, temporary, team, None).await
     }
 
     pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ModalBackendError> {
@@ -328,6 +334,7 @@ impl Modal {
                 .timed_out
                 .then_some(spec.timeout.as_secs().max(1))
                 .filter(|_| spec.timeout > Duration::ZERO),
+            oom_killed: false,
         })
     }
 }

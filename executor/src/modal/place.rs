@@ -18,7 +18,7 @@ impl From<ModalBackendError> for BackendError {
 }
 
 // `Modal::f(self, ..)` below is the inherent method (inherent methods win over the trait's).
-/// Teams are kept apart by the key alone (`team` unused); nothing to report while a
+/// Sandboxes carry their team in the tag `mcp_team` (beside the key prefix); nothing to report while a
 /// sandbox starts.
 impl Place for Modal {
     fn name(&self) -> &'static str {
@@ -41,10 +41,10 @@ impl Place for Modal {
         &self,
         id: &str,
         temporary: bool,
-        _team: Option<&str>,
+        team: Option<&str>,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        Ok(Modal::create(self, id, temporary).await?)
+        Ok(Modal::create(self, id, temporary, team).await?)
     }
 
     async fn start(&self, id: &str) -> Result<(), BackendError> {
@@ -63,10 +63,10 @@ impl Place for Modal {
         &self,
         id: &str,
         temporary: bool,
-        _team: Option<&str>,
+        team: Option<&str>,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        Ok(Modal::factory_reset(self, id, temporary).await?)
+        Ok(Modal::factory_reset(self, id, temporary, team).await?)
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {

@@ -166,6 +166,9 @@ pub struct ExitInfo {
     pub code: i32,
     pub timed_out: bool,
     pub truncated: bool,
+    /// The out-of-memory killer ended it (the computer's memory limit was reached).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
 }
 
 /// What a supervisor that serves kept jobs answers to a ping (older ones echo the ping).

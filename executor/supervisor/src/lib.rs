@@ -11,5 +11,6 @@ mod file_errors;
 mod files;
 pub mod frame;
 mod jobs;
+mod oom;
 pub mod ring;
 pub mod server;

@@ -237,6 +237,7 @@ fn finish(sink: &Sink, code: i32, stderr_note: Option<&str>) {
         code,
         timed_out: false,
         truncated: false,
+        oom_killed: false,
     });
 }
 
@@ -292,6 +293,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         NEXT_TAG.fetch_add(1, Ordering::Relaxed)
     );
     cmd.env(TAG_VAR, &tag);
+    let oom_before = crate::oom::kills();
     cmd.stdin(if spec.stdin {
         Stdio::piped()
     } else {
@@ -459,14 +461,18 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
             if let Sink::Stream { job, jobs, .. } = &sink {
                 lock(jobs).remove(job);
             }
+            let (timed_out, truncated) = (
+                timed_out.load(Ordering::SeqCst),
+                truncated.load(Ordering::SeqCst),
+            );
+            let oom_killed = !timed_out
+                && !truncated
+                && crate::oom::killed(status, oom_before, crate::oom::kills());
             sink.exit(ExitInfo {
-                code: if timed_out.load(Ordering::SeqCst) {
-                    124
-                } else {
-                    status
-                },
-                timed_out: timed_out.load(Ordering::SeqCst),
-                truncated: truncated.load(Ordering::SeqCst),
+                code: if timed_out { 124 } else { status },
+                timed_out,
+                truncated,
+                oom_killed,
             });
         });
     }

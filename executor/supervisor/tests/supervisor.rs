@@ -189,7 +189,8 @@ fn issue_3_timeout_kills_the_whole_group_and_keeps_output() {
         ExitInfo {
             code: 124,
             timed_out: true,
-            truncated: false
+            truncated: false,
+            oom_killed: false,
         }
     );
     assert_eq!(o.stdout, b"before\n");

@@ -138,17 +138,19 @@ impl Gateway {
     }
 
     /// Does one operation where `place` says: on a provider directly, or through the
-    /// executor API of the executor of that name. Failures keep their codes.
+    /// executor API of the executor of that name, with a token granting `scope` (the
+    /// caller's, space separated: the executor checks it again). Failures keep their codes.
     pub(crate) async fn op(
         &self,
         place: &str,
         team: &str,
+        scope: &str,
         op: Op,
     ) -> std::result::Result<Value, GatewayError> {
         let answer = match place {
             cloud::FLY => slot(&self.fly, place)?.handle(team, op).await,
             cloud::E2B => slot(&self.e2b, place)?.handle(team, op).await,
-            _ => return self.call(place, team, &op).await,
+            _ => return self.call(place, team, scope, &op).await,
         };
         answer.map_err(GatewayError::Api)
     }
@@ -158,6 +160,7 @@ impl Gateway {
         &self,
         executor: &str,
         team: &str,
+        scope: &str,
         op: &Op,
     ) -> std::result::Result<Value, GatewayError> {
         let ex = self.executor(executor).ok_or_else(|| {
@@ -169,6 +172,7 @@ impl Gateway {
             &self.executor_secret,
             &self.executor_audience,
             team,
+            scope,
             now_ms() / 1000,
         )
         .map_err(GatewayError::Config)?;

@@ -9,6 +9,7 @@
 //! on Fly or E2B do not stream files yet and say so.
 
 use super::*;
+use shared::executor_api::Scope;
 
 fn error(status: u16, message: impl Into<String>) -> Result<Response> {
     json_response(status, &json!({"error": message.into()}))
@@ -141,6 +142,7 @@ pub(crate) async fn files(
         &gw.executor_secret,
         &gw.executor_audience,
         &team,
+        Scope::Exec.as_str(),
         now_ms() / 1000,
     ) {
         Ok(t) => t,

@@ -3,6 +3,7 @@
 //! visibility (through `shared::registry`), and an isolate cache for warm execs.
 
 use super::*;
+use shared::executor_api::Scope;
 use shared::registry::Target;
 use tracing::Instrument;
 
@@ -135,8 +136,16 @@ impl Host {
     ) -> std::result::Result<(Record, Value), GatewayError> {
         let id = op.computer_id().unwrap_or_default().to_owned();
         let rec = self.visible(&id).await?;
-        let v = self.gw.op(&rec.executor, &self.caller.team, op).await?;
+        let v = self
+            .gw
+            .op(&rec.executor, &self.caller.team, &self.scope(), op)
+            .await?;
         Ok((rec, v))
+    }
+
+    /// The caller's scopes as the executor token's `scope` claim.
+    fn scope(&self) -> String {
+        Scope::claim(self.caller.can_exec, self.caller.can_manage)
     }
 
     pub(crate) fn manage(&self) -> std::result::Result<(), GatewayError> {
@@ -206,7 +215,10 @@ impl Host {
                 let mut req = req;
                 req.temporary = Some(rec.temporary);
                 let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
-                let v = self.gw.op(&rec.executor, &team, Op::exec(&id, req)).await?;
+                let v = self
+                    .gw
+                    .op(&rec.executor, &team, &self.scope(), Op::exec(&id, req))
+                    .await?;
                 // A command left running is a job: the DO keeps where it runs and until
                 // when it may, so terminal_job needs no id and idle reaping waits for it.
                 if v["running"] == true
@@ -241,7 +253,10 @@ impl Host {
                 }
                 let (id, rec) = self.target(call.computer_id(), call.temporary()).await?;
                 let call = call.on(&id, Some(rec.temporary));
-                let v = self.gw.op(&rec.executor, &team, Op::File(call)).await?;
+                let v = self
+                    .gw
+                    .op(&rec.executor, &team, &self.scope(), Op::File(call))
+                    .await?;
                 if touch_due(&team, &id, self.gw.idle_ms / 4) {
                     let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
                 }
@@ -291,7 +306,10 @@ impl Host {
                     }
                     Err(e) => return Err(e),
                 };
-                let v = self.gw.op(&rec.executor, &team, Op::job(&id, call)).await?;
+                let v = self
+                    .gw
+                    .op(&rec.executor, &team, &self.scope(), Op::job(&id, call))
+                    .await?;
                 if v["running"] == false
                     && let Some(job_id) = &job_id
                 {
@@ -309,7 +327,7 @@ impl Host {
                 places.dedup();
                 let mut items = Vec::new();
                 for place in places {
-                    let listed = self.gw.op(&place, &team, Op::List).await?;
+                    let listed = self.gw.op(&place, &team, &self.scope(), Op::List).await?;
                     for item in listed["computers"].as_array().cloned().unwrap_or_default() {
                         let id = item["computer_id"].as_str().unwrap_or_default();
                         // The place shows the team's computers; the DO says which of them
@@ -334,7 +352,7 @@ impl Host {
                     computer_id: id,
                     temporary: rec.temporary,
                 };
-                self.gw.op(&rec.executor, &team, op).await
+                self.gw.op(&rec.executor, &team, &self.scope(), op).await
             }
             ToolCall::Restart { computer_id } => {
                 self.manage()?;

@@ -70,6 +70,11 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(buf)
 }
 
+/// A JSON answer, written by `shared::json` (so a JSON-RPC id is echoed exactly as sent).
 pub(crate) fn json_response(status: u16, body: &Value) -> Result<Response> {
-    Ok(Response::from_json(body)?.with_status(status))
+    let headers = Headers::new();
+    headers.set("content-type", "application/json")?;
+    Ok(Response::from_bytes(shared::json::to_vec(body))?
+        .with_status(status)
+        .with_headers(headers))
 }

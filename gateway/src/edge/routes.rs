@@ -145,8 +145,8 @@ pub(crate) fn jwt_bench(url: &worker::Url) -> Value {
     for i in 0..n {
         ok += u32::from(match op.as_str() {
             "verify" => auth.check(Some(&header), now).is_ok(),
-            "sign" => exec_token::sign(secret, "bench", &format!("t{i}"), now).is_ok(),
-            "cached" => exec_token::token(secret, "bench", "cached", now).is_ok(),
+            "sign" => exec_token::sign(secret, "bench", &format!("t{i}"), "exec", now).is_ok(),
+            "cached" => exec_token::token(secret, "bench", "cached", "exec", now).is_ok(),
             _ => false,
         });
     }

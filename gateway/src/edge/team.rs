@@ -5,6 +5,7 @@
 
 use super::store::SqlStore;
 use super::*;
+use shared::executor_api::Scope;
 use shared::registry::{Claimant, Entry, Registry, RegistryError};
 
 // ---------------------------------------------------------------- the team Durable Object
@@ -117,7 +118,8 @@ impl Team {
         let op = Op::Delete {
             computer_id: e.id.clone(),
         };
-        let _ = gw.op(&e.place, team, op).await;
+        // The gateway's own housekeeping: it owns the lifetime of what it placed.
+        let _ = gw.op(&e.place, team, Scope::Manage.as_str(), op).await;
         self.registry().forget(&e.id)
     }
 }

@@ -1,7 +1,48 @@
 //! JSON-RPC 2.0 framing: the error codes, parsing one incoming message into an
 //! [`Incoming`] (or the error response for a malformed one), and building responses.
+//!
+//! Request ids are echoed exactly. `serde_json` reads a number beyond 64-bit integers (or
+//! one whose text a float does not give back, such as `1.50`) as an `f64`, which would
+//! echo `18446744073709551617` as `1.8446744073709552e19`, another id. Such an id becomes
+//! the one-entry object `{RAW_ID: "<the text sent>"}`, which no client can send (ids are
+//! strings or numbers), and [`crate::json`] writes a message's marked id back as that text.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
+
+pub use crate::json::{RAW_ID, raw_id_text};
+
+/// The id and `params.requestId` of a message as sent.
+#[derive(Deserialize)]
+struct RawIds<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawRequestId<'a> {
+    #[serde(borrow, default, rename = "requestId")]
+    request_id: Option<&'a RawValue>,
+}
+
+/// Whether `v` is a number `serde_json` holds as a float whose text may differ from the
+/// one sent.
+fn inexact(v: Option<&Value>) -> bool {
+    matches!(v, Some(Value::Number(n)) if n.is_f64())
+}
+
+/// `id` as sent, when its text is not what `id` writes.
+fn exact(id: &mut Value, raw: Option<&RawValue>) {
+    if let (Value::Number(n), Some(raw)) = (&*id, raw) {
+        let text = raw.get().trim();
+        if n.to_string() != text {
+            *id = json!({ RAW_ID: text });
+        }
+    }
+}
 
 /// JSON-RPC and MCP error codes.
 pub mod codes {
@@ -42,7 +83,29 @@ pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Value> {
             None,
         )
     })?;
-    parse_value(value)
+    let id_inexact = inexact(value.get("id"));
+    let cancel_inexact = inexact(value.get("params").and_then(|p| p.get("requestId")));
+    let mut incoming = parse_value(value)?;
+    if id_inexact || cancel_inexact {
+        let raw: Option<RawIds> = serde_json::from_slice(bytes).ok();
+        match &mut incoming {
+            Incoming::Request { id, .. } => exact(id, raw.as_ref().and_then(|r| r.id)),
+            Incoming::Notification {
+                params: Some(p), ..
+            } => {
+                let sent = raw
+                    .as_ref()
+                    .and_then(|r| r.params)
+                    .and_then(|p| serde_json::from_str::<RawRequestId>(p.get()).ok())
+                    .and_then(|r| r.request_id);
+                if let Some(request_id) = p.get_mut("requestId") {
+                    exact(request_id, sent);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(incoming)
 }
 
 /// Parses an already-decoded JSON-RPC message.

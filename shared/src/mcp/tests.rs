@@ -291,3 +291,62 @@ fn fuzz_parser_and_dispatcher() {
         }
     }
 }
+
+#[test]
+fn ids_are_echoed_exactly() {
+    for sent in [
+        "18446744073709551617",
+        "-18446744073709551617",
+        "1.50",
+        "1e2",
+        "123456789012345678901234567890",
+        "7",
+        "-3",
+        "1.5",
+        "\"a\"",
+    ] {
+        let msg = format!("{{\"jsonrpc\":\"2.0\",\"id\":{sent},\"method\":\"ping\"}}");
+        let Incoming::Request { id, .. } = parse_message(msg.as_bytes()).unwrap() else {
+            panic!("not a request: {msg}");
+        };
+        let resp = crate::json::to_string(&success_response(id.clone(), json!({})));
+        assert_eq!(
+            resp,
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{sent},\"result\":{{}}}}"),
+            "{sent}"
+        );
+        let err = crate::json::to_string(&error_response(id, codes::INTERNAL_ERROR, "x", None));
+        assert!(err.contains(&format!("\"id\":{sent},")), "{err}");
+    }
+    // A cancellation names the request by the same key as the request itself.
+    let req = parse_message(b"{\"jsonrpc\":\"2.0\",\"id\":18446744073709551617,\"method\":\"x\"}")
+        .unwrap();
+    let cancel = parse_message(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":18446744073709551617}}",
+    )
+    .unwrap();
+    let other = parse_message(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":18446744073709551618}}",
+    )
+    .unwrap();
+    let (
+        Incoming::Request { id, .. },
+        Incoming::Notification {
+            params: Some(p), ..
+        },
+    ) = (req, cancel)
+    else {
+        panic!("wrong kinds");
+    };
+    assert_eq!(id, p["requestId"]);
+    let Incoming::Notification {
+        params: Some(q), ..
+    } = other
+    else {
+        panic!("not a notification");
+    };
+    assert_ne!(id, q["requestId"]);
+    // A client cannot forge the marker: an object id is refused.
+    let forged = format!("{{\"jsonrpc\":\"2.0\",\"id\":{{\"{RAW_ID}\":\"1\"}},\"method\":\"x\"}}");
+    assert!(parse_message(forged.as_bytes()).is_err());
+}

@@ -19,6 +19,7 @@ fn claims(team: &str) -> Claims {
         sub: team.into(),
         iat: unix_now(),
         exp: unix_now() + 60,
+        scope: "exec manage".into(),
     }
 }
 
@@ -145,6 +146,13 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
         let (s, body) = req(M::GET, format!("{v1}/computers"), tok.as_deref(), None).await?;
         assert_eq!(s, 401, "{what}: {body}");
         assert_eq!(body["error"]["code"], "unauthorized", "{what}: {body}");
+        // issue 19: the parser's reasons stay in the executor's log.
+        let said = if tok.is_some() {
+            "invalid token"
+        } else {
+            "missing bearer token"
+        };
+        assert_eq!(body["error"]["message"], said, "{what}: {body}");
     }
 
     // Team a: create, exec (the tool's exact result shape), list.
@@ -474,4 +482,171 @@ async fn issue_14_jobs_through_the_executor_api() -> anyhow::Result<()> {
     assert_eq!(s, 200);
     assert!(x.terminate().await?.success());
     remove_all(&t).await
+}
+
+/// issue 19 finding 3: the executor checks the token's scope on every route, and reaches
+/// only computers that carry the caller's team (label and key), permanent ones included:
+/// never a local server's, never one whose team label is missing.
+#[tokio::test]
+async fn issue_19_executor_checks_scope_and_team() -> anyhow::Result<()> {
+    use reqwest::Method as M;
+    let t = tag("xscope");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &ServerOpts::default(), SECRET).await?;
+    let v1 = format!("{}/v1", x.base);
+    let scoped = |scope: &str| executor_token_scoped(SECRET, "team-s", scope);
+    let (exec_only, manage_only, none) = (scoped("exec")?, scoped("manage")?, scoped("")?);
+    let forbidden = |what: &str, (s, r): (u16, Value), scope: &str| {
+        assert_eq!(
+            (s, r["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{what}: {r}"
+        );
+        let msg = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&format!("`{scope}` scope")), "{what}: {r}");
+    };
+
+    // `exec` runs commands (making the computer on first use), lists and uses files...
+    let id = format!("{t}-p");
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&exec_only),
+        Some(json!({"command": "echo ok", "temporary": false})),
+    )
+    .await?;
+    assert_eq!((s, r["stdout"].as_str()), (200, Some("ok\n")), "{r}");
+    let (s, r) = req(M::GET, format!("{v1}/computers"), Some(&exec_only), None).await?;
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/files/write"),
+        Some(&exec_only),
+        Some(json!({"path": "/tmp/f", "content": "x"})),
+    )
+    .await?;
+    assert_eq!(s, 200, "{r}");
+    // ...but may not create, restart, reset or delete, permanent computers included.
+    let body = Some(json!({"computer_id": format!("{t}-q")}));
+    let r = req(M::POST, format!("{v1}/computers"), Some(&exec_only), body).await?;
+    forbidden("create with exec", r, "manage");
+    for op in ["restart", "factory-reset"] {
+        let r = req(
+            M::POST,
+            format!("{v1}/computers/{id}/{op}"),
+            Some(&exec_only),
+            None,
+        )
+        .await?;
+        forbidden(op, r, "manage");
+    }
+    let r = req(
+        M::DELETE,
+        format!("{v1}/computers/{id}"),
+        Some(&exec_only),
+        None,
+    )
+    .await?;
+    forbidden("delete with exec", r, "manage");
+    // `manage` alone may not run commands or list; no scope may do nothing.
+    let r = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&manage_only),
+        Some(json!({"command": "true"})),
+    )
+    .await?;
+    forbidden("exec with manage", r, "exec");
+    let r = req(M::GET, format!("{v1}/computers"), Some(&none), None).await?;
+    forbidden("list without scope", r, "exec");
+    let r = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&none), None).await?;
+    forbidden("delete without scope", r, "manage");
+    let resp = reqwest::Client::new()
+        .get(format!("{}/v1/files/{id}/tmp/f", x.base))
+        .bearer_auth(&manage_only)
+        .send()
+        .await?;
+    assert_eq!(resp.status().as_u16(), 403, "a file stream needs `exec`");
+    // The refused calls changed nothing: the computer still runs.
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{id}/exec"),
+        Some(&exec_only),
+        Some(json!({"command": "cat /tmp/f"})),
+    )
+    .await?;
+    assert_eq!((s, r["stdout"].as_str()), (200, Some("x")), "{r}");
+
+    // A container with the team's key but without its team label (a forged or older
+    // one) and a local server's permanent computer are never reached.
+    let docker = |args: &[&str]| -> anyhow::Result<()> {
+        let out = std::process::Command::new("docker").args(args).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let stray = format!("{t}-s");
+    let local = format!("{t}-l");
+    for key in [shared::teams::key(Some("team-s"), &stray), local.clone()] {
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &format!("kilntainer-{key}"),
+            "--label",
+            "kilntainers=true",
+            "--label",
+            &format!("kilntainers.computer-id={key}"),
+            "--label",
+            "kilntainers.temporary=false",
+            "--label",
+            &format!("msc-test={t}"),
+            "debian:bookworm-slim",
+            "sleep",
+            "infinity",
+        ])?;
+    }
+    let (s, r) = req(
+        M::POST,
+        format!("{v1}/computers/{stray}/exec"),
+        Some(&exec_only),
+        Some(json!({"command": "true"})),
+    )
+    .await?;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (409, Some("conflict")),
+        "a computer without the team label was used: {r}"
+    );
+    let both = executor_token(SECRET, "team-s")?;
+    let (s, r) = req(M::GET, format!("{v1}/computers"), Some(&both), None).await?;
+    assert_eq!(s, 200, "{r}");
+    let listed: Vec<&str> = r["computers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["computer_id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(listed, vec![id.as_str()], "{r}");
+    let (s, _) = req(
+        M::DELETE,
+        format!("{v1}/computers/{stray}"),
+        Some(&both),
+        None,
+    )
+    .await?;
+    assert_eq!(s, 404, "a computer without the team label was deleted");
+    assert_eq!(
+        containers(&t).await?.len(),
+        3,
+        "a refused call removed something"
+    );
+
+    let (s, r) = req(M::DELETE, format!("{v1}/computers/{id}"), Some(&both), None).await?;
+    assert_eq!((s, &r["deleted"]), (200, &json!(true)), "{r}");
+    assert!(x.terminate().await?.success());
+    for key in [shared::teams::key(Some("team-s"), &stray), local] {
+        docker(&["rm", "-f", &format!("kilntainer-{key}")])?;
+    }
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
 }

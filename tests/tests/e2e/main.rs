@@ -7,6 +7,7 @@
 //! - `cleanup`: temporaries go away on EOF, SIGTERM, SIGKILL of the server, HTTP session end and idleness
 //! - `http`: both protocol eras over Streamable HTTP, auth, Host/Origin checks, service routes
 //! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
+//! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`)
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
@@ -33,6 +34,7 @@ mod files_wasm;
 mod fly;
 mod gateway;
 mod gateway_cloud;
+mod hardening;
 mod http;
 mod image;
 mod images;

@@ -304,3 +304,61 @@ async fn issue_19_setsid_escapes_the_timeout_kill() -> anyhow::Result<()> {
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
+
+/// Issue 19, finding 6: a command the out-of-memory killer ends says so (`oom_killed`,
+/// and a notice in stderr), in the foreground and as a job; a plain SIGKILL does not.
+#[tokio::test]
+async fn issue_19_oom_kill_is_reported() -> anyhow::Result<()> {
+    let t = tag("oom");
+    let opts = ServerOpts::default()
+        .arg("--memory")
+        .arg("64m")
+        .arg("--tools")
+        .arg("exec,jobs");
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let id = format!("{t}-a");
+    exec(&c, json!({"command": "true", "computer_id": id})).await?;
+    // `tail` holds a 200 MB line in a 64 MB computer.
+    let hog = "head -c 200000000 /dev/zero | tail > /dev/null";
+    let r = exec(&c, json!({"command": hog, "computer_id": id})).await?;
+    assert_eq!(
+        (r["exit_code"].as_i64(), r["oom_killed"].as_bool()),
+        (Some(137), Some(true)),
+        "{r}"
+    );
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("out-of-memory killer"),
+        "{r}"
+    );
+    // A job: the read that sees it end says it too.
+    let r = exec(
+        &c,
+        json!({"command": format!("sleep 0.5; {hog}"), "computer_id": id, "yield_ms": 0}),
+    )
+    .await?;
+    let job_id = r["job_id"].as_str().unwrap_or_default().to_owned();
+    assert!(!job_id.is_empty(), "{r}");
+    let ended = loop {
+        let r = job(&c, json!({"job_id": job_id, "wait_ms": 10_000})).await?;
+        if r["running"] == false {
+            break r;
+        }
+    };
+    assert_eq!(
+        (ended["exit_code"].as_i64(), ended["oom_killed"].as_bool()),
+        (Some(137), Some(true)),
+        "{ended}"
+    );
+    // Killed by a signal, not by memory: no such claim.
+    let r = exec(&c, json!({"command": "kill -9 $$", "computer_id": id})).await?;
+    assert_eq!(
+        (r["exit_code"].as_i64(), r.get("oom_killed")),
+        (Some(137), None),
+        "{r}"
+    );
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(15)).await
+}

@@ -90,7 +90,7 @@ impl<T: HttpTransport> E2bComputers<T> {
             image: s.template_id.clone(),
             state: s.state.clone(),
             created_at: s.started_at.clone().unwrap_or_default(),
-            team: None,
+            team: s.metadata.get(tags::TEAM).cloned(),
         })
     }
 
@@ -170,8 +170,13 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             .collect())
     }
 
-    async fn create(&self, id: &str, temporary: bool) -> Result<Computer, ComputersError> {
-        let mut metadata = tags::of(id, temporary, &self.owner);
+    async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+    ) -> Result<Computer, ComputersError> {
+        let mut metadata = tags::of(id, temporary, &self.owner, team);
         metadata.extend(self.settings.metadata.iter().cloned());
         let sandbox = self
             .client
@@ -194,7 +199,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             image: sandbox.template_id,
             state: "running".into(),
             created_at: String::new(),
-            team: None,
+            team: team.map(str::to_owned),
         })
     }
 
@@ -302,6 +307,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             duration_ms: clock.now_ms().saturating_sub(started),
             truncated_at: (truncated || out.truncated).then_some(ex.output_limit as u64),
             timed_out_after: timed_out.then_some(ex.timeout_ms / 1000),
+            oom_killed: false,
         })
     }
 }

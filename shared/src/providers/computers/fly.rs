@@ -137,7 +137,7 @@ impl<T: HttpTransport> FlyComputers<T> {
             image: m.image.clone().unwrap_or_default(),
             state: state.to_owned(),
             created_at: m.created_at.clone().unwrap_or_default(),
-            team: None,
+            team: m.metadata.get(tags::TEAM).cloned(),
         })
     }
 
@@ -213,7 +213,12 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
             .collect())
     }
 
-    async fn create(&self, id: &str, temporary: bool) -> Result<Computer, ComputersError> {
+    async fn create(
+        &self,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+    ) -> Result<Computer, ComputersError> {
         let s = &self.settings;
         let spec = MachineSpec {
             name: id.to_owned(),
@@ -224,7 +229,7 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
             memory_mb: s.memory_mb,
             rootfs_persist: Some(if temporary { "never" } else { "always" }.to_owned()),
             rootfs_size_gb: s.rootfs_size_gb,
-            metadata: tags::of(id, temporary, &self.owner),
+            metadata: tags::of(id, temporary, &self.owner, team),
             init_exec: Some(vec!["/bin/sh".into(), "-c".into(), KEEPALIVE.into()]),
         };
         let mut m = match self.client.create_machine(&self.app, &spec).await {
@@ -359,6 +364,7 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
             duration_ms: clock.now_ms().saturating_sub(started),
             truncated_at: truncated.then_some(ex.output_limit as u64),
             timed_out_after: timed_out.then_some(ex.timeout_ms / 1000),
+            oom_killed: false,
         })
     }
 }

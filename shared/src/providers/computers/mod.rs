@@ -23,15 +23,26 @@ pub mod tags {
     pub const TEMPORARY: &str = "mcp_temporary";
     pub const INSTANCE: &str = "mcp_instance";
     pub const HOST: &str = "mcp_host";
+    /// The team an executor made the computer for (absent for a local server's).
+    pub const TEAM: &str = "mcp_team";
 
-    /// The tags of computer `id`; temporaries also name the server that owns them (so the
-    /// next start on that host can reap them when that server died).
-    pub fn of(id: &str, temporary: bool, owner: &super::Owner) -> Vec<(String, String)> {
+    /// The tags of computer `id` (of `team`, when an executor makes it for one);
+    /// temporaries also name the server that owns them (so the next start on that host
+    /// can reap them when that server died).
+    pub fn of(
+        id: &str,
+        temporary: bool,
+        owner: &super::Owner,
+        team: Option<&str>,
+    ) -> Vec<(String, String)> {
         let mut t = vec![
             (MANAGED.to_owned(), "true".to_owned()),
             (ID.to_owned(), id.to_owned()),
             (TEMPORARY.to_owned(), temporary.to_string()),
         ];
+        if let Some(team) = team {
+            t.push((TEAM.to_owned(), team.to_owned()));
+        }
         if temporary {
             t.push((INSTANCE.to_owned(), owner.instance.clone()));
             t.push((HOST.to_owned(), owner.host.clone()));
@@ -64,8 +75,8 @@ pub struct Computer {
     /// RFC 3339, UTC (empty when unknown).
     pub created_at: String,
     /// The team whose computer it is, when an executor made it for the gateway (Docker
-    /// labels, WASM metadata); `None` for a local server's computers, and on backends
-    /// that keep teams apart by the key alone ([`crate::teams`]).
+    /// labels, WASM metadata, the cloud tag [`tags::TEAM`]); `None` for a local server's
+    /// computers.
     pub team: Option<String>,
 }
 
@@ -166,10 +177,12 @@ pub trait CloudComputers: MaybeSync {
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<Computer>, ComputersError>> + MaybeSend;
 
+    /// Makes computer `id`, tagged with `team` when an executor makes it for one.
     fn create(
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
     ) -> impl Future<Output = Result<Computer, ComputersError>> + MaybeSend;
 
     /// Makes a stopped, suspended or paused computer run again.
@@ -185,10 +198,11 @@ pub trait CloudComputers: MaybeSync {
         &self,
         id: &str,
         temporary: bool,
+        team: Option<&str>,
     ) -> impl Future<Output = Result<Computer, ComputersError>> + MaybeSend {
         async move {
             self.remove(id).await?;
-            self.create(id, temporary).await
+            self.create(id, temporary, team).await
         }
     }
 
@@ -265,9 +279,9 @@ mod tests {
             instance: "i1".into(),
             host: "h1".into(),
         };
-        let t = tags::of("box", true, &owner);
+        let t = tags::of("box", true, &owner, None);
         assert!(t.contains(&(tags::INSTANCE.to_owned(), "i1".to_owned())));
-        let p = tags::of("box", false, &owner);
+        let p = tags::of("box", false, &owner, Some("t"));
         assert!(!p.iter().any(|(k, _)| k == tags::INSTANCE));
         assert!(p.contains(&(tags::TEMPORARY.to_owned(), "false".to_owned())));
     }
