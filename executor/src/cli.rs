@@ -279,6 +279,9 @@ pub struct Cli {
     /// Max WASM memory in MiB.
     #[arg(long, default_value_t = 256, help_heading = "wasm backend options")]
     pub wasm_max_memory: u64,
+    /// Memory budget of the toolbox's host shell per command (variables, `$(...)` captures, words being built; beyond it the command ends with 137): MiB, or a size such as 64m or 1g (at least 1 MiB).
+    #[arg(long, default_value = "64", help_heading = "wasm backend options")]
+    pub wasm_shell_memory: String,
     /// WASM instruction fuel limit (default: unlimited).
     #[arg(long, help_heading = "wasm backend options")]
     pub wasm_fuel: Option<u64>,

@@ -54,6 +54,10 @@ pub enum ConfigError {
     WasmPathUnused,
     #[error("--wasm-max-memory {0} must be between 1 and 4096 (MiB)")]
     BadWasmMemory(u64),
+    #[error(
+        "--wasm-shell-memory {0}: give MiB (1 to 4096) or a size such as 64m or 1g (1 MiB to 4 GiB)"
+    )]
+    BadShellMemory(String),
     #[error("--wasm-fuel must be at least 1 (omit it for no fuel limit)")]
     BadWasmFuel,
     #[error(
@@ -165,6 +169,21 @@ fn parse_memory(s: &str) -> Result<i64, ConfigError> {
         Some(b) if b >= 6 * 1024 * 1024 => Ok(b),
         _ => Err(ConfigError::BadMemory(s.into())),
     }
+}
+
+/// `--wasm-shell-memory`: a bare number is MiB (like `--wasm-max-memory`), else a size.
+fn parse_shell_memory(s: &str) -> Result<usize, ConfigError> {
+    let t = s.trim();
+    let bytes = match t.parse::<u64>() {
+        Ok(mib) if (1..=4096).contains(&mib) => Some(mib << 20),
+        Ok(_) => None,
+        Err(_) => parse_size(t)
+            .and_then(|b| u64::try_from(b).ok())
+            .filter(|b| (1 << 20..=4 << 30).contains(b)),
+    };
+    bytes
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| ConfigError::BadShellMemory(s.into()))
 }
 
 fn parse_endpoint(raw: Option<&str>) -> Result<DockerEndpoint, ConfigError> {
@@ -537,6 +556,7 @@ Files persist between calls on the same computer and across computer_restart (a 
         let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
         let wasm = WasmConfig {
             max_memory_bytes: usize::try_from(cli.wasm_max_memory << 20).unwrap_or(usize::MAX),
+            shell_memory_bytes: parse_shell_memory(&cli.wasm_shell_memory)?,
             fuel: cli.wasm_fuel,
             cache_dir: cli
                 .wasm_cache_dir
@@ -665,6 +685,24 @@ mod tests {
             cfg(&["--backend", "go_busybox", "--wasm-fuel", "0"]),
             Err(ConfigError::BadWasmFuel)
         ));
+        // Issue 19: the shell's memory budget, 64 MiB by default; MiB or a size.
+        let shell = |v: &str| cfg(&["--backend", "go_busybox", "--wasm-shell-memory", v]);
+        assert_eq!(
+            cfg(&["--backend", "go_busybox"])
+                .unwrap()
+                .wasm
+                .shell_memory_bytes,
+            64 << 20
+        );
+        assert_eq!(shell("16").unwrap().wasm.shell_memory_bytes, 16 << 20);
+        assert_eq!(shell("512m").unwrap().wasm.shell_memory_bytes, 512 << 20);
+        assert_eq!(shell("1g").unwrap().wasm.shell_memory_bytes, 1 << 30);
+        for bad in ["0", "512k", "5000", "8g", "lots"] {
+            assert!(
+                matches!(shell(bad), Err(ConfigError::BadShellMemory(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct JobPoll {
 #[derive(Debug, Clone)]
 pub struct WasmConfig {
     pub max_memory_bytes: usize,
+    /// The memory budget of one run of the toolbox's host shell (`--wasm-shell-memory`).
+    pub shell_memory_bytes: usize,
     pub fuel: Option<u64>,
     pub cache_dir: PathBuf,
 }

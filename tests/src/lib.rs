@@ -242,6 +242,18 @@ pub async fn stdio_client(tag: &str, state: &Path, opts: &ServerOpts) -> Result<
     stdio_client_with(tag, state, opts, ClientLifecycleMode::Initialize).await
 }
 
+/// [`stdio_client`], and the server's process id (to read its `/proc/<pid>/status`).
+pub async fn stdio_client_pid(tag: &str, state: &Path, opts: &ServerOpts) -> Result<(Client, u32)> {
+    let (transport, _) = TokioChildProcess::builder(command(tag, state, opts))
+        .stderr(Stdio::from(log_file(tag)))
+        .spawn()?;
+    let pid = transport.id().context("the server's process id")?;
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await?;
+    Ok((client, pid))
+}
+
 /// Starts a server over stdio and connects rmcp's client in the stateless 2026-07-28 era.
 pub async fn stdio_client_modern(tag: &str, state: &Path, opts: &ServerOpts) -> Result<Client> {
     let mode = ClientLifecycleMode::Discover {

@@ -19,6 +19,7 @@ mod xargs;
 
 use std::time::Duration;
 
+use super::budget::Params;
 use super::exec::{Target, status_of};
 use super::fs;
 use super::io::{Fd, memory_reader};
@@ -121,7 +122,8 @@ impl Shell {
                 if n > self.params.len() {
                     return Ok(1);
                 }
-                self.params.drain(..n);
+                let rest = self.params.get(n..).unwrap_or(&[]).to_vec();
+                self.params = Params::new(&self.ctx.budget, rest)?;
                 Ok(0)
             }
             "local" | "declare" | "typeset" => self.bi_local(name, &args).await,

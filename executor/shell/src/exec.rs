@@ -21,11 +21,12 @@ use brush_parser::ast::{
     IoFileRedirectTarget, IoRedirect, Pipeline, SeparatorOperator, SimpleCommand,
 };
 
+use super::budget::{Charge, Counted, Params};
 use super::fs::{self, Mode, Special};
 use super::glob::Pattern;
-use super::io::{Fd, SharedReader, SharedWriter, SyncFile, memory_reader, pipe};
+use super::io::{Fd, SharedReader, SharedWriter, SyncFile, charged_reader, memory_reader, pipe};
 use super::parse::{self, ParseFail};
-use super::state::{BoxFut, Ctl, Job, MAX_DEPTH, R, Shell, quote};
+use super::state::{BoxFut, Ctl, Func, Job, MAX_DEPTH, R, Shell, quote};
 use super::{Stdio, builtins};
 
 /// Turns an unwinding signal into the status of a (sub)shell that ends there.
@@ -107,6 +108,7 @@ impl Shell {
 
     /// Enters one nesting level (function, eval, source, substitution, subshell).
     pub(crate) async fn enter(&mut self) -> Result<(), Ctl> {
+        self.ctx.budget.check()?;
         if self.ctx.aborted() {
             return Err(Ctl::Exit(2));
         }
@@ -327,8 +329,10 @@ impl Shell {
                     r
                 }
                 Command::Function(fd) => {
-                    self.funcs
-                        .insert(fd.fname.value.clone(), Arc::new(fd.body.clone()));
+                    // Counted at the length of its text (the parsed tree is of that order).
+                    let size = fd.body.to_string().len();
+                    let body = Counted::new(&self.ctx.budget, fd.body.clone(), size)?;
+                    self.funcs.insert(fd.fname.value.clone(), Arc::new(body));
                     Ok(0)
                 }
                 Command::ExtendedTest(et, redirs) => {
@@ -363,6 +367,6 @@ impl Shell {
 
 /// What `with_temp_env` runs.
 pub(crate) enum Target {
-    Function(Arc<ast::FunctionBody>),
+    Function(Func),
     Builtin,
 }

@@ -18,10 +18,11 @@ use brush_parser::word::{
 };
 
 use super::arith;
+use super::budget::Charge;
 use super::glob::{self, Pattern};
 use super::io::{CaptureSink, Fd, SharedWriter};
 use super::parse::{self, guarded};
-use super::state::{BoxFut, CAPTURE_CAP, Ctl, Shell};
+use super::state::{BoxFut, Ctl, Shell};
 use brace::brace_expand;
 
 /// A piece of an expanded word.
@@ -164,6 +165,17 @@ fn split_fields(pieces: Vec<Piece>, ifs: &str) -> Vec<Field> {
         fields.push(cur);
     }
     fields
+}
+
+/// Bytes held by pieces (what they count against the memory budget).
+fn pieces_len(pieces: &[Piece]) -> usize {
+    pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Seg { s, .. } => s.len() + 8,
+            Piece::Break => 8,
+        })
+        .sum()
 }
 
 fn pieces_text(pieces: &[Piece]) -> String {
@@ -312,7 +324,10 @@ impl Shell {
     ) -> BoxFut<'a, Result<Vec<Piece>, Ctl>> {
         Box::pin(async move {
             let mut out = Vec::new();
+            // The pieces built so far stay counted while later ones run `$(...)`.
+            let mut held = Charge::new(&self.ctx.budget);
             for p in pieces {
+                let before = out.len();
                 match &p.piece {
                     WordPiece::Text(s) => out.push(seg(s.clone(), in_dq, false)),
                     WordPiece::SingleQuotedText(s) => out.push(seg(s.clone(), true, false)),
@@ -372,6 +387,7 @@ impl Shell {
                         out.push(seg(v.to_string(), in_dq, !in_dq));
                     }
                 }
+                held.grow(pieces_len(out.get(before..).unwrap_or(&[])))?;
             }
             Ok(out)
         })
@@ -398,8 +414,10 @@ impl Shell {
         {
             let path = self.expand_one(rest.trim()).await?;
             let abs = super::fs::resolve(&self.cwd, &path);
-            return match super::fs::read_file(&self.ctx.root, &abs, CAPTURE_CAP as u64) {
+            let room = self.ctx.budget.available() as u64 + 1;
+            return match super::fs::read_file(&self.ctx.root, &abs, room) {
                 Ok(mut data) => {
+                    self.ctx.budget.fits(data.len())?;
                     while data.last() == Some(&b'\n') {
                         data.pop();
                     }
@@ -421,17 +439,18 @@ impl Shell {
             1,
             Some(Fd::Out(SharedWriter::new(Box::new(CaptureSink {
                 buf: buf.clone(),
-                cap: CAPTURE_CAP,
+                charge: Charge::new(&self.ctx.budget),
             })))),
         );
         let st = sub.run_nested(cmd).await;
         drop(sub);
         let st = match st {
             Ok(s) => s,
-            Err(Ctl::Exit(2)) if self.ctx.aborted() => return Err(Ctl::Exit(2)),
+            Err(e @ Ctl::Exit(_)) if self.ctx.aborted() => return Err(e),
             Err(Ctl::Exit(s) | Ctl::Return(s) | Ctl::Fail(s)) => s,
             Err(Ctl::Break(_) | Ctl::Continue(_)) => 0,
         };
+        self.ctx.budget.check()?;
         self.cmdsub_status = Some(st);
         self.status = st;
         let mut out = CaptureSink::take(&buf);

@@ -4,8 +4,11 @@
 //! Patterns are strings in which a backslash escapes the next character; the expansion code
 //! escapes every quoted character so that quoting disables pattern characters.
 
+use std::sync::Arc;
+
 use cap_std::fs::Dir;
 
+use super::budget::Budget;
 use super::fs;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,30 +26,29 @@ enum ClassItem {
     Named(String),
 }
 
-/// A compiled pattern.
+/// A compiled pattern. With a budget, the matching loops give up (no match) once the run
+/// must stop, so a quadratic match on a long value cannot outlive its deadline.
 #[derive(Debug, Clone)]
 pub(crate) struct Pattern {
     toks: Vec<Tok>,
+    budget: Option<Arc<Budget>>,
 }
 
 /// Does the pattern contain unescaped pattern characters?
 pub(crate) fn has_meta(p: &str) -> bool {
-    let mut it = p.chars();
-    while let Some(c) = it.next() {
+    let chars: Vec<char> = p.chars().collect();
+    // No bracket expression can start after the last `]`.
+    let last_close = chars.iter().rposition(|c| *c == ']').unwrap_or(0);
+    let mut i = 0;
+    while let Some(&c) = chars.get(i) {
         match c {
-            '\\' => {
-                it.next();
-            }
+            '\\' => i += 1,
             '*' | '?' => return true,
-            '[' => {
-                // Only a complete bracket expression counts.
-                let rest: String = it.clone().collect();
-                if parse_class(&rest.chars().collect::<Vec<_>>(), 0).is_some() {
-                    return true;
-                }
-            }
+            // Only a complete bracket expression counts.
+            '[' if i < last_close && parse_class(&chars, i + 1).is_some() => return true,
             _ => {}
         }
+        i += 1;
     }
     false
 }
@@ -169,7 +171,17 @@ impl Pattern {
                 }
             }
         }
-        Self { toks }
+        Self { toks, budget: None }
+    }
+
+    /// This pattern, stopping when `budget` says the run must stop.
+    pub(crate) fn with_budget(mut self, budget: &Arc<Budget>) -> Self {
+        self.budget = Some(budget.clone());
+        self
+    }
+
+    fn halted(&self, i: usize) -> bool {
+        self.budget.as_ref().is_some_and(|b| b.halted(i))
     }
 
     fn tok_matches(t: &Tok, c: char) -> bool {
@@ -212,7 +224,12 @@ impl Pattern {
         let p = &self.toks;
         let (mut pi, mut si) = (0usize, 0usize);
         let mut star: Option<(usize, usize)> = None;
+        let mut steps = 0usize;
         while si < s.len() {
+            steps += 1;
+            if steps.is_multiple_of(1 << 16) && self.halted(0) {
+                return false;
+            }
             match p.get(pi) {
                 Some(Tok::Star) => {
                     star = Some((pi, si));
@@ -247,7 +264,10 @@ impl Pattern {
         } else {
             Box::new(0..=chars.len())
         };
-        for n in range {
+        for (i, n) in range.enumerate() {
+            if self.halted(i + 1) {
+                return None;
+            }
             if self.matches_chars(chars.get(..n)?) {
                 return Some(n);
             }
@@ -264,7 +284,10 @@ impl Pattern {
         } else {
             Box::new(0..=len)
         };
-        for n in range {
+        for (i, n) in range.enumerate() {
+            if self.halted(i + 1) {
+                return None;
+            }
             if self.matches_chars(chars.get(len - n..)?) {
                 return Some(n);
             }
@@ -280,6 +303,7 @@ impl Pattern {
         anchored_start: bool,
         anchored_end: bool,
     ) -> Option<(usize, usize)> {
+        let mut tries = 0usize;
         let starts: Vec<usize> = if anchored_start {
             vec![from]
         } else {
@@ -292,6 +316,10 @@ impl Pattern {
                 (st..=chars.len()).rev().collect()
             };
             for en in ends {
+                tries += 1;
+                if self.halted(tries) {
+                    return None;
+                }
                 if en < st {
                     continue;
                 }

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::budget::Charge;
 use super::{Input, Output};
 
 /// Capacity of the pipes between pipeline stages.
@@ -287,11 +288,12 @@ impl AsyncWrite for SyncFile {
     }
 }
 
-/// Captures the output of a command substitution in memory, up to a cap; past the cap writes
-/// fail with `BrokenPipe` (which ends the producer like SIGPIPE would).
+/// Captures the output of a command substitution in memory, counted against the memory
+/// budget: past it writes fail with `BrokenPipe` (ending the producer like SIGPIPE would)
+/// and the budget stops the run.
 pub(crate) struct CaptureSink {
     pub(crate) buf: Arc<Mutex<Vec<u8>>>,
-    pub(crate) cap: usize,
+    pub(crate) charge: Charge,
 }
 
 impl CaptureSink {
@@ -306,14 +308,12 @@ impl AsyncWrite for CaptureSink {
         _cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut b = lock(&self.buf);
-        let room = self.cap.saturating_sub(b.len());
-        if room == 0 && !buf.is_empty() {
+        let this = self.get_mut();
+        if this.charge.grow(buf.len()).is_err() {
             return Poll::Ready(Err(io::Error::from(io::ErrorKind::BrokenPipe)));
         }
-        let n = buf.len().min(room);
-        b.extend_from_slice(&buf[..n]);
-        Poll::Ready(Ok(n))
+        lock(&this.buf).extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -328,4 +328,27 @@ impl AsyncWrite for CaptureSink {
 /// A reader over an in-memory buffer (here-documents, here-strings).
 pub(crate) fn memory_reader(data: Vec<u8>) -> Arc<SharedReader> {
     SharedReader::new(Box::new(std::io::Cursor::new(data)))
+}
+
+/// [`memory_reader`] whose bytes stay counted (by `charge`) while the reader lives.
+pub(crate) fn charged_reader(data: Vec<u8>, charge: Charge) -> Arc<SharedReader> {
+    SharedReader::new(Box::new(Charged {
+        inner: std::io::Cursor::new(data),
+        _charge: charge,
+    }))
+}
+
+struct Charged<R> {
+    inner: R,
+    _charge: Charge,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Charged<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
 }

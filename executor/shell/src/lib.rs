@@ -15,8 +15,15 @@
 //! redirections (`< > >> >| 2> &> 2>&1 <<EOF <<- <<<`, `exec` redirections), background jobs
 //! with `wait`/`kill`, and the builtins listed in `builtins.rs`. Not supported: arrays,
 //! process substitution, aliases, job control (`fg`/`bg`), real signals, `select`, coprocesses.
+//!
+//! Every run has [`Limits`] (issue 19): a deadline the interpreter checks itself (in loops,
+//! at every command and in long expansions, so a busy script stops on time even where it
+//! never waits), a memory budget for the values it holds (variables, parameters, functions,
+//! `$(...)` captures, here-documents, the words being built), and `ARG_MAX` for programs.
+//! A run stopped by a budget says so in [`Ended::stop`].
 
 mod arith;
+mod budget;
 mod builtins;
 mod cond;
 mod exec;
@@ -34,6 +41,8 @@ mod tests;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
+
+pub use budget::{DEFAULT_ARGS, DEFAULT_MEMORY, Limits, Stop, size_text};
 
 pub type Input = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 pub type Output = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
@@ -72,11 +81,24 @@ pub struct ShellConfig {
     /// Initial exported environment (HOME, PATH, ...). The shell sets PWD itself.
     pub env: Vec<(String, String)>,
     pub programs: Arc<dyn Programs>,
+    /// The deadline, memory budget and argument limit of this run.
+    pub limits: Limits,
 }
 
-/// Parses and runs `script` like `sh -c script`; returns the exit status.
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The exit status (0..=255).
+    pub status: i32,
+    /// Set when a budget stopped the run: [`Stop::Deadline`] (status 124, nothing written:
+    /// the caller reports the timeout) or [`Stop::Memory`] (status 137, its message written
+    /// to stderr).
+    pub stop: Option<Stop>,
+}
+
+/// Parses and runs `script` like `sh -c script`.
 /// A syntax error prints `sh: syntax error: ...` (with line/col if available) on stderr and returns 2.
-pub async fn run(script: &str, cfg: ShellConfig, io: Stdio) -> i32 {
+pub async fn run(script: &str, cfg: ShellConfig, io: Stdio) -> Ended {
     let Stdio {
         stdin,
         stdout,
@@ -85,10 +107,16 @@ pub async fn run(script: &str, cfg: ShellConfig, io: Stdio) -> i32 {
     let stdout = io::SharedWriter::new(stdout);
     let stderr = io::SharedWriter::new(stderr);
     let stdin = io::SharedReader::new(stdin);
-    let status = run_inner(script, cfg, stdin, stdout.clone(), stderr.clone()).await;
+    let ended = run_inner(script, cfg, stdin, stdout.clone(), stderr.clone()).await;
+    if let Some(stop @ Stop::Memory { .. }) = ended.stop {
+        let msg = format!("{stop}\n");
+        let _ = io::OutHandle(stderr.clone())
+            .write_all(msg.as_bytes())
+            .await;
+    }
     let _ = io::OutHandle(stdout).flush().await;
     let _ = io::OutHandle(stderr).flush().await;
-    status
+    ended
 }
 
 async fn run_inner(
@@ -97,26 +125,35 @@ async fn run_inner(
     stdin: Arc<io::SharedReader>,
     stdout: Arc<io::SharedWriter>,
     stderr: Arc<io::SharedWriter>,
-) -> i32 {
+) -> Ended {
+    let early = |status| Ended { status, stop: None };
     let root = match cap_std::fs::Dir::open_ambient_dir(&cfg.root, cap_std::ambient_authority()) {
         Ok(d) => d,
         Err(e) => {
             let msg = format!("sh: cannot open the root directory: {}\n", fs::err_msg(&e));
             let _ = io::OutHandle(stderr).write_all(msg.as_bytes()).await;
-            return 126;
+            return early(126);
         }
     };
     let cwd = fs::resolve("/", &cfg.cwd);
     if !fs::is_dir(&root, &cwd) {
         let msg = format!("sh: cd: {}: No such file or directory\n", cfg.cwd);
         let _ = io::OutHandle(stderr).write_all(msg.as_bytes()).await;
-        return 126;
+        return early(126);
     }
-    let ctx = Arc::new(state::Ctx::new(root, cfg.programs));
+    let ctx = Arc::new(state::Ctx::new(root, cfg.programs, cfg.limits));
     let mut fds = io::Fds::default();
     fds.set(0, Some(io::Fd::In(stdin)));
     fds.set(1, Some(io::Fd::Out(stdout)));
     fds.set(2, Some(io::Fd::Out(stderr)));
-    let mut sh = state::Shell::new(ctx, cfg.env, cwd, fds);
-    sh.run_script_top(script).await
+    let mut sh = state::Shell::new(ctx.clone(), cfg.env, cwd, fds);
+    let status = sh.run_script_top(script).await;
+    drop(sh);
+    match ctx.stopped() {
+        Some(stop) => Ended {
+            status: stop.status(),
+            stop: Some(stop),
+        },
+        None => early(status),
+    }
 }

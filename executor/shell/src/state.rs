@@ -10,13 +10,17 @@ use cap_std::fs::Dir;
 use tokio::io::AsyncWriteExt;
 
 use super::Programs;
+use super::budget::{Budget, Counted, Limits, Params, Stop, Text};
 use super::io::{Fds, OutHandle};
 
 /// Maximum depth of functions, `eval`, `source`, `sh -c`, `$(...)` and subshells.
 pub(crate) const MAX_DEPTH: usize = 100;
 
-/// Cap on the captured output of a command substitution.
-pub(crate) const CAPTURE_CAP: usize = 16 * 1024 * 1024;
+/// A function body, counted against the memory budget while defined.
+pub(crate) type Func = Arc<Counted<ast::FunctionBody>>;
+
+/// Longest script text kept in the parse cache (longer ones are parsed every time).
+const CACHE_TEXT_MAX: usize = 4096;
 
 /// Control flow that unwinds the executor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +39,7 @@ pub(crate) type R = Result<i32, Ctl>;
 /// A shell variable.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Var {
-    pub(crate) value: String,
+    pub(crate) value: Text,
     pub(crate) exported: bool,
     pub(crate) readonly: bool,
 }
@@ -56,6 +60,8 @@ pub(crate) struct Opts {
 pub(crate) struct Ctx {
     pub(crate) root: Dir,
     pub(crate) programs: Arc<dyn Programs>,
+    /// The deadline and memory budget of the run.
+    pub(crate) budget: Arc<Budget>,
     next_pid: AtomicU32,
     /// Set when the nesting limit was hit: the whole run unwinds with status 2.
     aborted: std::sync::atomic::AtomicBool,
@@ -63,10 +69,11 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    pub(crate) fn new(root: Dir, programs: Arc<dyn Programs>) -> Self {
+    pub(crate) fn new(root: Dir, programs: Arc<dyn Programs>, limits: Limits) -> Self {
         Self {
             root,
             programs,
+            budget: Budget::new(limits),
             next_pid: AtomicU32::new(1000),
             aborted: std::sync::atomic::AtomicBool::new(false),
             parse_cache: Mutex::new(HashMap::new()),
@@ -77,8 +84,14 @@ impl Ctx {
         self.next_pid.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Is the run unwinding (nesting limit hit, or a budget tripped)?
     pub(crate) fn aborted(&self) -> bool {
-        self.aborted.load(Ordering::Relaxed)
+        self.aborted.load(Ordering::Relaxed) || self.budget.stopped().is_some()
+    }
+
+    /// Why a budget stopped the run, if one did.
+    pub(crate) fn stopped(&self) -> Option<Stop> {
+        self.budget.stopped()
     }
 
     pub(crate) fn abort(&self) {
@@ -94,6 +107,9 @@ impl Ctx {
     }
 
     pub(crate) fn cache(&self, s: &str, p: Arc<ast::Program>) {
+        if s.len() > CACHE_TEXT_MAX {
+            return;
+        }
         let mut c = self
             .parse_cache
             .lock()
@@ -126,8 +142,8 @@ impl Drop for Job {
 pub(crate) struct Shell {
     pub(crate) ctx: Arc<Ctx>,
     pub(crate) vars: HashMap<String, Var>,
-    pub(crate) funcs: HashMap<String, Arc<ast::FunctionBody>>,
-    pub(crate) params: Vec<String>,
+    pub(crate) funcs: HashMap<String, Func>,
+    pub(crate) params: Params,
     pub(crate) arg0: String,
     pub(crate) cwd: String,
     pub(crate) status: i32,
@@ -157,7 +173,7 @@ impl Shell {
                 vars.insert(
                     k,
                     Var {
-                        value: v,
+                        value: Text::new(&ctx.budget, v).unwrap_or_default(),
                         exported: true,
                         readonly: false,
                     },
@@ -165,7 +181,7 @@ impl Shell {
             }
         }
         vars.entry("IFS".to_owned()).or_insert_with(|| Var {
-            value: " \t\n".to_owned(),
+            value: Text::new(&ctx.budget, " \t\n".to_owned()).unwrap_or_default(),
             exported: false,
             readonly: false,
         });
@@ -173,7 +189,7 @@ impl Shell {
             ctx,
             vars,
             funcs: HashMap::new(),
-            params: Vec::new(),
+            params: Params::default(),
             arg0: "sh".to_owned(),
             cwd: cwd.clone(),
             status: 0,
@@ -222,7 +238,7 @@ impl Shell {
 
     /// A fresh shell as a child process would see it (`sh -c`, `./script.sh`): only the
     /// exported variables, no functions, new positional parameters.
-    pub(crate) fn child(&self, arg0: String, params: Vec<String>) -> Self {
+    pub(crate) fn child(&self, arg0: String, params: Params) -> Self {
         let env = self.exported_env(&[]);
         let mut sh = Self::new(self.ctx.clone(), env, self.cwd.clone(), self.fds.clone());
         sh.arg0 = arg0;
@@ -240,14 +256,23 @@ impl Shell {
             .map_or_else(|| " \t\n".to_owned(), str::to_owned)
     }
 
-    /// Sets a variable (keeps its export flag). Fails on a readonly variable.
+    /// Sets a variable (keeps its export flag). Fails on a readonly variable. A value over
+    /// the memory budget stops the run (the variable keeps its old value meanwhile).
     pub(crate) fn set_var(&mut self, name: &str, value: &str) -> Result<(), String> {
+        self.set_var_owned(name, value.to_owned())
+    }
+
+    /// [`Shell::set_var`] taking the value.
+    pub(crate) fn set_var_owned(&mut self, name: &str, value: String) -> Result<(), String> {
         let allexport = self.opts.allexport;
+        let budget = self.ctx.budget.clone();
         let v = self.vars.entry(name.to_owned()).or_default();
         if v.readonly {
             return Err(format!("{name}: readonly variable"));
         }
-        v.value = value.to_owned();
+        if let Ok(t) = Text::new(&budget, value) {
+            v.value = t;
+        }
         if allexport {
             v.exported = true;
         }
@@ -255,8 +280,11 @@ impl Shell {
     }
 
     pub(crate) fn set_exported(&mut self, name: &str, value: &str) {
+        let budget = self.ctx.budget.clone();
         let v = self.vars.entry(name.to_owned()).or_default();
-        v.value = value.to_owned();
+        if let Ok(t) = Text::new(&budget, value.to_owned()) {
+            v.value = t;
+        }
         v.exported = true;
     }
 
@@ -282,7 +310,7 @@ impl Shell {
             .vars
             .iter()
             .filter(|(_, v)| v.exported)
-            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .map(|(k, v)| (k.clone(), v.value.as_str().to_owned()))
             .collect();
         for (k, v) in extra {
             m.insert(k.clone(), v.clone());

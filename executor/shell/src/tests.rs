@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
-use super::{Programs, ShellConfig, Stdio, run};
+use super::{Limits, Programs, ShellConfig, Stdio, run};
+
+mod budget;
 
 /// Native stand-ins for toolbox programs.
 struct Fixture {
@@ -221,6 +223,7 @@ fn cfg(root: &Path, cwd: &str) -> ShellConfig {
         programs: Arc::new(Fixture {
             root: root.to_path_buf(),
         }),
+        limits: Limits::default(),
     }
 }
 
@@ -232,7 +235,7 @@ async fn sh_in(root: &Path, cwd: &str, script: &str, input: &str) -> (i32, Strin
         stdout: Box::new(out.clone()),
         stderr: Box::new(err.clone()),
     };
-    let st = run(script, cfg(root, cwd), io).await;
+    let st = run(script, cfg(root, cwd), io).await.status;
     (st, out.text(), err.text())
 }
 
@@ -257,7 +260,7 @@ async fn future_is_send() {
     };
     let f = run("true", cfg(&root, "/"), io);
     assert_send(&f);
-    assert_eq!(f.await, 0);
+    assert_eq!(f.await.status, 0);
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use msc_shell::{Input, Output, Programs, ShellConfig, Stdio};
+use msc_shell::{Input, Limits, Output, Programs, ShellConfig, Stdio, Stop};
 use shared::result::{ExecOutcome, Stream, TIMEOUT_EXIT_CODE};
 
 use super::capture::Capture;
@@ -64,13 +64,22 @@ impl Wasm {
                         Some((_, command)) => command.clone(),
                         None => quote_argv(&spec.argv),
                     };
+                    // The shell keeps the deadline itself (issue 19): a busy script stops on
+                    // time even where it never waits; the timeout below stays the backstop.
                     let cfg = ShellConfig {
                         root: fs.clone(),
                         cwd: cwd.clone(),
                         env: call_env(&spec.env),
                         programs,
+                        limits: Limits {
+                            memory: self.shell_memory,
+                            deadline: started.checked_add(spec.timeout),
+                            ..Limits::default()
+                        },
                     };
-                    msc_shell::run(&script, cfg, io).await
+                    let ended = msc_shell::run(&script, cfg, io).await;
+                    // A deadline the shell noticed is the timeout, as if it had fired here.
+                    (ended.stop != Some(Stop::Deadline)).then_some(ended.status)
                 }
                 Flavor::Custom(name) => {
                     if !guest_dir_exists(&fs, &cwd) {
@@ -78,7 +87,7 @@ impl Wasm {
                         let mut err = io.stderr;
                         let msg = format!("cd: {cwd}: No such file or directory\n");
                         let _ = err.write_all(msg.as_bytes()).await;
-                        return 126;
+                        return Some(126);
                     }
                     let argv = match &spec.shell_command {
                         Some((_, command)) => vec![name.clone(), "-c".into(), command.clone()],
@@ -89,12 +98,12 @@ impl Wasm {
                     let mut env = call_env(&spec.env);
                     env.retain(|(k, _)| k != "PWD");
                     env.push(("PWD".into(), cwd.clone()));
-                    run_one(&loaded.program, argv, env, mounts, io).await
+                    Some(run_one(&loaded.program, argv, env, mounts, io).await)
                 }
             }
         };
         let outcome = tokio::select! {
-            code = tokio::time::timeout(spec.timeout, work) => code.ok(),
+            code = tokio::time::timeout(spec.timeout, work) => code.ok().flatten(),
             () = capture.limit_hit() => Some(128 + 9),
         };
         let (stdout, stderr, truncated) = capture.take();

@@ -139,7 +139,8 @@ pub async fn open(
             (Flavor::Custom(name), Source::Owned(Arc::new(bytes)))
         }
     };
-    let wasm = Wasm::new(flavor, runtime, source, state_dir, instance, host)?;
+    let mut wasm = Wasm::new(flavor, runtime, source, state_dir, instance, host)?;
+    wasm.shell_memory = cfg.shell_memory_bytes;
     if custom.is_some() {
         // Refuse a module that is not a WASI command before serving anything.
         wasm.ready().await?;
@@ -204,6 +205,8 @@ pub struct Wasm {
     dev: PathBuf,
     instance: String,
     host: String,
+    /// The memory budget of one run of the host shell (`--wasm-shell-memory`).
+    shell_memory: usize,
 }
 
 impl Wasm {
@@ -234,6 +237,7 @@ impl Wasm {
             dev,
             instance,
             host,
+            shell_memory: msc_shell::DEFAULT_MEMORY,
         })
     }
 

@@ -20,6 +20,7 @@
 //! - `files_wasm`: files as bytes on WASM computers (read, write, edit; escapes refused)
 //! - `fly`: Fly Machines computers against the local simulator of the Machines API
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
+//! - `wasm_budget`: the host shell's own budgets: memory and the deadline in busy loops (issue 19)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -49,3 +50,4 @@ mod startup;
 mod supervisor;
 mod validation;
 mod wasm;
+mod wasm_budget;

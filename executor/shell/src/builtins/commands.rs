@@ -27,10 +27,8 @@ impl Shell {
         self.enter().await?;
         self.func_depth += 1;
         let saved = if args.len() > 1 {
-            Some(std::mem::replace(
-                &mut self.params,
-                args.get(1..).unwrap_or(&[]).to_vec(),
-            ))
+            let params = Params::new(&self.ctx.budget, args.get(1..).unwrap_or(&[]).to_vec())?;
+            Some(std::mem::replace(&mut self.params, params))
         } else {
             None
         };
@@ -116,6 +114,7 @@ impl Shell {
                 Vec::new(),
             )
         };
+        let params = Params::new(&self.ctx.budget, params)?;
         let mut child = self.child(arg0, params);
         for (o, on) in set_opts {
             if !child.set_opt(&o, on) {

@@ -138,7 +138,9 @@ impl Shell {
                 .await;
             return Ok(1);
         };
-        let limit = nchars.unwrap_or(16 * 1024 * 1024);
+        // The line is held in memory: at most what the budget has left (then it stops the run).
+        let room = self.ctx.budget.available().saturating_add(1);
+        let limit = nchars.unwrap_or(16 * 1024 * 1024).min(room);
         let mut line: Vec<u8> = Vec::new();
         let fut = async {
             loop {
@@ -170,6 +172,8 @@ impl Shell {
             None => fut.await,
         };
         let found = got.unwrap_or(false);
+        // Its text, the (char, escaped) list (8 bytes a char) and the values.
+        self.ctx.budget.fits(line.len().saturating_mul(10))?;
         let text = String::from_utf8_lossy(&line).into_owned();
         // (char, escaped)
         let mut chars: Vec<(char, bool)> = Vec::new();

@@ -10,7 +10,7 @@ impl Shell {
         names.sort_by(|a, b| a.0.cmp(b.0));
         let s: String = names
             .iter()
-            .map(|(k, v)| format!("{prefix}{k}={}\n", quote(&v.value)))
+            .map(|(k, v)| format!("{prefix}{k}={}\n", quote(v.value.as_str())))
             .collect();
         self.out(&s).await?;
         Ok(0)
@@ -141,7 +141,8 @@ impl Shell {
         let mut i = 0;
         while let Some(a) = args.get(i) {
             if a == "--" {
-                self.params = args.get(i + 1..).unwrap_or(&[]).to_vec();
+                self.params =
+                    Params::new(&self.ctx.budget, args.get(i + 1..).unwrap_or(&[]).to_vec())?;
                 return Ok(0);
             }
             if a == "-" {
@@ -186,7 +187,7 @@ impl Shell {
             i += 1;
         }
         if i < args.len() {
-            self.params = args.get(i..).unwrap_or(&[]).to_vec();
+            self.params = Params::new(&self.ctx.budget, args.get(i..).unwrap_or(&[]).to_vec())?;
         }
         Ok(0)
     }
@@ -268,7 +269,7 @@ impl Shell {
         let list: Vec<String> = if args.len() > 2 {
             args.get(2..).unwrap_or(&[]).to_vec()
         } else {
-            self.params.clone()
+            self.params.to_vec()
         };
         let silent = spec.starts_with(':');
         let mut optind: usize = self

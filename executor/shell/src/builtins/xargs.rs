@@ -128,8 +128,13 @@ impl Shell {
         let Some(reader) = self.fds.reader(0) else {
             return Ok(0);
         };
-        let data = match reader.read_all(64 * 1024 * 1024).await {
-            Ok(d) => String::from_utf8_lossy(&d).into_owned(),
+        // Its input is held in memory: at most what the budget has left (then it stops the run).
+        let room = self.ctx.budget.available().saturating_add(1);
+        let data = match reader.read_all(room).await {
+            Ok(d) => {
+                self.ctx.budget.fits(d.len().saturating_mul(2))?;
+                String::from_utf8_lossy(&d).into_owned()
+            }
             Err(_) => String::new(),
         };
         let items: Vec<String> = if null || delim.is_some() {

@@ -56,6 +56,7 @@ impl Shell {
                         let mut st = 0;
                         loop {
                             tokio::task::yield_now().await;
+                            self.ctx.budget.check()?;
                             if let Some(c) = &fc.condition
                                 && self.arith_subst(&c.value).await? == 0
                             {
@@ -97,13 +98,14 @@ impl Shell {
                             let raw: Vec<String> = words.iter().map(|w| w.value.clone()).collect();
                             self.expand_args(&raw).await?
                         }
-                        None => self.params.clone(),
+                        None => self.params.to_vec(),
                     };
                     self.loop_depth += 1;
                     let r = async {
                         let mut st = 0;
                         for v in values {
                             tokio::task::yield_now().await;
+                            self.ctx.budget.check()?;
                             if let Err(m) = self.set_var(&fc.variable_name, &v) {
                                 self.err(&m).await;
                                 return Err(Ctl::Fail(1));
@@ -177,6 +179,7 @@ impl Shell {
                         let mut st = 0;
                         loop {
                             tokio::task::yield_now().await;
+                            self.ctx.budget.check()?;
                             let c = self.cond(&w.0).await?;
                             if (c == 0) == until {
                                 break;

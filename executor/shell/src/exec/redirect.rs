@@ -119,8 +119,9 @@ impl Shell {
                 if n > 9 {
                     return Err(self.redirect_fail("Bad file descriptor").await);
                 }
+                let charge = Charge::of(&self.ctx.budget, body.len())?;
                 self.fds
-                    .set(n, Some(Fd::In(memory_reader(body.into_bytes()))));
+                    .set(n, Some(Fd::In(charged_reader(body.into_bytes(), charge))));
             }
             IoRedirect::HereString(fd, w) => {
                 let mut s = self.expand_one(&w.value).await?;
@@ -129,7 +130,9 @@ impl Shell {
                 if n > 9 {
                     return Err(self.redirect_fail("Bad file descriptor").await);
                 }
-                self.fds.set(n, Some(Fd::In(memory_reader(s.into_bytes()))));
+                let charge = Charge::of(&self.ctx.budget, s.len())?;
+                self.fds
+                    .set(n, Some(Fd::In(charged_reader(s.into_bytes(), charge))));
             }
             IoRedirect::OutputAndError(w, append) => {
                 let path = self.expand_one(&w.value).await?;

@@ -16,6 +16,7 @@ const BIN_DIRS: [&str; 5] = [
 impl Shell {
     pub(super) async fn exec_simple(&mut self, sc: &SimpleCommand) -> R {
         tokio::task::yield_now().await;
+        self.ctx.budget.check()?;
         if self.ctx.aborted() {
             return Err(Ctl::Exit(2));
         }
@@ -58,14 +59,23 @@ impl Shell {
                 }
             }
         }
-        // Expand the words.
+        // Expand the words: what is built is counted until the command is over.
+        let mut held = Charge::new(&self.ctx.budget);
         let mut argv = Vec::new();
         for (w, nosplit) in words {
+            let before = argv.len();
             if nosplit {
                 argv.push(self.expand_one(w).await?);
             } else {
                 argv.extend(self.expand_args(&[w.to_owned()]).await?);
             }
+            held.grow(
+                argv.get(before..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|a| a.len() + 8)
+                    .sum(),
+            )?;
         }
         // Expand the assignments.
         let mut env: Vec<(String, String)> = Vec::new();
@@ -83,8 +93,11 @@ impl Shell {
                 }
             };
             if a.append {
-                value = format!("{}{value}", self.get(&name).unwrap_or(""));
+                let old = self.get(&name).unwrap_or("");
+                self.ctx.budget.fits(old.len() + value.len())?;
+                value = format!("{old}{value}");
             }
+            held.grow(value.len())?;
             env.push((name, value));
         }
         if self.opts.xtrace {
@@ -100,8 +113,10 @@ impl Shell {
         }
         if argv.is_empty() {
             let st = self.cmdsub_status.unwrap_or(0);
-            for (k, v) in &env {
-                if let Err(m) = self.set_var(k, v) {
+            for (k, v) in env {
+                // The value moves into the variable, which counts it from now on.
+                held.shrink(v.len());
+                if let Err(m) = self.set_var_owned(&k, v) {
                     // Like bash, a failed assignment ends a non-interactive shell.
                     self.err(&m).await;
                     return Err(Ctl::Exit(1));
@@ -183,25 +198,17 @@ impl Shell {
     }
 
     /// Calls a shell function with `argv[1..]` as positional parameters.
-    pub(crate) fn call_function(
-        &mut self,
-        body: Arc<ast::FunctionBody>,
-        argv: Vec<String>,
-    ) -> BoxFut<'_, R> {
+    pub(crate) fn call_function(&mut self, body: Func, argv: Vec<String>) -> BoxFut<'_, R> {
         Box::pin(async move {
             self.on_fresh_stack(Box::new(move |sh| sh.call_function_inner(body, argv)))
                 .await
         })
     }
 
-    fn call_function_inner(
-        &mut self,
-        body: Arc<ast::FunctionBody>,
-        argv: Vec<String>,
-    ) -> BoxFut<'_, R> {
+    fn call_function_inner(&mut self, body: Func, argv: Vec<String>) -> BoxFut<'_, R> {
         Box::pin(async move {
+            let params = Params::new(&self.ctx.budget, argv.into_iter().skip(1).collect())?;
             self.enter().await?;
-            let params = argv.get(1..).map(<[String]>::to_vec).unwrap_or_default();
             let saved_params = std::mem::replace(&mut self.params, params);
             let saved_loop = std::mem::replace(&mut self.loop_depth, 0);
             self.locals.push(HashMap::new());
@@ -343,7 +350,7 @@ impl Shell {
                 return Ok(126);
             }
         }
-        let params = argv.get(1..).map(<[String]>::to_vec).unwrap_or_default();
+        let params = Params::new(&self.ctx.budget, argv.into_iter().skip(1).collect())?;
         let mut child = self.child(name.to_owned(), params);
         for (k, v) in env {
             child.set_exported(&k, &v);
@@ -364,8 +371,39 @@ impl Shell {
         argv: Vec<String>,
         extra_env: Vec<(String, String)>,
     ) -> i32 {
+        // Measured before the environment is copied: a big exported value is refused, not
+        // copied for every program.
+        let env_size: usize = self
+            .vars
+            .iter()
+            .filter(|(_, v)| v.exported)
+            .map(|(k, v)| k.len() + v.value.as_str().len() + 2)
+            .chain(extra_env.iter().map(|(k, v)| k.len() + v.len() + 2))
+            .sum();
+        if let Some(st) = self.too_long(&argv, env_size).await {
+            return st;
+        }
         let env = self.exported_env(&extra_env);
         self.run_program_env(argv, env).await
+    }
+
+    /// E2BIG: argv and environment over the argument limit (`ARG_MAX`) refuse to run, with
+    /// status 126 as a real shell reports a failed exec.
+    pub(crate) async fn too_long(&mut self, argv: &[String], env_size: usize) -> Option<i32> {
+        let limit = self.ctx.budget.limits().args;
+        let size = argv.iter().map(|a| a.len() + 1).sum::<usize>() + env_size;
+        if size <= limit {
+            return None;
+        }
+        let name = argv.first().map_or("", String::as_str).to_owned();
+        self.err(&format!(
+            "{name}: argument list too long ({} of arguments and environment, the limit is {}); \
+             pass large data through a file or stdin",
+            crate::size_text(size),
+            crate::size_text(limit)
+        ))
+        .await;
+        Some(126)
     }
 
     pub(crate) async fn run_program_env(
@@ -373,6 +411,10 @@ impl Shell {
         argv: Vec<String>,
         env: Vec<(String, String)>,
     ) -> i32 {
+        let env_size = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        if let Some(st) = self.too_long(&argv, env_size).await {
+            return st;
+        }
         let io = Stdio {
             stdin: self.fds.boxed_in(),
             stdout: self.fds.boxed_out(1),

@@ -3,6 +3,7 @@
 //! suffix removal, substitution, substrings, case changes and transformations.
 
 use super::*;
+use crate::budget::Budget;
 
 /// The value of a parameter before operators apply.
 enum Val {
@@ -35,7 +36,7 @@ impl Shell {
             },
             Parameter::Special(s) => match s {
                 SpecialParameter::AllPositionalParameters { concatenate } => {
-                    Val::List(self.params.clone(), *concatenate)
+                    Val::List(self.params.to_vec(), *concatenate)
                 }
                 SpecialParameter::PositionalParameterCount => {
                     Val::Str(self.params.len().to_string())
@@ -82,6 +83,8 @@ impl Shell {
 
     fn named_value(&self, n: &str) -> Val {
         match self.get(n) {
+            // A copy that would not fit stops the run (the next check unwinds it).
+            Some(v) if self.ctx.budget.fits(v.len()).is_err() => Val::Str(String::new()),
             Some(v) => Val::Str(v.to_owned()),
             None => match n {
                 "RANDOM" => {
@@ -128,6 +131,9 @@ impl Shell {
     }
 
     async fn unbound(&mut self, p: &Parameter) -> Ctl {
+        if let Err(e) = self.ctx.budget.check() {
+            return e;
+        }
         let n = Self::param_name(p);
         self.err(&format!("{n}: unbound variable")).await;
         Ctl::Exit(1)
@@ -167,6 +173,18 @@ impl Shell {
         };
         let p = self.word_pieces(w).await?;
         Ok(if in_dq { to_quoted(p) } else { p })
+    }
+
+    /// Fails (and stops the run) unless the `Vec<char>` copy of a value fits the budget.
+    fn fits_chars(&self, v: &Val) -> Result<(), Ctl> {
+        let n = match v {
+            Val::Unset => 0,
+            Val::Str(s) => s.len(),
+            Val::List(items, _) => items.iter().map(String::len).max().unwrap_or(0),
+        };
+        self.ctx
+            .budget
+            .fits(n.saturating_mul(std::mem::size_of::<char>()))
     }
 
     fn map_val(v: Val, f: impl Fn(&str) -> String) -> Val {
@@ -323,7 +341,8 @@ impl Shell {
                         Some(p) => self.expand_pattern(p).await?,
                         None => String::new(),
                     };
-                    let pat = Pattern::new(&pat);
+                    let pat = Pattern::new(&pat).with_budget(&self.ctx.budget);
+                    self.fits_chars(&v)?;
                     let v = Self::map_val(v, |s| {
                         if suffix {
                             match pat.strip_suffix(s, longest) {
@@ -351,6 +370,7 @@ impl Shell {
                         Some(l) => Some(self.arith_subst(&l.value).await?),
                         None => None,
                     };
+                    self.fits_chars(&v)?;
                     let v = match v {
                         Val::Unset => Val::Unset,
                         Val::Str(s) => {
@@ -426,12 +446,17 @@ impl Shell {
                     match_kind,
                 } => {
                     let v = self.lookup(parameter, *indirect);
-                    let pat = Pattern::new(&self.expand_pattern(pattern).await?);
+                    let pat = Pattern::new(&self.expand_pattern(pattern).await?)
+                        .with_budget(&self.ctx.budget);
                     let rep = match replacement {
                         Some(r) => self.expand_one(r).await?,
                         None => String::new(),
                     };
-                    let v = Self::map_val(v, |s| replace(s, &pat, &rep, match_kind));
+                    self.fits_chars(&v)?;
+                    let budget = self.ctx.budget.clone();
+                    let v = Self::map_val(v, |s| replace(s, &pat, &rep, match_kind, &budget));
+                    // A stopped replacement returns early: unwind.
+                    self.ctx.budget.fits(0)?;
                     Ok(self.val_pieces(v, in_dq))
                 }
                 ParameterExpr::VariableNames {
@@ -490,7 +515,15 @@ fn slice<T>(items: &[T], off: i64, len: Option<i64>) -> &[T] {
     items.get(start as usize..end as usize).unwrap_or(&[])
 }
 
-fn replace(s: &str, pat: &Pattern, rep: &str, kind: &SubstringMatchKind) -> String {
+/// `${x/p/r}` and friends. Stops early (with a partial result) when the run's budget says
+/// so: the deadline passed, or the result would not fit.
+fn replace(
+    s: &str,
+    pat: &Pattern,
+    rep: &str,
+    kind: &SubstringMatchKind,
+    budget: &Budget,
+) -> String {
     let chars: Vec<char> = s.chars().collect();
     match kind {
         SubstringMatchKind::Prefix => match pat.find(&chars, 0, true, false) {
@@ -502,6 +535,9 @@ fn replace(s: &str, pat: &Pattern, rep: &str, kind: &SubstringMatchKind) -> Stri
         },
         SubstringMatchKind::Suffix => {
             for st in 0..=chars.len() {
+                if budget.halted(st) {
+                    break;
+                }
                 if let Some((a, _)) = pat.find(&chars, st, true, true) {
                     let head: String = chars.get(..a).unwrap_or(&[]).iter().collect();
                     return format!("{head}{rep}");
@@ -514,10 +550,18 @@ fn replace(s: &str, pat: &Pattern, rep: &str, kind: &SubstringMatchKind) -> Stri
             let mut out = String::new();
             let mut i = 0;
             let mut done = false;
+            let mut turns = 0usize;
             while i < chars.len() {
+                turns += 1;
+                if budget.halted(turns) {
+                    break;
+                }
                 if !done
                     && let Some((a, b)) = pat.find(&chars, i, true, false).filter(|(a, b)| b > a)
                 {
+                    if budget.fits(out.len() + rep.len()).is_err() {
+                        break;
+                    }
                     out.push_str(rep);
                     i = b.max(a + 1);
                     if !all {
