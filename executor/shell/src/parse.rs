@@ -1,6 +1,7 @@
 //! Parsing of scripts with brush-parser, hardened for untrusted input: a cheap pre-scan
-//! rejects nesting deep enough to overflow the parser's (recursive) stack, and any panic
-//! inside brush-parser becomes a syntax error.
+//! rejects nesting deep enough to overflow the parser's (recursive) stack, or parentheses
+//! nested deep enough to make its backtracking exponential, and any panic inside
+//! brush-parser becomes a syntax error.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -9,6 +10,12 @@ use brush_parser::{ParseError, ParserOptions, Token};
 
 /// Deepest nesting of brackets / compound keywords accepted in a script.
 pub(crate) const MAX_SYNTAX_NESTING: usize = 40;
+
+/// Deepest nesting of `(` operators (subshells, `((`) accepted. brush-parser backtracks
+/// over each open parenthesis of a script that fails to parse, so the time to refuse one
+/// doubles with every level: 16 levels cost about 8 ms, 24 about 2 s and 30 over a minute
+/// (the fuzz target found it). Real scripts nest subshells a few levels at most.
+pub(crate) const MAX_PAREN_NESTING: usize = 16;
 
 /// Most tokens accepted inside one `[[ ... ]]`.
 const MAX_TEST_TOKENS: usize = 256;
@@ -34,6 +41,28 @@ fn bracket_depth(s: &str) -> usize {
             }
             ')' | '}' | ']' => depth = depth.saturating_sub(1),
             _ => {}
+        }
+    }
+    max
+}
+
+/// Max nesting of `(` in operator tokens (what the tokenizer saw outside quotes, words
+/// and here-documents).
+fn paren_depth(tokens: &[Token]) -> usize {
+    let mut depth: usize = 0;
+    let mut max = 0;
+    for t in tokens {
+        if let Token::Operator(op, _) = t {
+            for c in op.chars() {
+                match c {
+                    '(' => {
+                        depth += 1;
+                        max = max.max(depth);
+                    }
+                    ')' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
         }
     }
     max
@@ -129,7 +158,9 @@ pub(crate) fn parse_program(script: &str) -> Result<Program, ParseFail> {
             .ok_or_else(|| ParseFail::Syntax("syntax error: invalid input".into()))?;
     match tokens {
         Ok(tokens) => {
-            if keyword_depth(&tokens) + bracket_depth(script) > MAX_SYNTAX_NESTING {
+            if keyword_depth(&tokens) + bracket_depth(script) > MAX_SYNTAX_NESTING
+                || paren_depth(&tokens) > MAX_PAREN_NESTING
+            {
                 return Err(ParseFail::TooDeep);
             }
         }

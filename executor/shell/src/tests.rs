@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufRea
 use super::{Limits, Programs, ShellConfig, Stdio, run};
 
 mod budget;
+mod fuzz;
 
 /// Native stand-ins for toolbox programs.
 struct Fixture {
