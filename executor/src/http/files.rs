@@ -6,7 +6,10 @@
 //! upload creates it like a first tool call (`?temporary=false` for a permanent one).
 //! Neither holds a file in memory: a download sends one slice at a time, an upload
 //! streams into a temporary file that replaces the old one only once the body ended well.
-//! Both stop at `--file-limit`. `Range: bytes=a-b` answers 206 with that part.
+//! Both stop at `--file-limit`: a bigger upload gets 413 at once, and the rest of its
+//! body is read and dropped in the background (`crate::serve::body::linger`) so a client
+//! still sending sees the status; an upload that stalls gets 408 (`--http-body-timeout`).
+//! `Range: bytes=a-b` answers 206 with that part.
 
 use std::sync::Arc;
 use std::time::Instant;

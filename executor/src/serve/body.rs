@@ -195,7 +195,8 @@ pub async fn buffer(State(limit): State<BodyLimit>, req: Request, next: Next) ->
         return refuse(&limit, &BodyError::TooLarge { limit: max });
     }
     let mut stream = body.into_data_stream();
-    let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    // What the head declares, but not more than 1 MiB before any of it came.
+    let mut buf = Vec::with_capacity(declared.map_or(0, |n| n.min(1 << 20) as usize));
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(bytes) if buf.len() + bytes.len() > max => {
