@@ -3,11 +3,15 @@
 //! Every request but `/v1/health` carries the gateway's JWT: HS256 only (no `none`, no
 //! RS/HS confusion), our audience, the gateway's issuer, `exp`/`iat` required, `nbf` checked
 //! when present, lifetime at most [`MAX_TOKEN_LIFETIME_SECS`]. `sub` is the team: the team
-//! has its own id space here (`shared::teams`: backend names carry its key prefix, Docker
-//! containers its label), so a token of one team never reaches another team's computers,
-//! permanent ones included, nor a local server's. Requests decode into typed operations
-//! (`shared::op::Op`, validated by the same rules as the MCP tools) and run through the same
-//! `Computers` registry, so results are identical. Temporaries made here live until the
+//! has its own id space here (`shared::teams`: backend names carry its key prefix, and
+//! every computer its team in a label, metadata or tag), so a token of one team never
+//! reaches another team's computers, permanent ones included, nor a local server's, nor
+//! one that lacks the team's label. `scope` is checked on every route ([`Op::scope`]:
+//! `exec` runs commands, jobs, files and the list; `manage` creates, restarts, resets and
+//! deletes), whatever the gateway already checked. A refused token is answered "invalid
+//! token"; why is logged. Requests decode into typed operations (`shared::op::Op`,
+//! validated by the same rules as the MCP tools) and run through the same `Computers`
+//! registry, so results are identical. Temporaries made here live until the
 //! gateway deletes them (its Team Durable Object owns their lifetime) or this executor stops.
 
 use std::sync::Arc;
@@ -29,9 +33,7 @@ use shared::op::Op;
 use crate::computers::{ComputerError, Computers, SessionHost};
 use crate::place::Place;
 use crate::progress::Progress;
-
-/// Largest request body (stdin is at most 2 MiB of UTF-8, as JSON).
-const MAX_BODY: usize = 16 * 1024 * 1024;
+use crate::serve::body::{BodyError, BodyLimit};
 
 /// What the handlers share.
 pub struct ApiState {
@@ -40,6 +42,8 @@ pub struct ApiState {
     validation: Validation,
     /// `--file-limit` for `/v1/files` streams.
     file_limit: u64,
+    /// `--http-max-body` for the JSON routes (stdin is at most 2 MiB of UTF-8, as JSON).
+    max_body: usize,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -66,12 +70,19 @@ impl ApiState {
             key: DecodingKey::from_secret(secret)?,
             validation,
             file_limit: 1 << 30,
+            max_body: crate::serve::HttpLimits::default().max_body,
         })
     }
 
     /// Sets `--file-limit`.
     pub fn with_file_limit(mut self, limit: u64) -> Self {
         self.file_limit = limit;
+        self
+    }
+
+    /// Sets `--http-max-body`.
+    pub fn with_max_body(mut self, max: usize) -> Self {
+        self.max_body = max;
         self
     }
 
@@ -175,6 +186,16 @@ fn code_of(e: &ComputerError) -> ErrorCode {
     e.api_code()
 }
 
+/// A refused body (`crate::serve::body`) with its stable code.
+fn body_refused(e: &BodyError) -> Response {
+    let code = match e {
+        BodyError::TooLarge { .. } => ErrorCode::TooLarge,
+        BodyError::Stalled(_) => ErrorCode::RequestTimeout,
+        BodyError::Broken(_) => ErrorCode::BadRequest,
+    };
+    Failure(ApiError::new(code, e.to_string())).into_response()
+}
+
 /// `GET /v1/health` (no auth): the backend served here, the host's CPUs, and the load.
 async fn health(State(s): State<Arc<ApiState>>) -> Response {
     let name = s.computers.backend().name();
@@ -252,10 +273,18 @@ async fn file_stream(
 
 /// The router.
 pub fn app(state: Arc<ApiState>) -> Router {
+    let limit = BodyLimit {
+        max: state.max_body,
+        reply: body_refused,
+    };
     Router::new()
         .route("/v1/health", get(health))
         .fallback(operation)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(state.max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            crate::serve::body::buffer,
+        ))
         .route(
             "/v1/files/{computer_id}/{*path}",
             get(file_stream)

@@ -125,6 +125,31 @@ pub struct Cli {
     #[arg(long, env = "MCP_SANDBOX_STATE_DIR", help_heading = "core options")]
     pub state_dir: Option<PathBuf>,
 
+    // ---- http limits ----
+    /// Largest JSON request body over HTTP (/mcp, the executor API), in bytes (16 MiB);
+    /// bigger bodies get 413. /v1/files uploads are bounded by --file-limit instead.
+    #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1024..=1 << 30), help_heading = "http limits")]
+    pub http_max_body: u64,
+    /// Seconds a client may take to send a request's headers (from its first byte, or from
+    /// connecting); slower clients are disconnected.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600), help_heading = "http limits")]
+    pub http_header_timeout: u64,
+    /// Seconds a request body may send nothing (and it must average 1 KiB/s after that
+    /// long); a stalled body gets 408. Never applies to a request being answered.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600), help_heading = "http limits")]
+    pub http_body_timeout: u64,
+    /// Seconds a keep-alive connection may wait for its next request before it is closed.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400), help_heading = "http limits")]
+    pub http_idle_timeout: u64,
+    /// Most live MCP sessions (legacy `initialize` sessions of --transport http); past it,
+    /// `initialize` gets 503 with Retry-After.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "http limits")]
+    pub http_max_sessions: u64,
+    /// Most live MCP sessions of one principal (one --auth-token is one principal; without
+    /// a token, every caller is the anonymous one); at most --http-max-sessions.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "http limits")]
+    pub http_max_sessions_per_principal: u64,
+
     /// The static in-computer supervisor (msc-supervisor, x86_64 musl) to place in new
     /// computers for millisecond exec. Default: the copy built into this binary, else
     /// msc-supervisor next to it; `none` turns it off (Engine API exec only).

@@ -6,12 +6,14 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use shared::catalogue::{DescriptionError, assemble_description, usage_text};
 
 use crate::cli::{BackendArg, Cli, TransportArg};
 use crate::docker::flags::{FlagError, parse_docker_run_flags};
 pub use crate::docker::settings::{DockerConfig, DockerEndpoint};
+pub use crate::serve::HttpLimits;
 pub use crate::spec::{WasmConfig, parse_size};
 
 /// The default image, which the built-in description describes.
@@ -125,6 +127,12 @@ pub struct Config {
     /// `--file-limit`: the largest file streamed over HTTP.
     pub file_limit: u64,
     pub session_timeout_secs: u64,
+    /// `--http-*`: the connection and body limits of both HTTP servers.
+    pub http: HttpLimits,
+    /// `--http-max-sessions`: live legacy MCP sessions in all.
+    pub max_sessions: usize,
+    /// `--http-max-sessions-per-principal` (at most `max_sessions`).
+    pub max_sessions_per_principal: usize,
     pub auth_token: Option<String>,
     /// The configured shell, or `None` for bash with a /bin/sh fallback.
     pub shell: Option<String>,
@@ -440,6 +448,16 @@ No network; files persist between calls on the same computer under its `/`.",
     format!("{body} {}", usage_text(timeout, limit))
 }
 
+/// `--http-max-body` and the `--http-*-timeout`s (their ranges are checked by clap).
+fn http_limits(cli: &Cli) -> HttpLimits {
+    HttpLimits {
+        max_body: usize::try_from(cli.http_max_body).unwrap_or(usize::MAX),
+        header_timeout: Duration::from_secs(cli.http_header_timeout),
+        body_timeout: Duration::from_secs(cli.http_body_timeout),
+        idle_timeout: Duration::from_secs(cli.http_idle_timeout),
+    }
+}
+
 impl Config {
     /// Checks the flags; `lifecycle_env` is the value of `ENABLE_LIFECYCLE_TOOLS`.
     pub fn from_cli(cli: &Cli, lifecycle_env: Option<&str>) -> Result<Self, ConfigError> {
@@ -601,6 +619,13 @@ Files persist between calls on the same computer and across computer_restart (a 
             output_limit: cli.output_limit,
             file_limit: cli.file_limit,
             session_timeout_secs: cli.session_timeout,
+            http: http_limits(cli),
+            max_sessions: usize::try_from(cli.http_max_sessions).unwrap_or(usize::MAX),
+            max_sessions_per_principal: usize::try_from(
+                cli.http_max_sessions_per_principal
+                    .min(cli.http_max_sessions),
+            )
+            .unwrap_or(usize::MAX),
             auth_token,
             shell: cli.shell.clone(),
             tool_name: cli.tool_name.clone(),
@@ -640,6 +665,38 @@ mod tests {
         assert!(c.docker.network);
         assert_eq!(c.tool_name, "terminal_execute");
         assert!(!c.lifecycle_tools);
+        assert_eq!(c.http, HttpLimits::default());
+        assert_eq!((c.max_sessions, c.max_sessions_per_principal), (1024, 256));
+    }
+
+    #[test]
+    fn http_limits_are_checked() {
+        let c = cfg(&[
+            "--http-max-body=4096",
+            "--http-header-timeout=2",
+            "--http-body-timeout=3",
+            "--http-idle-timeout=4",
+            "--http-max-sessions=5",
+        ])
+        .unwrap();
+        assert_eq!(c.http.max_body, 4096);
+        assert_eq!(c.http.header_timeout, Duration::from_secs(2));
+        assert_eq!(c.http.body_timeout, Duration::from_secs(3));
+        assert_eq!(c.http.idle_timeout, Duration::from_secs(4));
+        assert_eq!((c.max_sessions, c.max_sessions_per_principal), (5, 5));
+        for bad in [
+            "--http-max-body=0",
+            "--http-max-body=16m",
+            "--http-header-timeout=0",
+            "--http-body-timeout=-1",
+            "--http-idle-timeout=0",
+            "--http-max-sessions=0",
+            "--http-max-sessions-per-principal=0",
+        ] {
+            let e = Cli::try_parse_from(["x", bad]).map(|_| ()).unwrap_err();
+            let name = bad.split('=').next().unwrap();
+            assert!(e.to_string().contains(name), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! legacy sessions (create, expire when idle, DELETE), SSE answers, and cancellation (a
 //! `notifications/cancelled` or a dropped connection kills the command). Which era a
 //! request is, the 2026-07-28 header rules and every refusal are decided by
-//! `shared::transport::route`, as in the Worker.
+//! `shared::transport::route`, as in the Worker. The caps on live sessions are in
+//! `http/limits.rs`; connection and body limits are `crate::serve`'s.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -28,13 +29,15 @@ use tokio::task::{AbortHandle, JoinHandle};
 use crate::computers::{Computers, SessionHost};
 
 pub(crate) mod files;
+pub mod limits;
 
-/// Largest request body.
-const MAX_BODY: usize = 16 * 1024 * 1024;
+pub use limits::SessionCaps;
 
 /// One legacy MCP session.
 struct Session {
     host: SessionHost,
+    /// Who opened it (`principal`), for `--http-max-sessions-per-principal`.
+    principal: String,
     version: String,
     last_seen: Instant,
     inflight: HashMap<String, AbortHandle>,
@@ -50,6 +53,10 @@ pub struct HttpState {
     pub session_timeout: Duration,
     /// `--file-limit`: the largest file `/v1/files` streams.
     pub file_limit: u64,
+    /// `--http-max-body`: the largest JSON body of the other routes.
+    pub max_body: usize,
+    /// `--http-max-sessions` and `--http-max-sessions-per-principal`.
+    pub session_caps: SessionCaps,
     sessions: Mutex<HashMap<String, Session>>,
 }
 
@@ -70,6 +77,8 @@ impl HttpState {
             lifecycle,
             session_timeout,
             file_limit: 1 << 30,
+            max_body: crate::serve::HttpLimits::default().max_body,
+            session_caps: SessionCaps::default(),
             sessions: Mutex::default(),
         }
     }
@@ -108,6 +117,13 @@ impl HttpState {
     /// Sets `--file-limit`.
     pub fn with_file_limit(mut self, limit: u64) -> Self {
         self.file_limit = limit;
+        self
+    }
+
+    /// Sets `--http-max-body` and the session caps.
+    pub fn with_limits(mut self, max_body: usize, caps: SessionCaps) -> Self {
+        self.max_body = max_body;
+        self.session_caps = caps;
         self
     }
 
@@ -320,15 +336,27 @@ async fn mcp_post(
         Post::Initialize { id, version } => {
             let sid = format!("{:032x}", rand::random::<u128>());
             let host = SessionHost::new(state.computers.clone(), format!("session:{sid}"), false);
-            state.sessions().insert(
-                sid.clone(),
-                Session {
-                    host,
-                    version: version.to_owned(),
-                    last_seen: Instant::now(),
-                    inflight: HashMap::new(),
-                },
-            );
+            let owner = principal(&state);
+            {
+                let mut sessions = state.sessions();
+                if let Err(full) =
+                    state
+                        .session_caps
+                        .admit(&sessions, &owner, state.session_timeout)
+                {
+                    return full.into_response();
+                }
+                sessions.insert(
+                    sid.clone(),
+                    Session {
+                        host,
+                        principal: owner,
+                        version: version.to_owned(),
+                        last_seen: Instant::now(),
+                        inflight: HashMap::new(),
+                    },
+                );
+            }
             tracing::info!(session = %short(&sid), version, "session opened");
             let mut r = json_response(
                 StatusCode::OK,
@@ -520,6 +548,10 @@ async fn dashboard(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> R
 
 /// The router; tests call it directly.
 pub fn app(state: Arc<HttpState>) -> Router {
+    let limit = crate::serve::body::BodyLimit {
+        max: state.max_body,
+        reply: limits::body_refused,
+    };
     Router::new()
         .route("/", get(root))
         .route("/healthz", get(healthz))
@@ -532,7 +564,11 @@ pub fn app(state: Arc<HttpState>) -> Router {
                 .put(mcp_other)
                 .patch(mcp_other),
         )
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(state.max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            crate::serve::body::buffer,
+        ))
         // Streamed, bounded by `--file-limit` (not the JSON body limit).
         .route(
             "/v1/files/{computer_id}/{*path}",

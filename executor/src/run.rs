@@ -12,7 +12,7 @@ use crate::cli::TransportArg;
 use crate::computers::{Computers, ExecDefaults, SessionHost};
 use crate::config::{BackendChoice, Config, EMBEDDED_SUPERVISOR, SupervisorSource};
 use crate::docker::Docker;
-use crate::http::{HttpState, app};
+use crate::http::{HttpState, SessionCaps, app};
 use crate::instance::{self, host_name};
 
 /// Errors that stop the server (printed by `main`).
@@ -202,7 +202,8 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
         let state = Arc::new(
             crate::api::ApiState::new(computers.clone(), ex.secret.as_bytes(), &ex.audience)
                 .map_err(|e| RunError::Executor(e.to_string()))?
-                .with_file_limit(config.file_limit),
+                .with_file_limit(config.file_limit)
+                .with_max_body(config.http.max_body),
         );
         let listener = tokio::net::TcpListener::bind(ex.listen)
             .await
@@ -217,9 +218,13 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
             "mcp-sandbox-computer-vm-for-ai executor listening on http://{}/v1",
             listener.local_addr()?
         );
-        axum::serve(listener, crate::api::app(state))
-            .with_graceful_shutdown(shutdown_signal())
-            .await?;
+        crate::serve::serve(
+            listener,
+            crate::api::app(state),
+            config.http,
+            shutdown_signal(),
+        )
+        .await?;
         computers.shutdown().await;
         return Ok(());
     }
@@ -249,7 +254,14 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                     config.lifecycle_tools,
                     Duration::from_secs(config.session_timeout_secs),
                 )
-                .with_file_limit(config.file_limit),
+                .with_file_limit(config.file_limit)
+                .with_limits(
+                    config.http.max_body,
+                    SessionCaps {
+                        total: config.max_sessions,
+                        per_principal: config.max_sessions_per_principal,
+                    },
+                ),
             );
             let reaper = {
                 let s = state.clone();
@@ -269,8 +281,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                 "mcp-sandbox-computer-vm-for-ai listening on http://{}/mcp",
                 listener.local_addr()?
             );
-            axum::serve(listener, app(state.clone()))
-                .with_graceful_shutdown(shutdown_signal())
+            crate::serve::serve(listener, app(state.clone()), config.http, shutdown_signal())
                 .await?;
             reaper.abort();
             state.close_all().await;

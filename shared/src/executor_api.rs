@@ -79,6 +79,10 @@ pub enum ErrorCode {
     NotFound,
     /// The request contradicts the computer's state, e.g. the other `temporary` value (409).
     Conflict,
+    /// The request body is over the executor's `--http-max-body` (413).
+    TooLarge,
+    /// The request body stalled (`--http-body-timeout`) (408).
+    RequestTimeout,
     /// The container engine failed or refused (502).
     Engine,
     /// Anything else (500).
@@ -93,6 +97,8 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::Conflict => 409,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Engine => 502,
             ErrorCode::Internal => 500,
         }

@@ -6,7 +6,10 @@
 //! upload creates it like a first tool call (`?temporary=false` for a permanent one).
 //! Neither holds a file in memory: a download sends one slice at a time, an upload
 //! streams into a temporary file that replaces the old one only once the body ended well.
-//! Both stop at `--file-limit`. `Range: bytes=a-b` answers 206 with that part.
+//! Both stop at `--file-limit`: a bigger upload gets 413 at once, and the rest of its
+//! body is read and dropped in the background (`crate::serve::body::linger`) so a client
+//! still sending sees the status; an upload that stalls gets 408 (`--http-body-timeout`).
+//! `Range: bytes=a-b` answers 206 with that part.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +24,7 @@ use serde_json::json;
 use super::{HttpState, check_auth, check_host_origin, header_str, json_response, principal};
 use crate::computers::SessionHost;
 use crate::error::ComputerError;
+use crate::serve::body;
 use crate::spec::FilePutSpec;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -310,27 +314,30 @@ pub(crate) async fn upload(
     };
     let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the body is over this server's --file-limit of {limit} bytes; nothing was written"
-            ),
-        );
+        // Answered at once; the rest is read in the background so the client sees it.
+        body::linger(body.into_data_stream(), 0);
+        return too_large(format!(
+            "the body is over this server's --file-limit of {limit} bytes; nothing was written"
+        ));
     }
     let mut seen = 0u64;
-    let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let over_in = over.clone();
-    let mut stream = Box::pin(body.into_data_stream().map(move |chunk| {
-        let bytes = chunk.map_err(|e| format!("reading the request body: {e}"))?;
+    let mut over = false;
+    let mut stalled = None;
+    let mut raw = body.into_data_stream();
+    let mut stream = (&mut raw).map(|chunk| {
+        let bytes = chunk.map_err(|e| {
+            stalled = body::stalled(&e);
+            format!("reading the request body: {e}")
+        })?;
         seen += bytes.len() as u64;
         if seen > limit {
-            over_in.store(true, std::sync::atomic::Ordering::SeqCst);
+            over = true;
             return Err(format!(
                 "the body passed this server's --file-limit of {limit} bytes"
             ));
         }
         Ok(Vec::from(bytes))
-    }));
+    });
     let spec = FilePutSpec {
         path,
         create_only: q.create_only,
@@ -339,16 +346,33 @@ pub(crate) async fn upload(
         size: declared,
     };
     let result = host.upload(id, q.temporary, &spec, &mut stream).await;
-    if result.is_err() {
-        drain(&mut stream).await;
-    }
+    drop(stream);
     match result {
         Ok(v) => json_response(StatusCode::CREATED, v),
-        Err(e) if over.load(std::sync::atomic::Ordering::SeqCst) => {
-            error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+        Err(e) if over => {
+            body::linger(raw, 0);
+            too_large(e.to_string())
         }
-        Err(e) => failed(&e),
+        Err(_) if stalled.is_some() => {
+            let mut r = error(
+                StatusCode::REQUEST_TIMEOUT,
+                stalled.map(|s| s.to_string()).unwrap_or_default(),
+            );
+            body::close_after(&mut r);
+            r
+        }
+        Err(e) => {
+            drain(raw).await;
+            failed(&e)
+        }
     }
+}
+
+/// 413 for a body over `--file-limit`, the last answer on its connection.
+fn too_large(message: String) -> Response {
+    let mut r = error(StatusCode::PAYLOAD_TOO_LARGE, message);
+    body::close_after(&mut r);
+    r
 }
 
 #[cfg(test)]

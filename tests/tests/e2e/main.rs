@@ -6,6 +6,8 @@
 //! - `lifecycle`: temporary/permanent, defaults, ownership, lifecycle tools, restarts of the server
 //! - `cleanup`: temporaries go away on EOF, SIGTERM, SIGKILL of the server, HTTP session end and idleness
 //! - `http`: both protocol eras over Streamable HTTP, auth, Host/Origin checks, service routes
+//! - `http_limits`: both HTTP servers' limits (issue 19): 413 for big bodies, slow heads and
+//!   bodies cut, idle connections closed, the MCP session cap, long calls never cut
 //! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
 //! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`)
 //! - `security`: server secrets never reach a computer; isolation flags
@@ -37,6 +39,7 @@ mod gateway;
 mod gateway_cloud;
 mod hardening;
 mod http;
+mod http_limits;
 mod image;
 mod images;
 mod jobs;
