@@ -4,7 +4,10 @@
 //! a session and process-group leader), changes directory (126 with the shell's reason on
 //! failure), runs the program and reports its exit status in-band (see [`WRAPPER`]). On timeout, output limit or cancellation (the future
 //! is dropped) the whole process group is killed inside the container with a second exec,
-//! so `sleep 1000 &` children die too. Output is capped at the source of our memory: past
+//! so `sleep 1000 &` children die too, and so does every process that carries the exec's
+//! tag (`MSC_JOB=e<nonce>` in its environment, inherited across `setsid`), as with the
+//! supervisor. The answer never waits for an escaped holder of the output pipes: the
+//! deadline ends the read. Output is capped at the source of our memory: past
 //! the limit nothing more is kept.
 
 use std::time::{Duration, Instant};
@@ -34,6 +37,15 @@ if [ "$1" = "@auto-shell" ]; then shift; if [ -x /bin/bash ]; then set -- /bin/b
 rc=$?
 printf '\036msc-exit-%s %d\036' "$n" "$rc" >&2
 exit $rc"#;
+
+/// `$1`=process group (may be empty), `$2`=`MSC_JOB=<tag>`: kills the group, its leader, and
+/// every process whose environment holds the tag (found through `/proc`; the script's own
+/// processes do not carry it). Prints `killed` once done.
+const KILL_SCRIPT: &str = r#"if [ -n "$1" ]; then kill -9 -$1 2>/dev/null; kill -9 $1 2>/dev/null; fi
+for p in /proc/[0-9]*; do
+  grep -qF "$2" "$p/environ" 2>/dev/null && kill -9 "${p#/proc/}" 2>/dev/null
+done
+echo killed"#;
 
 /// Removes the wrapper's exit tag (`\x1emsc-exit-<nonce> <code>\x1e`, the last one) from
 /// `stderr` and returns the code.
@@ -74,12 +86,17 @@ fn wrapper_cmd(spec: &ExecSpec, nonce: &str) -> Vec<String> {
     cmd
 }
 
-/// Kills the process group `pid` inside `container` when dropped unarmed.
+/// The environment variable that tags a command's processes (the supervisor's name).
+const TAG_VAR: &str = "MSC_JOB";
+
+/// Kills the process group `pid`, and the processes tagged `tag`, inside `container` when
+/// dropped unarmed.
 struct KillGuard {
     docker: Option<Docker>,
     container: String,
     exec_id: String,
     pid: Option<u32>,
+    tag: String,
 }
 
 impl KillGuard {
@@ -94,10 +111,11 @@ impl Drop for KillGuard {
             let container = std::mem::take(&mut self.container);
             let exec_id = std::mem::take(&mut self.exec_id);
             let pid = self.pid;
+            let tag = std::mem::take(&mut self.tag);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
                     tracing::info!(container, "command cancelled: stopping it");
-                    docker.stop_exec(&container, &exec_id, pid).await;
+                    docker.stop_exec(&container, &exec_id, pid, &tag).await;
                 });
             }
         }
@@ -135,18 +153,26 @@ fn take_pid(header: &mut Vec<u8>, chunk: &[u8]) -> Header {
 }
 
 impl Docker {
-    /// Kills process group `pid` (and `pid` itself) inside the container. `Ok(true)` when
-    /// the kill script ran (it cannot start while a fork bomb holds every pid slot).
-    pub async fn kill_group(&self, container: &str, pid: u32) -> Result<bool, DockerError> {
+    /// Kills process group `pid` (and `pid` itself, when known) and every process whose
+    /// environment carries `MSC_JOB=<tag>` (what left the group with `setsid`) inside the
+    /// container. `Ok(true)` when the kill script ran (it cannot start while a fork bomb
+    /// holds every pid slot).
+    pub async fn kill_group(
+        &self,
+        container: &str,
+        pid: Option<u32>,
+        tag: &str,
+    ) -> Result<bool, DockerError> {
         let opts = CreateExecOptions {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             cmd: Some(vec![
                 "/bin/sh".to_owned(),
                 "-c".to_owned(),
-                "kill -9 -$1 2>/dev/null; kill -9 $1 2>/dev/null; echo killed".to_owned(),
+                KILL_SCRIPT.to_owned(),
                 "msc-kill".to_owned(),
-                pid.to_string(),
+                pid.map(|p| p.to_string()).unwrap_or_default(),
+                format!("{TAG_VAR}={tag}"),
             ]),
             ..Default::default()
         };
@@ -183,16 +209,17 @@ impl Docker {
         container: &str,
         exec_id: &str,
         pid: Option<u32>,
+        tag: &str,
     ) -> Option<String> {
-        if let Some(pid) = pid {
-            for attempt in 0..3u64 {
-                match self.kill_group(container, pid).await {
-                    Ok(true) => return None,
-                    Ok(false) => tracing::debug!(attempt, "in-container kill did not run"),
-                    Err(e) => tracing::debug!(error = %e, "in-container kill failed"),
-                }
-                tokio::time::sleep(Duration::from_millis(20 * (attempt + 1))).await;
+        for attempt in 0..3u64 {
+            match self.kill_group(container, pid, tag).await {
+                // Without a pid the group may still be starting: the engine is asked below.
+                Ok(true) if pid.is_some() => return None,
+                Ok(true) => break,
+                Ok(false) => tracing::debug!(attempt, "in-container kill did not run"),
+                Err(e) => tracing::debug!(error = %e, "in-container kill failed"),
             }
+            tokio::time::sleep(Duration::from_millis(20 * (attempt + 1))).await;
         }
         if let Ok(info) = self.client.inspect_exec(exec_id).await {
             tracing::debug!(running = ?info.running, host_pid = ?info.pid, "exec state before host kill");
@@ -279,12 +306,15 @@ impl Docker {
     ) -> Result<ExecOutcome, DockerError> {
         let started = Instant::now();
         let nonce = format!("{:016x}", rand::random::<u64>());
+        let tag = format!("e{nonce}");
+        let mut env = spec.env_pairs();
+        env.push(format!("{TAG_VAR}={tag}"));
         let opts = CreateExecOptions {
             attach_stdin: Some(spec.stdin.is_some()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
-            env: Some(spec.env_pairs()),
+            env: Some(env),
             cmd: Some(wrapper_cmd(spec, &nonce)),
             ..Default::default()
         };
@@ -332,6 +362,7 @@ impl Docker {
             container: container.to_owned(),
             exec_id: exec.id.clone(),
             pid: None,
+            tag: tag.clone(),
         };
         let mut collector = OutputCollector::new(spec.output_limit);
         let mut ticker = crate::progress::LineTicker::new(spec.progress.clone());
@@ -388,7 +419,7 @@ impl Docker {
             tracing::debug!(timed_out, truncated, pid = ?guard.pid, "stopping the command");
             drop(output);
             guard.disarm();
-            let note = self.stop_exec(container, &exec.id, guard.pid).await;
+            let note = self.stop_exec(container, &exec.id, guard.pid, &tag).await;
             let (stdout, mut stderr, _) = collector.finish();
             take_exit_tag(&mut stderr, &nonce);
             if let Some(note) = note {

@@ -6,6 +6,41 @@ use shared::transport::Refused;
 use shared::transport::route::{self, Call, InSession, Post};
 use tracing::Instrument;
 
+/// Largest `/mcp` body: the binary's `--http-max-body` default. Read as a stream and
+/// refused once past it, so an oversized body never sits whole in the isolate's 128 MB.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The body of `req`, or the 413 answer once it is over [`MAX_BODY`].
+async fn bounded_body(req: &mut Request) -> Result<std::result::Result<Vec<u8>, Response>> {
+    use futures_util::StreamExt;
+    let too_large = || {
+        json_response(
+            413,
+            &json!({"error": format!("request body over {MAX_BODY} bytes (16 MiB): send less per request (stdin is at most 2 MiB; move files in slices with computer_file_write or stream them with PUT /v1/files)")}),
+        )
+    };
+    let declared = req
+        .headers()
+        .get("content-length")?
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large().map(Err);
+    }
+    // No body at all is an empty one (the route then refuses it as JSON).
+    let Ok(mut stream) = req.stream() else {
+        return Ok(Ok(Vec::new()));
+    };
+    let mut body = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > MAX_BODY {
+            return too_large().map(Err);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Ok(body))
+}
+
 // ---------------------------------------------------------------- HTTP routes
 
 pub(crate) fn unauthorized(origin: &str, why: &str) -> Result<Response> {
@@ -84,7 +119,10 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             if req.method() == Method::Delete {
                 return mcp_delete(&req, &env, &caller).await;
             }
-            let body = req.bytes().await?;
+            let body = match bounded_body(&mut req).await? {
+                Ok(b) => b,
+                Err(refused) => return Ok(refused),
+            };
             mcp_post(&req, body, &env, gw, caller).await
         }
         (_, path) if path.starts_with("/v1/files/") => {
@@ -220,6 +258,17 @@ pub(crate) async fn mcp_post(
             )
             .await
             {
+                // The team's session caps (the DO decides): 503 until a session ends.
+                if let GatewayError::Inventory {
+                    status: 503,
+                    message,
+                } = &e
+                {
+                    let r = json_response(503, &json!({"error": message}))?;
+                    r.headers()
+                        .set("retry-after", &gw.idle_ms.div_ceil(1000).to_string())?;
+                    return Ok(r);
+                }
                 return json_response(
                     500,
                     &error_response(id, codes::INTERNAL_ERROR, &e.to_string(), None),

@@ -70,6 +70,13 @@ pub(crate) struct SessionRow {
     pub(crate) default_id: Option<String>,
 }
 
+/// Counts of the sessions table.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CountRow {
+    n: u64,
+    mine: u64,
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct JobRow {
     pub(crate) id: String,
@@ -82,6 +89,41 @@ pub(crate) fn bad(status: u16, message: &str) -> Result<Response> {
 impl Team {
     pub(crate) fn sql(&self, query: &str, args: Vec<SqlStorageValue>) -> Result<worker::SqlCursor> {
         self.state.storage().sql().exec(query, Some(args))
+    }
+
+    /// Why one more legacy session may not open for `subject`: past `MAX_SESSIONS` in the
+    /// team (default 1024) or `MAX_SESSIONS_PER_USER` for the user (default 256), as the
+    /// binary's `--http-max-sessions` and `--http-max-sessions-per-principal`.
+    pub(crate) fn sessions_full(&self, subject: &str) -> Result<Option<String>> {
+        let cap = |name: &str, default: u64| {
+            var(&self.env, name)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(default)
+        };
+        let (team_cap, user_cap) = (cap("MAX_SESSIONS", 1024), cap("MAX_SESSIONS_PER_USER", 256));
+        let rows: Vec<CountRow> = self
+            .sql(
+                "SELECT COUNT(*) AS n, COALESCE(SUM(subject = ?), 0) AS mine FROM sessions",
+                vec![subject.into()],
+            )?
+            .to_array()?;
+        let (n, mine) = rows.first().map_or((0, 0), |r| (r.n, r.mine));
+        let idle = self.idle_secs();
+        let ends = format!(
+            "idle sessions end after SESSION_TIMEOUT_SECS ({idle} s) and a client ends its own with DELETE /mcp (with its Mcp-Session-Id)"
+        );
+        Ok(if n >= team_cap {
+            Some(format!(
+                "too many live MCP sessions: this team has {n}, the limit of MAX_SESSIONS; {ends}; retry later, end unused sessions, or raise MAX_SESSIONS"
+            ))
+        } else if mine >= user_cap {
+            Some(format!(
+                "too many live MCP sessions: this user has {mine}, the limit of MAX_SESSIONS_PER_USER; {ends}; retry later, end unused sessions, or raise MAX_SESSIONS_PER_USER"
+            ))
+        } else {
+            None
+        })
     }
 
     pub(crate) fn idle_ms(&self) -> u64 {
@@ -256,6 +298,9 @@ impl DurableObject for Team {
                 json_response(200, &json!({"ok": true}))
             }
             "/session/open" => {
+                if let Some(full) = self.sessions_full(&s("subject"))? {
+                    return bad(503, &full);
+                }
                 self.sql(
                     "INSERT INTO sessions (sid, subject, version, default_id, last_seen) VALUES (?, ?, ?, NULL, ?)",
                     vec![s("sid").into(), s("subject").into(), s("version").into(), now_sql.into()],

@@ -620,3 +620,92 @@ async fn issue_15_gateway_files() -> anyhow::Result<()> {
     x.terminate().await?;
     Ok(())
 }
+
+/// Issue 19 at the edge: a `/mcp` body over 16 MiB gets 413 (declared or streamed, never
+/// held whole in the isolate), legacy sessions are capped per user and per team (503 with
+/// `Retry-After`; a DELETE frees a place), and JSON-RPC ids are echoed exactly.
+#[tokio::test]
+async fn issue_19_gateway_http_limits() -> anyhow::Result<()> {
+    let t = tag("gwlimits");
+    // No call reaches an executor here.
+    let mut v = vars("http://127.0.0.1:9", 300);
+    v.push(("MAX_SESSIONS", "3".into()));
+    v.push(("MAX_SESSIONS_PER_USER", "2".into()));
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &v).await?;
+    let (u1, u2) = (sign(&claims("team-l", "u1")), sign(&claims("team-l", "u2")));
+    let http = reqwest::Client::new();
+    let initialize = |token: &str, id: &str| {
+        http.post(&gw.url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+            ))
+            .send()
+    };
+    let big = "18446744073709551617";
+    let r = initialize(&u1, big).await?;
+    assert_eq!(r.status().as_u16(), 200);
+    let first = r.headers()["mcp-session-id"].to_str()?.to_owned();
+    let text = r.text().await?;
+    assert!(text.contains(&format!("\"id\":{big},")), "{text}");
+    assert_eq!(initialize(&u1, "2").await?.status().as_u16(), 200);
+    // The user's cap.
+    let r = initialize(&u1, "3").await?;
+    assert_eq!(r.status().as_u16(), 503);
+    assert!(r.headers().get("retry-after").is_some());
+    let text = r.text().await?;
+    assert!(text.contains("MAX_SESSIONS_PER_USER"), "{text}");
+    // The team's cap.
+    assert_eq!(initialize(&u2, "4").await?.status().as_u16(), 200);
+    let r = initialize(&u2, "5").await?;
+    assert_eq!(r.status().as_u16(), 503);
+    let text = r.text().await?;
+    assert!(text.contains("this team has 3"), "{text}");
+    // Ending a session frees a place.
+    let r = http
+        .delete(&gw.url)
+        .bearer_auth(&u1)
+        .header("mcp-session-id", &first)
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 204);
+    assert_eq!(initialize(&u2, "6").await?.status().as_u16(), 200);
+
+    // 413, with a declared length and streamed without one.
+    let body = vec![b' '; 20 << 20];
+    let r = http
+        .post(&gw.url)
+        .bearer_auth(&u1)
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 413);
+    assert!(r.text().await?.contains("16 MiB"));
+    let chunks = futures_util::stream::iter(
+        body.chunks(1 << 20)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    );
+    let r = http
+        .post(&gw.url)
+        .bearer_auth(&u1)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 413);
+    // A normal call still works.
+    let (status, _, _) = raw(
+        &gw,
+        Some(&u1),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}}),
+    )
+    .await?;
+    assert_eq!(status, 200);
+    gw.stop().await
+}

@@ -270,8 +270,18 @@ async fn issue_3_hostile_socket_in_the_computer() -> anyhow::Result<()> {
 /// the timeout all the same, and one that keeps stdout open does not hold the answer.
 #[tokio::test]
 async fn issue_19_setsid_escapes_the_timeout_kill() -> anyhow::Result<()> {
-    let t = tag("setsid");
-    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default()).await?;
+    setsid_is_killed(false).await
+}
+
+/// The same guarantee on the Engine API path (computers without the supervisor).
+#[tokio::test]
+async fn issue_19_setsid_escapes_the_timeout_kill_engine_api() -> anyhow::Result<()> {
+    setsid_is_killed(true).await
+}
+
+async fn setsid_is_killed(plain: bool) -> anyhow::Result<()> {
+    let t = tag(if plain { "setsid-plain" } else { "setsid" });
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::default().plain_if(plain)).await?;
     let id = format!("{t}-a");
     exec(&c, json!({"command": "true", "computer_id": id})).await?;
     for (command, secs) in [
