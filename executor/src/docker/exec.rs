@@ -28,14 +28,20 @@ const AUTO_SHELL: &str = "@auto-shell";
 /// the wrapper then writes the exit status on stderr, tagged with a per-exec nonce, which
 /// saves the engine round trip of an exec inspect. The tag is removed from the output
 /// wherever it lands (background children may write after it). Without it (the wrapper
-/// was killed), the exit code comes from the engine.
+/// was killed), the exit code comes from the engine. A program killed by SIGKILL while the
+/// memory cgroup's `oom_kill` count rose (read with `read`, no extra process) is tagged
+/// ` oom`: the out-of-memory killer ended it.
 const WRAPPER: &str = r#"echo $$
 n=$1; d=$2; shift 2
 if [ -n "$d" ]; then cd -- "$d" || { printf '\036msc-exit-%s 126\036' "$n" >&2; exit 126; }; fi
 if [ "$1" = "@auto-shell" ]; then shift; if [ -x /bin/bash ]; then set -- /bin/bash "$@"; else set -- /bin/sh "$@"; fi; fi
+k() { o=; for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do if [ -r "$f" ]; then while read -r a b; do [ "$a" = oom_kill ] && o=$b; done < "$f"; return; fi; done; }
+k; o0=$o
 (exec "$@")
 rc=$?
-printf '\036msc-exit-%s %d\036' "$n" "$rc" >&2
+m=
+if [ "$rc" -eq 137 ]; then k; [ -n "$o0" ] && [ "$o" != "$o0" ] && m=' oom'; fi
+printf '\036msc-exit-%s %d%s\036' "$n" "$rc" "$m" >&2
 exit $rc"#;
 
 /// `$1`=process group (may be empty), `$2`=`MSC_JOB=<tag>`: kills the group, its leader, and
@@ -47,21 +53,25 @@ for p in /proc/[0-9]*; do
 done
 echo killed"#;
 
-/// Removes the wrapper's exit tag (`\x1emsc-exit-<nonce> <code>\x1e`, the last one) from
-/// `stderr` and returns the code.
-fn take_exit_tag(stderr: &mut Vec<u8>, nonce: &str) -> Option<i64> {
+/// Removes the wrapper's exit tag (`\x1emsc-exit-<nonce> <code>[ oom]\x1e`, the last one)
+/// from `stderr` and returns the code, and whether the out-of-memory killer ended it.
+fn take_exit_tag(stderr: &mut Vec<u8>, nonce: &str) -> Option<(i64, bool)> {
     let marker = format!("\x1emsc-exit-{nonce} ");
     let m = marker.as_bytes();
     let start = stderr.windows(m.len()).rposition(|w| w == m)?;
     let digits_at = start + m.len();
     let len = stderr[digits_at..].iter().position(|b| *b == 0x1e)?;
-    let digits = &stderr[digits_at..digits_at + len];
+    let field = &stderr[digits_at..digits_at + len];
+    let (digits, oom) = match field.strip_suffix(b" oom") {
+        Some(d) => (d, true),
+        None => (field, false),
+    };
     if digits.is_empty() || digits.len() > 3 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
     let code = std::str::from_utf8(digits).ok()?.parse().ok()?;
     stderr.drain(start..digits_at + len + 1);
-    Some(code)
+    Some((code, oom))
 }
 
 pub use crate::spec::ExecSpec;
@@ -447,9 +457,9 @@ impl Docker {
             return Err(DockerError::Stream(e));
         }
         let (stdout, mut stderr, _) = collector.finish();
-        let exit_code = match take_exit_tag(&mut stderr, &nonce) {
-            Some(code) => code,
-            None => self.exit_code(&exec.id).await?,
+        let (exit_code, oom_killed) = match take_exit_tag(&mut stderr, &nonce) {
+            Some(tag) => tag,
+            None => (self.exit_code(&exec.id).await?, false),
         };
         Ok(ExecOutcome {
             stdout,
@@ -458,7 +468,7 @@ impl Docker {
             duration_ms: started.elapsed().as_millis() as u64,
             truncated_at: None,
             timed_out_after: None,
-            oom_killed: false,
+            oom_killed,
         })
     }
 
@@ -505,8 +515,11 @@ mod tests {
     #[test]
     fn exit_tag_is_found_and_removed() {
         let mut e = b"err\n\x1emsc-exit-ab 3\x1elate\n".to_vec();
-        assert_eq!(take_exit_tag(&mut e, "ab"), Some(3));
+        assert_eq!(take_exit_tag(&mut e, "ab"), Some((3, false)));
         assert_eq!(e, b"err\nlate\n");
+        let mut e = b"\x1emsc-exit-ab 137 oom\x1e".to_vec();
+        assert_eq!(take_exit_tag(&mut e, "ab"), Some((137, true)));
+        assert!(e.is_empty());
         let mut e = b"\x1emsc-exit-zz 9\x1e".to_vec();
         assert_eq!(
             take_exit_tag(&mut e, "ab"),
@@ -518,6 +531,8 @@ mod tests {
             &b"\x1emsc-exit-ab \x1e"[..],
             b"\x1emsc-exit-ab 1234\x1e",
             b"\x1emsc-exit-ab 12",
+            b"\x1emsc-exit-ab 1 om\x1e",
+            b"\x1emsc-exit-ab  oom\x1e",
             b"",
         ] {
             let mut e = bad.to_vec();

@@ -319,12 +319,23 @@ async fn setsid_is_killed(plain: bool) -> anyhow::Result<()> {
 /// and a notice in stderr), in the foreground and as a job; a plain SIGKILL does not.
 #[tokio::test]
 async fn issue_19_oom_kill_is_reported() -> anyhow::Result<()> {
-    let t = tag("oom");
+    oom_is_reported(false).await
+}
+
+/// The same on the Engine API path (the wrapper reads the memory cgroup; no jobs there).
+#[tokio::test]
+async fn issue_19_oom_kill_is_reported_engine_api() -> anyhow::Result<()> {
+    oom_is_reported(true).await
+}
+
+async fn oom_is_reported(plain: bool) -> anyhow::Result<()> {
+    let t = tag(if plain { "oom-plain" } else { "oom" });
     let opts = ServerOpts::default()
         .arg("--memory")
         .arg("64m")
         .arg("--tools")
-        .arg("exec,jobs");
+        .arg("exec,jobs")
+        .plain_if(plain);
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
     let id = format!("{t}-a");
     exec(&c, json!({"command": "true", "computer_id": id})).await?;
@@ -344,6 +355,16 @@ async fn issue_19_oom_kill_is_reported() -> anyhow::Result<()> {
         "{r}"
     );
     // A job: the read that sees it end says it too.
+    if plain {
+        let r = exec(&c, json!({"command": "kill -9 $$", "computer_id": id})).await?;
+        assert_eq!(
+            (r["exit_code"].as_i64(), r.get("oom_killed")),
+            (Some(137), None),
+            "{r}"
+        );
+        c.cancel().await?;
+        return wait_for_count(&t, 0, Duration::from_secs(15)).await;
+    }
     let r = exec(
         &c,
         json!({"command": format!("sleep 0.5; {hog}"), "computer_id": id, "yield_ms": 0}),
