@@ -7,7 +7,8 @@ use proptest::prelude::*;
 
 use crate::parse::{MAX_PAREN_NESTING, MAX_SYNTAX_NESTING, ParseFail, parse_program};
 
-const ATOMS: &[&str] = &[
+/// Shell tokens scripts are made of (also `tests.rs`'s `fuzz_no_panic`).
+pub(super) const ATOMS: &[&str] = &[
     "echo",
     " ",
     "'",
@@ -78,6 +79,25 @@ const ATOMS: &[&str] = &[
     "<(",
     ">(",
     "\r",
+    "9",
+    "$#",
+    "{1..99999999999999999999}",
+    "~+99999999999999999999",
+    "${x:",
+    "$[",
+    "local",
+    "exec",
+    "eval",
+    "set",
+    "-e",
+    "-u",
+    "read",
+    "xargs",
+    "kill",
+    "wait",
+    "%1",
+    "break",
+    "return",
 ];
 
 fn cases() -> u32 {
