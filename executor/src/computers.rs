@@ -16,12 +16,14 @@ use serde_json::json;
 use shared::CallToolResult;
 use shared::history::{HistoryEntry, describe, rfc3339_utc};
 use shared::ids::slug_from_random;
-use shared::mcp::{CallContext, ToolHost};
+use shared::jobs::yielded_structured;
+use shared::mcp::{CallContext, TaskAnswer, ToolHost};
 use shared::op::Op;
 use shared::registry::{Claimant, MemoryStore, Registry, Target};
 use shared::result::{
     ComputerInfo, exec_structured, inventory, operation_error, structured_result,
 };
+use shared::tasks::TaskMethod;
 use shared::validate::{ExecRequest, Program, ToolCall};
 use tracing::Instrument;
 
@@ -35,6 +37,7 @@ pub use crate::error::ComputerError;
 
 pub mod files;
 mod jobs;
+mod tasks;
 
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
 /// A team's computers carry both its key prefix and its name (Docker label, WASM
@@ -97,6 +100,8 @@ pub struct Computers {
     id_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The jobs this server started, by job id.
     jobs: Mutex<HashMap<String, jobs::JobRecord>>,
+    /// The tasks (MCP Tasks extension) this server handed out, by task id.
+    tasks: tasks::TaskTable,
     /// Temporaries whose removal failed (a busy engine): retried by every idle sweep
     /// until they are gone, so a transient engine error does not leak a computer.
     unremoved: Mutex<std::collections::HashSet<String>>,
@@ -111,6 +116,7 @@ impl Computers {
             registry: Mutex::new(Registry::new(MemoryStore::default())),
             id_locks: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
+            tasks: tasks::TaskTable::default(),
             unremoved: Mutex::default(),
         }
     }
@@ -190,15 +196,8 @@ impl Computers {
         slug_from_random(rand::random::<u64>())
     }
 
-    /// Runs `req` on the computer with backend key `key`; the result names it `id`.
-    async fn exec_on(
-        &self,
-        key: &str,
-        id: &str,
-        temporary: bool,
-        req: &ExecRequest,
-        progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    /// What the backend runs for `req`, and how the history names it.
+    fn spec_of(&self, req: &ExecRequest, progress: &Progress) -> (ExecSpec, String) {
         let timeout = req.timeout_secs.unwrap_or(self.defaults.timeout_secs);
         let (argv, shell_command) = match &req.program {
             Program::Argv(argv) => (argv.clone(), None),
@@ -214,20 +213,45 @@ impl Computers {
             env: req.env.clone(),
             progress: progress.clone(),
         };
-        // Held across the command, also when the call is cancelled and this future dropped.
-        let _in_use = InUse::new(self, key);
         let command = match &req.program {
             Program::Shell(c) => describe(Some(c), None),
             Program::Argv(a) => describe(None, Some(a)),
         };
+        (spec, command)
+    }
+
+    /// Starts `spec` on `key` as a job and waits up to `yield_ms` (its first read); a
+    /// computer gone behind our back is forgotten.
+    async fn job_on(
+        &self,
+        key: &str,
+        id: &str,
+        spec: &ExecSpec,
+        command: String,
+        yield_ms: u64,
+    ) -> Result<shared::jobs::JobOutput, ComputerError> {
+        let r = self.start_job_on(key, id, spec, command, yield_ms).await;
+        if matches!(&r, Err(e) if e.failure() == Some(Failure::NotFound)) {
+            let Ok(()) = self.registry().forget(key);
+        }
+        r
+    }
+
+    /// Runs `req` on the computer with backend key `key`; the result names it `id`.
+    async fn exec_on(
+        &self,
+        key: &str,
+        id: &str,
+        temporary: bool,
+        req: &ExecRequest,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let (spec, command) = self.spec_of(req, progress);
+        // Held across the command, also when the call is cancelled and this future dropped.
+        let _in_use = InUse::new(self, key);
         if let Some(yield_ms) = req.yield_ms {
-            let r = self
-                .start_job_on(key, id, temporary, &spec, command, yield_ms)
-                .await;
-            if matches!(&r, Err(e) if e.failure() == Some(Failure::NotFound)) {
-                let Ok(()) = self.registry().forget(key);
-            }
-            return r;
+            let out = self.job_on(key, id, &spec, command, yield_ms).await?;
+            return Ok(yielded_structured(id, temporary, out));
         }
         let started_ms = now_ms();
         let span = tracing::info_span!("exec", computer_id = key, backend = self.backend.name());
@@ -706,5 +730,25 @@ impl ToolHost for SessionHost {
             Ok(v) => structured_result(v),
             Err(e) => operation_error(&e.to_string()),
         }
+    }
+
+    async fn call_tool_as_task(&self, call: ToolCall, ctx: &CallContext) -> TaskAnswer {
+        let ToolCall::Exec(req) = call else {
+            return TaskAnswer::Complete(self.call_tool(call, ctx).await);
+        };
+        let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
+        match self.exec_as_task(req, &progress).await {
+            Ok(answer) => answer,
+            Err(e) => TaskAnswer::Complete(operation_error(&e.to_string())),
+        }
+    }
+
+    async fn task(
+        &self,
+        method: TaskMethod,
+        task_id: &str,
+        _ctx: &CallContext,
+    ) -> Result<serde_json::Value, String> {
+        self.task_call(method, task_id).await
     }
 }

@@ -59,7 +59,7 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
     );
     if groups.jobs {
         instructions.push_str(
-            " For builds, test suites, servers and interactive programs, pass `yield_ms`: a command still running then becomes a job that terminal_job follows (output, stdin, signals).",
+            " For builds, test suites, servers and interactive programs, pass `yield_ms`: a command still running then becomes a job that terminal_job follows (output, stdin, signals). Clients of the MCP Tasks extension get a task for such a command instead.",
         );
     }
     if groups.files {
@@ -75,6 +75,8 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
         exec_description: config.exec_description.clone(),
         instructions: Some(instructions),
         dashboard_html: Some(shared::dashboard::HTML.into()),
+        // The Tasks extension rides on jobs (`computers/tasks.rs`).
+        tasks: true,
     })
 }
 

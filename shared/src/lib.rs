@@ -21,6 +21,7 @@ pub mod op;
 pub mod providers;
 pub mod registry;
 pub mod result;
+pub mod tasks;
 pub mod teams;
 pub mod transport;
 pub mod validate;

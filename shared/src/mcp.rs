@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 use crate::catalogue::{DASHBOARD_URI, MCP_APP_MIME, ToolNames, UI_EXTENSION, tools};
 use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::{operation_error, validation_error};
+use crate::tasks::{self, TaskMethod};
 use crate::validate::{ToolCall, ValidationError, parse_tool_call};
 
 pub use jsonrpc::{
@@ -142,6 +143,15 @@ pub struct CallContext {
     pub era: Era,
 }
 
+/// What a `tools/call` from a client that declared the Tasks extension answered.
+#[derive(Debug)]
+pub enum TaskAnswer {
+    /// The call's own result.
+    Complete(CallToolResult),
+    /// A `CreateTaskResult` ([`tasks::Task::created`]).
+    Task(Value),
+}
+
 /// Runs validated tool calls. Implemented by the local server and the Worker.
 pub trait ToolHost: MaybeSync {
     fn call_tool(
@@ -149,6 +159,29 @@ pub trait ToolHost: MaybeSync {
         call: ToolCall,
         ctx: &CallContext,
     ) -> impl Future<Output = CallToolResult> + MaybeSend;
+
+    /// A `terminal_execute` whose client declared the Tasks extension: the host may answer
+    /// with a task. Asked only where [`ServerConfig::tasks`] is set.
+    fn call_tool_as_task(
+        &self,
+        call: ToolCall,
+        ctx: &CallContext,
+    ) -> impl Future<Output = TaskAnswer> + MaybeSend {
+        async move { TaskAnswer::Complete(self.call_tool(call, ctx).await) }
+    }
+
+    /// `tasks/get` (the `DetailedTask`), `tasks/update` and `tasks/cancel` (`{}`); `Err`
+    /// is the message of a JSON-RPC error (an unknown task).
+    fn task(
+        &self,
+        method: TaskMethod,
+        task_id: &str,
+        ctx: &CallContext,
+    ) -> impl Future<Output = Result<Value, String>> + MaybeSend {
+        let _ = (method, ctx);
+        let unknown = tasks::unknown_task(task_id);
+        async move { Err(unknown) }
+    }
 }
 
 /// Static server configuration for the dispatcher.
@@ -161,6 +194,9 @@ pub struct ServerConfig {
     pub instructions: Option<String>,
     /// The dashboard page served as the MCP App resource, when lifecycle tools are on.
     pub dashboard_html: Option<String>,
+    /// The Tasks extension is served (over jobs: needs the `jobs` group and a host that
+    /// keeps tasks).
+    pub tasks: bool,
 }
 
 /// Routes requests to results. Cheap to share; holds the serialized catalogue.
@@ -201,6 +237,9 @@ impl Dispatcher {
             caps["resources"] = json!({ "listChanged": false, "subscribe": false });
             caps["extensions"] = json!({ UI_EXTENSION: { "mimeTypes": [MCP_APP_MIME] } });
         }
+        if self.serves_tasks() {
+            caps["extensions"][tasks::EXTENSION] = json!({});
+        }
         caps
     }
 
@@ -215,6 +254,45 @@ impl Dispatcher {
             r["instructions"] = json!(i);
         }
         r
+    }
+
+    fn serves_tasks(&self) -> bool {
+        self.config.tasks && self.config.names.jobs
+    }
+
+    /// Adds the server identity to a `CreateTaskResult` (its `resultType` stays `task`).
+    fn finish_task(&self, mut created: Value) -> Value {
+        created["_meta"] = json!({ META_SERVER_INFO: self.server_info() });
+        created
+    }
+
+    /// Answers `tasks/get`, `tasks/update` and `tasks/cancel` (2026-07-28 only).
+    async fn task_request<H: ToolHost>(
+        &self,
+        host: &H,
+        era: &Era,
+        id: Value,
+        method: TaskMethod,
+        params: Option<&Value>,
+    ) -> Value {
+        let task_id = match tasks::task_id_param(params) {
+            Ok(t) => t,
+            Err(message) => return error_response(id, codes::INVALID_PARAMS, &message, None),
+        };
+        let ctx = CallContext {
+            request_id: id.clone(),
+            progress_token: None,
+            era: era.clone(),
+        };
+        match host.task(method, task_id, &ctx).await {
+            Ok(result) => success_response(id, self.finish(era, result)),
+            Err(message) => error_response(
+                id,
+                codes::INVALID_PARAMS,
+                &message,
+                Some(json!({ "taskId": task_id })),
+            ),
+        }
     }
 
     fn finish(&self, era: &Era, mut result: Value) -> Value {
@@ -282,6 +360,12 @@ impl Dispatcher {
                     None,
                 );
             }
+        }
+        if let Some(task_method) = TaskMethod::from_method(method)
+            && *era == Era::Modern
+            && self.serves_tasks()
+        {
+            return self.task_request(host, era, id, task_method, params).await;
         }
         let result = match method {
             "initialize" => {
@@ -416,7 +500,24 @@ impl Dispatcher {
                             progress_token,
                             era: era.clone(),
                         };
-                        let mut result = host.call_tool(call, &ctx).await;
+                        let as_task = *era == Era::Modern
+                            && self.serves_tasks()
+                            && matches!(call, ToolCall::Exec(_))
+                            && tasks::declared(
+                                params
+                                    .and_then(|p| p.get("_meta"))
+                                    .and_then(|m| m.get(META_CLIENT_CAPABILITIES)),
+                            );
+                        let mut result = if as_task {
+                            match host.call_tool_as_task(call, &ctx).await {
+                                TaskAnswer::Task(created) => {
+                                    return success_response(id, self.finish_task(created));
+                                }
+                                TaskAnswer::Complete(result) => result,
+                            }
+                        } else {
+                            host.call_tool(call, &ctx).await
+                        };
                         if inventory && result.is_error != Some(true) {
                             // The dashboard runs commands with the exec tool, whose name is
                             // configurable (--tool-name); an MCP App cannot list tools.

@@ -139,6 +139,7 @@ fn dispatcher() -> Dispatcher {
         exec_description: "d".into(),
         instructions: None,
         dashboard_html: Some("<html></html>".into()),
+        tasks: false,
     })
 }
 

@@ -13,9 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use shared::history::{HistoryEntry, rfc3339_utc};
-use shared::jobs::{
-    JobCall, JobOutput, job_id_from, job_list_structured, job_structured, yielded_structured,
-};
+use shared::jobs::{JobCall, JobOutput, job_id_from, job_list_structured, job_structured};
 use shared::registry::Claimant;
 
 use super::{Computers, SessionHost, now_ms};
@@ -77,17 +75,16 @@ impl Computers {
         let Ok(()) = self.registry().ran(&r.key, entry);
     }
 
-    /// Starts `spec` on `key` as a job, waits up to `yield_ms` for it to end, and answers
-    /// like an exec when it did, or with its output so far and its `job_id` when not.
+    /// Starts `spec` on `key` as a job and waits up to `yield_ms` for it to end: the first
+    /// read of it (`running: false` when it ended in time).
     pub(super) async fn start_job_on(
         &self,
         key: &str,
         id: &str,
-        temporary: bool,
         spec: &ExecSpec,
         command: String,
         yield_ms: u64,
-    ) -> Result<Value, ComputerError> {
+    ) -> Result<JobOutput, ComputerError> {
         let job = JobStart {
             job_id: job_id_from(rand::random::<[u8; 12]>()),
             command,
@@ -125,7 +122,29 @@ impl Computers {
         if !out.running {
             self.job_ended(&job.job_id, &out);
         }
-        Ok(yielded_structured(id, temporary, out))
+        Ok(out)
+    }
+
+    /// Reads job `job_id` on `key` (the rules of a `terminal_job` poll); a job the backend
+    /// no longer has is forgotten and named.
+    pub(super) async fn read_job(
+        &self,
+        key: &str,
+        job_id: &str,
+        poll: &JobPoll,
+    ) -> Result<JobOutput, ComputerError> {
+        let out = match self.backend.job_poll(key, job_id, poll).await {
+            Ok(out) => out,
+            Err(e) if e.failure == Failure::NoSuchJob => {
+                self.job_table().remove(job_id);
+                return Err(no_such_job(job_id));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !out.running {
+            self.job_ended(job_id, &out);
+        }
+        Ok(out)
     }
 }
 
@@ -205,17 +224,7 @@ impl SessionHost {
                     until_exit: false,
                     max_bytes: c.defaults.output_limit,
                 };
-                let out = match c.backend.job_poll(&key, &p.job_id, &poll).await {
-                    Ok(out) => out,
-                    Err(e) if e.failure == Failure::NoSuchJob => {
-                        c.job_table().remove(&p.job_id);
-                        return Err(no_such_job(&p.job_id));
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                if !out.running {
-                    c.job_ended(&p.job_id, &out);
-                }
+                let out = c.read_job(&key, &p.job_id, &poll).await?;
                 Ok(job_structured(&id, out))
             }
         }

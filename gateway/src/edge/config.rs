@@ -120,6 +120,7 @@ impl Gateway {
                 exec_description,
                 instructions: Some(instructions),
                 dashboard_html: Some(shared::dashboard::HTML.into()),
+                tasks: false,
             }),
         }
     }

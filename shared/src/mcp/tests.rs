@@ -19,6 +19,7 @@ fn dispatcher(lifecycle: bool) -> Dispatcher {
         exec_description: "d".into(),
         instructions: None,
         dashboard_html: Some("<html></html>".into()),
+        tasks: false,
     })
 }
 

@@ -51,8 +51,8 @@ pub fn decode_header_value(v: &str) -> String {
     v.to_owned()
 }
 
-/// 2026-07-28: `Mcp-Method` must equal the method, `Mcp-Name` the tool name or resource
-/// uri, and a `_meta` protocol version must equal the header's. `header` looks a header
+/// 2026-07-28: `Mcp-Method` must equal the method, `Mcp-Name` the tool name, resource
+/// uri or task id, and a `_meta` protocol version must equal the header's. `header` looks a header
 /// up by lower-case name.
 pub fn check_modern_headers<'a>(
     header: impl Fn(&str) -> Option<&'a str>,
@@ -79,6 +79,8 @@ pub fn check_modern_headers<'a>(
     let name_param = match method {
         "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
         "resources/read" => params.and_then(|p| p.get("uri")),
+        // The Tasks extension routes its requests by task id.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params.and_then(|p| p.get("taskId")),
         _ => None,
     };
     if let Some(expected) = name_param.and_then(Value::as_str) {

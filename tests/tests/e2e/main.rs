@@ -15,6 +15,7 @@
 //! - `images`: a BusyBox image (ash, no bash)
 //! - `files`: the file tools (read, write, edit) through the supervisor and the archive API
 //! - `jobs`: long-running commands as jobs (`yield_ms`, `terminal_job`) and per-call `env`
+//! - `tasks`: the MCP Tasks extension over jobs (raw 2026-07-28 HTTP)
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
@@ -51,6 +52,7 @@ mod registry;
 mod security;
 mod startup;
 mod supervisor;
+mod tasks;
 mod validation;
 mod wasm;
 mod wasm_budget;

@@ -1,0 +1,169 @@
+//! The MCP Tasks extension on this server (`shared::tasks`, SPEC §3.8): a
+//! `terminal_execute` from a client that declared the extension runs as a job, and when
+//! it is still running after its yield, the call answers with a task instead of a result.
+//!
+//! The task is its job: `tasks/get` reads the job's new output into the task record kept
+//! here (in memory, up to the output limit) and answers `completed` with the whole exec
+//! result once the job ended; `tasks/cancel` kills the job's process tree. Access is the
+//! computer's, as for jobs: a caller that may not reach the computer gets "unknown task".
+//! A backend that keeps no jobs runs the command in the foreground and answers with its
+//! result, which the extension allows.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shared::jobs::yielded_structured;
+use shared::mcp::TaskAnswer;
+use shared::result::structured_result;
+use shared::tasks::{DEFAULT_YIELD_MS, Task, TaskMethod, unknown_task};
+use shared::validate::ExecRequest;
+
+use super::{InUse, SessionHost, now_ms};
+use crate::error::ComputerError;
+use crate::place::Failure;
+use crate::progress::Progress;
+use crate::spec::JobPoll;
+
+/// One task and the backend key of its computer.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    task: Task,
+}
+
+/// The tasks this server handed out, by task id (each behind its own lock, so two polls
+/// of one task read its job one after the other).
+#[derive(Debug, Default)]
+pub(super) struct TaskTable(Mutex<HashMap<String, Arc<tokio::sync::Mutex<Entry>>>>);
+
+impl TaskTable {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<Entry>>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, key: String, task: Task) {
+        let mut map = self.map();
+        // Ended tasks past their keeping time go first.
+        let now = now_ms();
+        map.retain(|_, e| match e.try_lock() {
+            Ok(e) => !e.task.expired(now),
+            Err(_) => true,
+        });
+        map.insert(
+            task.task_id.clone(),
+            Arc::new(tokio::sync::Mutex::new(Entry { key, task })),
+        );
+    }
+
+    fn get(&self, task_id: &str) -> Option<Arc<tokio::sync::Mutex<Entry>>> {
+        self.map().get(task_id).cloned()
+    }
+
+    fn remove(&self, task_id: &str) {
+        self.map().remove(task_id);
+    }
+}
+
+impl SessionHost {
+    /// Runs `req` as a job; answers with its result when it ends within its yield
+    /// (`yield_ms`, else `shared::tasks::DEFAULT_YIELD_MS`), else with a task.
+    pub(super) async fn exec_as_task(
+        &self,
+        mut req: ExecRequest,
+        progress: &Progress,
+    ) -> Result<TaskAnswer, ComputerError> {
+        let (id, temporary) = self
+            .target(req.computer_id.as_deref(), req.temporary, progress)
+            .await?;
+        let c = &self.computers;
+        let key = self.key(&id);
+        let yield_ms = req.yield_ms.unwrap_or(DEFAULT_YIELD_MS);
+        let (spec, command) = c.spec_of(&req, progress);
+        let started = {
+            let _in_use = InUse::new(c, &key);
+            c.job_on(&key, &id, &spec, command, yield_ms).await
+        };
+        let out = match started {
+            Ok(out) => out,
+            // No jobs on this backend: the foreground answer is a valid one.
+            Err(e) if e.failure() == Some(Failure::Unsupported) => {
+                req.yield_ms = None;
+                let v = c.exec_on(&key, &id, temporary, &req, progress).await?;
+                return Ok(TaskAnswer::Complete(structured_result(v)));
+            }
+            Err(e) => return Err(e),
+        };
+        if !out.running {
+            return Ok(TaskAnswer::Complete(structured_result(yielded_structured(
+                &id, temporary, out,
+            ))));
+        }
+        let limit = c.defaults.output_limit as u64;
+        let task = Task::new(&id, temporary, limit, now_ms(), out);
+        let created = task.created();
+        c.tasks.insert(key, task);
+        Ok(TaskAnswer::Task(created))
+    }
+
+    /// `tasks/get`, `tasks/update` and `tasks/cancel`.
+    pub(super) async fn task_call(
+        &self,
+        method: TaskMethod,
+        task_id: &str,
+    ) -> Result<Value, String> {
+        let c = &self.computers;
+        let entry = c.tasks.get(task_id).ok_or_else(|| unknown_task(task_id))?;
+        let mut entry = entry.lock().await;
+        // The computer's rule decides, as for jobs; another team's key never matches.
+        let id = entry.task.computer_id.clone();
+        if entry.key != self.key(&id) || self.reachable(&id).await.is_err() {
+            return Err(unknown_task(task_id));
+        }
+        if entry.task.expired(now_ms()) {
+            c.tasks.remove(task_id);
+            return Err(unknown_task(task_id));
+        }
+        match method {
+            TaskMethod::Update => return Ok(json!({})),
+            TaskMethod::Cancel => {
+                if entry.task.ended.is_none() {
+                    entry.task.cancel_requested = true;
+                    self.read_task(&mut entry, Some(9)).await;
+                }
+                return Ok(json!({}));
+            }
+            TaskMethod::Get => {}
+        }
+        if entry.task.ended.is_none() {
+            self.read_task(&mut entry, None).await;
+            if entry.task.over_limit() {
+                // The output limit stops the command, as in the foreground.
+                self.read_task(&mut entry, Some(9)).await;
+            }
+        }
+        Ok(entry.task.detailed())
+    }
+
+    /// Reads the task's job once (sending `signal` first): its news goes into the task.
+    async fn read_task(&self, entry: &mut Entry, signal: Option<i32>) {
+        let c = &self.computers;
+        let poll = JobPoll {
+            stdin: None,
+            close_stdin: false,
+            signal,
+            // A signal's effect (the exit) is worth a short wait; a plain poll answers now.
+            wait: Duration::from_millis(if signal.is_some() { 2_000 } else { 0 }),
+            until_exit: signal.is_some(),
+            max_bytes: c.defaults.output_limit,
+        };
+        let task_id = entry.task.task_id.clone();
+        match c.read_job(&entry.key, &task_id, &poll).await {
+            Ok(out) => entry.task.absorb(out, now_ms()),
+            Err(e) if e.failure() == Some(Failure::NoSuchJob) => entry.task.lost(now_ms()),
+            // A passing failure (the engine busy): the task stays as it was.
+            Err(e) => tracing::warn!(task_id, error = %e, "reading a task's job failed"),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+use super::*;
+
+fn read(job: &str, out: &[u8], err: &[u8], running: bool) -> JobOutput {
+    JobOutput {
+        job_id: job.into(),
+        stdout: out.to_vec(),
+        stderr: err.to_vec(),
+        running,
+        exit_code: (!running).then_some(3),
+        duration_ms: 40,
+        ..JobOutput::default()
+    }
+}
+
+#[test]
+fn declared_only_with_the_extension_object() {
+    let with = |ext: Value| json!({"extensions": {EXTENSION: ext}});
+    assert!(declared(Some(&with(json!({})))));
+    assert!(!declared(Some(&with(json!(true)))));
+    assert!(!declared(Some(&json!({}))));
+    assert!(!declared(None));
+}
+
+#[test]
+fn task_ids_are_checked() {
+    assert_eq!(
+        task_id_param(Some(&json!({"taskId": "job-00ff"}))),
+        Ok("job-00ff")
+    );
+    for bad in [json!({}), json!({"taskId": 5}), json!({"taskId": "a/b"})] {
+        assert!(task_id_param(Some(&bad)).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn a_task_gathers_output_and_completes_with_the_exec_result() {
+    let mut t = Task::new(
+        "box",
+        true,
+        1 << 20,
+        1_000,
+        read("job-1", b"one\n", b"", true),
+    );
+    let c = t.created();
+    assert_eq!(c["resultType"], "task");
+    assert_eq!(
+        (c["taskId"].clone(), c["status"].clone()),
+        (json!("job-1"), json!("working"))
+    );
+    assert_eq!(c["statusMessage"], "running on box: one");
+    assert_eq!(c["createdAt"], "1970-01-01T00:00:01.000Z");
+    assert!(t.detailed().get("result").is_none());
+    t.absorb(read("job-1", b"two\n", b"warn\n", true), 2_000);
+    assert_eq!(t.detailed()["lastUpdatedAt"], "1970-01-01T00:00:02.000Z");
+    t.absorb(read("job-1", b"three\n", b"", false), 3_000);
+    let d = t.detailed();
+    assert_eq!(d["status"], "completed");
+    assert_eq!(d["statusMessage"], "exited with code 3");
+    let s = &d["result"]["structuredContent"];
+    assert_eq!(s["stdout"], "one\ntwo\nthree\n");
+    assert_eq!(s["stderr"], "warn\n");
+    assert_eq!(
+        (s["exit_code"].clone(), s["temporary"].clone()),
+        (json!(3), json!(true))
+    );
+    assert_eq!(d["result"]["isError"], false);
+    // A read after the end changes nothing.
+    t.absorb(read("job-1", b"late", b"", false), 4_000);
+    assert_eq!(t.detailed(), d);
+    assert!(!t.expired(3_000 + KEEP_MS) && t.expired(3_001 + KEEP_MS));
+}
+
+#[test]
+fn output_past_the_limit_is_cut_and_marked() {
+    let mut t = Task::new("box", false, 6, 0, read("job-1", b"abcd", b"", true));
+    assert!(!t.over_limit());
+    t.absorb(read("job-1", b"efgh", b"ij", true), 1);
+    assert!(t.over_limit());
+    t.absorb(read("job-1", b"", b"", false), 2);
+    let s = t.detailed()["result"]["structuredContent"].clone();
+    assert_eq!(s["stdout"], "abcdef");
+    assert_eq!(s["truncated"], true);
+    assert!(
+        s["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("truncated at 6 bytes")
+    );
+}
+
+#[test]
+fn cancelled_and_lost_tasks_have_no_result() {
+    let mut t = Task::new("box", false, 100, 0, read("job-1", b"", b"", true));
+    t.cancel_requested = true;
+    t.absorb(read("job-1", b"", b"", false), 5);
+    let d = t.detailed();
+    assert_eq!(d["status"], "cancelled");
+    assert!(d.get("result").is_none());
+    assert!(
+        d["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("tasks/cancel")
+    );
+    let mut l = Task::new("box", false, 100, 0, read("job-2", b"x", b"", true));
+    l.lost(9);
+    assert_eq!(l.detailed()["status"], "cancelled");
+    assert!(
+        l.detailed()["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("restarted")
+    );
+}
+
+#[test]
+fn binary_output_is_kept_exactly() {
+    let mut t = Task::new("box", false, 100, 0, read("job-1", b"\xff\x00", b"", true));
+    t.absorb(read("job-1", b"\x01", b"", false), 1);
+    let s = t.detailed()["result"]["structuredContent"].clone();
+    assert_eq!(s["stdout_base64"], "/wAB");
+}
