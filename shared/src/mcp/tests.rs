@@ -351,3 +351,117 @@ fn ids_are_echoed_exactly() {
     let forged = format!("{{\"jsonrpc\":\"2.0\",\"id\":{{\"{RAW_ID}\":\"1\"}},\"method\":\"x\"}}");
     assert!(parse_message(forged.as_bytes()).is_err());
 }
+
+/// A host that answers every task-capable exec with a task and knows task `job-1`.
+struct Tasker;
+impl ToolHost for Tasker {
+    async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
+        structured_result(json!({ "plain": format!("{call:?}") }))
+    }
+    async fn call_tool_as_task(&self, _call: ToolCall, _ctx: &CallContext) -> TaskAnswer {
+        TaskAnswer::Task(json!({"resultType": "task", "taskId": "job-1", "status": "working"}))
+    }
+    async fn task(
+        &self,
+        method: TaskMethod,
+        task_id: &str,
+        _ctx: &CallContext,
+    ) -> Result<Value, String> {
+        match (method, task_id) {
+            (TaskMethod::Get, "job-1") => Ok(json!({"taskId": "job-1", "status": "working"})),
+            (_, "job-1") => Ok(json!({})),
+            (_, other) => Err(tasks::unknown_task(other)),
+        }
+    }
+}
+
+#[test]
+fn tasks_are_routed_only_where_served_and_declared() {
+    let names = ToolNames::with_groups(
+        "terminal_execute",
+        crate::catalogue::Groups {
+            jobs: true,
+            ..Default::default()
+        },
+    );
+    let config = |tasks| ServerConfig {
+        name: "t".into(),
+        version: "0".into(),
+        names: names.clone(),
+        exec_description: "d".into(),
+        instructions: None,
+        dashboard_html: None,
+        tasks,
+    };
+    let on = Dispatcher::new(config(true));
+    let off = Dispatcher::new(config(false));
+    let caps = |ext: bool| {
+        let extensions = if ext {
+            json!({ tasks::EXTENSION: {} })
+        } else {
+            json!({})
+        };
+        json!({META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {"extensions": extensions}})
+    };
+    let req = |d: &Dispatcher, era: Era, method: &str, params: Value| {
+        futures_executor::block_on(d.request(&Tasker, &era, json!(1), method, Some(&params)))
+    };
+    let exec = |ext| json!({"name": "terminal_execute", "arguments": {"command": "x"}, "_meta": caps(ext)});
+    // Advertised where served.
+    let d = req(
+        &on,
+        Era::Modern,
+        "server/discover",
+        json!({"_meta": caps(false)}),
+    );
+    assert_eq!(
+        d["result"]["capabilities"]["extensions"][tasks::EXTENSION],
+        json!({})
+    );
+    let d = req(
+        &off,
+        Era::Modern,
+        "server/discover",
+        json!({"_meta": caps(false)}),
+    );
+    assert!(
+        d["result"]["capabilities"].get("extensions").is_none(),
+        "{d}"
+    );
+    // A task only for a declaring client of a serving server, in 2026-07-28.
+    let r = req(&on, Era::Modern, "tools/call", exec(true));
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    assert_eq!(r["result"]["_meta"][META_SERVER_INFO]["name"], "t");
+    for (d, ext) in [(&on, false), (&off, true)] {
+        let r = req(d, Era::Modern, "tools/call", exec(ext));
+        assert_eq!(r["result"]["resultType"], "complete", "{r}");
+        assert!(r["result"]["structuredContent"]["plain"].is_string());
+    }
+    let legacy = Era::Legacy(LATEST_LEGACY.into());
+    let r = req(&on, legacy.clone(), "tools/call", exec(true));
+    assert!(r["result"]["structuredContent"]["plain"].is_string(), "{r}");
+    // tasks/*: answered, refused with a JSON-RPC error, or not a method at all.
+    let get = |id: &str| json!({"taskId": id, "_meta": caps(true)});
+    let r = req(&on, Era::Modern, "tasks/get", get("job-1"));
+    assert_eq!(
+        (
+            r["result"]["status"].clone(),
+            r["result"]["resultType"].clone()
+        ),
+        (json!("working"), json!("complete"))
+    );
+    let r = req(&on, Era::Modern, "tasks/cancel", get("job-1"));
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    let r = req(&on, Era::Modern, "tasks/get", get("job-2"));
+    assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+    assert_eq!(r["error"]["data"]["taskId"], "job-2");
+    let r = req(&on, Era::Modern, "tasks/get", json!({"_meta": caps(true)}));
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("taskId"),
+        "{r}"
+    );
+    for (d, era) in [(&off, Era::Modern), (&on, legacy)] {
+        let r = req(d, era, "tasks/get", get("job-1"));
+        assert_eq!(r["error"]["code"], codes::METHOD_NOT_FOUND, "{r}");
+    }
+}
