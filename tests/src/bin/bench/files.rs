@@ -247,7 +247,7 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         "Bearer {}",
         hs256(
             &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": shared::executor_api::DEFAULT_AUDIENCE,
-                    "sub": team, "iat": unix_now(), "exp": unix_now() + 600}),
+                    "sub": team, "scope": "exec manage", "iat": unix_now(), "exp": unix_now() + 600}),
             SECRET,
         )?
     );
