@@ -237,9 +237,6 @@ impl Dispatcher {
             caps["resources"] = json!({ "listChanged": false, "subscribe": false });
             caps["extensions"] = json!({ UI_EXTENSION: { "mimeTypes": [MCP_APP_MIME] } });
         }
-        if self.serves_tasks() {
-            caps["extensions"][tasks::EXTENSION] = json!({});
-        }
         caps
     }
 
@@ -402,9 +399,14 @@ impl Dispatcher {
                 );
             }
             "server/discover" => {
+                let mut caps = self.capabilities();
+                // Tasks are a 2026-07-28 extension: never offered to a session revision.
+                if self.serves_tasks() {
+                    caps["extensions"][tasks::EXTENSION] = json!({});
+                }
                 let mut r = json!({
                     "supportedVersions": supported_versions(),
-                    "capabilities": self.capabilities(),
+                    "capabilities": caps,
                     "ttlMs": LIST_TTL_MS,
                     "cacheScope": "public",
                 });

@@ -5,7 +5,9 @@
 //! The task is its job: `tasks/get` reads the job's new output into the task record kept
 //! here (in memory, up to the output limit) and answers `completed` with the whole exec
 //! result once the job ended; `tasks/cancel` kills the job's process tree. Access is the
-//! computer's, as for jobs: a caller that may not reach the computer gets "unknown task".
+//! computer's, as for jobs: a caller that may not reach the computer gets "unknown task"
+//! (the caller that started it may still read it once its computer is gone). A task is
+//! kept 10 minutes after it ended, or after its timeout when nobody read it.
 //! A backend that keeps no jobs runs the command in the foreground and answers with its
 //! result, which the extension allows.
 
@@ -17,20 +19,32 @@ use serde_json::{Value, json};
 use shared::jobs::yielded_structured;
 use shared::mcp::TaskAnswer;
 use shared::result::structured_result;
-use shared::tasks::{DEFAULT_YIELD_MS, Task, TaskMethod, unknown_task};
+use shared::tasks::{DEFAULT_YIELD_MS, KEEP_MS, Task, TaskMethod, unknown_task};
 use shared::validate::ExecRequest;
 
 use super::{InUse, SessionHost, now_ms};
 use crate::error::ComputerError;
-use crate::place::Failure;
+use crate::place::{Failure, Place};
 use crate::progress::Progress;
 use crate::spec::JobPoll;
 
-/// One task and the backend key of its computer.
+/// One task, the backend key of its computer, and who started it.
 #[derive(Debug)]
 struct Entry {
     key: String,
+    /// The caller that started it: it may read the result after its computer is gone.
+    owner: String,
+    /// When the command's timeout ends it, at the latest.
+    deadline_ms: u64,
     task: Task,
+}
+
+impl Entry {
+    /// May it be forgotten? Ended and kept long enough, or never read for that long
+    /// after its timeout.
+    fn expired(&self, now: u64) -> bool {
+        self.task.expired(now) || now.saturating_sub(self.deadline_ms) > KEEP_MS
+    }
 }
 
 /// The tasks this server handed out, by task id (each behind its own lock, so two polls
@@ -43,17 +57,17 @@ impl TaskTable {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn insert(&self, key: String, task: Task) {
+    fn insert(&self, entry: Entry) {
         let mut map = self.map();
-        // Ended tasks past their keeping time go first.
+        // Tasks past their keeping time go first.
         let now = now_ms();
         map.retain(|_, e| match e.try_lock() {
-            Ok(e) => !e.task.expired(now),
+            Ok(e) => !e.expired(now),
             Err(_) => true,
         });
         map.insert(
-            task.task_id.clone(),
-            Arc::new(tokio::sync::Mutex::new(Entry { key, task })),
+            entry.task.task_id.clone(),
+            Arc::new(tokio::sync::Mutex::new(entry)),
         );
     }
 
@@ -100,10 +114,17 @@ impl SessionHost {
                 &id, temporary, out,
             ))));
         }
+        let now = now_ms();
         let limit = c.defaults.output_limit as u64;
-        let task = Task::new(&id, temporary, limit, now_ms(), out);
+        let task = Task::new(&id, temporary, limit, now, out);
         let created = task.created();
-        c.tasks.insert(key, task);
+        let timeout_ms = u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX);
+        c.tasks.insert(Entry {
+            key,
+            owner: self.owner.clone(),
+            deadline_ms: now.saturating_add(timeout_ms),
+            task,
+        });
         Ok(TaskAnswer::Task(created))
     }
 
@@ -116,12 +137,15 @@ impl SessionHost {
         let c = &self.computers;
         let entry = c.tasks.get(task_id).ok_or_else(|| unknown_task(task_id))?;
         let mut entry = entry.lock().await;
-        // The computer's rule decides, as for jobs; another team's key never matches.
+        // The computer's rule decides, as for jobs (its starter may also read it after the
+        // computer is gone); another team's key never matches.
         let id = entry.task.computer_id.clone();
-        if entry.key != self.key(&id) || self.reachable(&id).await.is_err() {
+        if entry.key != self.key(&id)
+            || (entry.owner != self.owner && self.reachable(&id).await.is_err())
+        {
             return Err(unknown_task(task_id));
         }
-        if entry.task.expired(now_ms()) {
+        if entry.expired(now_ms()) {
             c.tasks.remove(task_id);
             return Err(unknown_task(task_id));
         }
@@ -161,9 +185,16 @@ impl SessionHost {
         let task_id = entry.task.task_id.clone();
         match c.read_job(&entry.key, &task_id, &poll).await {
             Ok(out) => entry.task.absorb(out, now_ms()),
-            Err(e) if e.failure() == Some(Failure::NoSuchJob) => entry.task.lost(now_ms()),
-            // A passing failure (the engine busy): the task stays as it was.
-            Err(e) => tracing::warn!(task_id, error = %e, "reading a task's job failed"),
+            // The job, or its whole computer, is gone (restart, reset, delete).
+            Err(e) if matches!(e.failure(), Some(Failure::NoSuchJob | Failure::NotFound)) => {
+                entry.task.lost(now_ms())
+            }
+            // The computer removed behind it answers as its backend does; look.
+            Err(e) => match c.backend.find(&entry.key).await {
+                Ok(None) => entry.task.lost(now_ms()),
+                // A passing failure (the engine busy): the task stays as it was.
+                _ => tracing::warn!(task_id, error = %e, "reading a task's job failed"),
+            },
         }
     }
 }

@@ -428,6 +428,16 @@ fn tasks_are_routed_only_where_served_and_declared() {
         d["result"]["capabilities"].get("extensions").is_none(),
         "{d}"
     );
+    let i = req(
+        &on,
+        Era::Legacy(LATEST_LEGACY.into()),
+        "initialize",
+        json!({}),
+    );
+    assert!(
+        i["result"]["capabilities"].get("extensions").is_none(),
+        "{i}"
+    );
     // A task only for a declaring client of a serving server, in 2026-07-28.
     let r = req(&on, Era::Modern, "tools/call", exec(true));
     assert_eq!(r["result"]["resultType"], "task", "{r}");
