@@ -2,23 +2,15 @@
 //! fallback for computers without a supervisor that serves files, and the tar archives
 //! the server uploads (the supervisor binary).
 //!
-//! Not atomic against concurrent writers: a replace is an extraction by the engine (it
-//! writes the file in place), an append downloads the old file and uploads old + new,
-//! and `create_only` checks first, then writes. Sizes and hashes are computed here.
+//! Reads are here; writes are in [`super::archive_write`] (staged beside the target and
+//! renamed, so a failed write leaves the old file) and [`super::archive_stream`].
 
-use bollard::query_parameters::{
-    ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions,
-};
+use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::StreamExt;
-use shared::files::sha256_hex;
 
 use super::{Docker, DockerError};
-use crate::spec::{FileSlice, FileWriteSpec, FileWritten};
+use crate::spec::FileSlice;
 
-/// Go's `os.ModeDir`, as the engine reports a path's mode.
-const GO_MODE_DIR: u32 = 1 << 31;
-/// Go's `os.ModeSymlink`.
-const GO_MODE_SYMLINK: u32 = 1 << 27;
 /// Symlinks followed before giving up.
 const MAX_LINKS: usize = 8;
 
@@ -52,10 +44,10 @@ fn pad(out: &mut Vec<u8>) {
     out.resize(out.len().div_ceil(512) * 512, 0);
 }
 
-/// A tar archive of one regular file `name` (a relative path; a long one goes in a PAX
-/// header) holding `data`, with permission bits `mode`.
-pub fn one_file_tar(name: &str, data: &[u8], mode: u32, mtime: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() + 4 * 512);
+/// The header(s) of one regular file `name` (a relative path) of `size` bytes: a PAX
+/// extended header carrying the whole name first when it does not fit ustar's 100 bytes.
+pub(super) fn file_headers(name: &str, size: u64, mode: u32, mtime: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 * 512);
     if name.len() > 100 {
         // "<len> path=<name>\n", where <len> counts itself.
         let body = format!(" path={name}\n");
@@ -74,13 +66,15 @@ pub fn one_file_tar(name: &str, data: &[u8], mode: u32, mtime: u64) -> Vec<u8> {
         out.extend_from_slice(record.as_bytes());
         pad(&mut out);
     }
-    out.extend_from_slice(&header(
-        name.as_bytes(),
-        data.len() as u64,
-        mode,
-        mtime,
-        b'0',
-    ));
+    out.extend_from_slice(&header(name.as_bytes(), size, mode, mtime, b'0'));
+    out
+}
+
+/// A tar archive of one regular file `name` (a relative path; a long one goes in a PAX
+/// header) holding `data`, with permission bits `mode`.
+pub fn one_file_tar(name: &str, data: &[u8], mode: u32, mtime: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 4 * 512);
+    out.extend_from_slice(&file_headers(name, data.len() as u64, mode, mtime));
     out.extend_from_slice(data);
     pad(&mut out);
     out.extend_from_slice(&[0u8; 1024]);
@@ -217,14 +211,14 @@ fn archive_error(e: bollard::errors::Error, path: &str) -> DockerError {
     }
 }
 
-fn missing_dir(path: &str) -> DockerError {
+pub(super) fn missing_dir(path: &str) -> DockerError {
     DockerError::NoSuchFile(format!(
         "the directory of {path} does not exist; pass make_dirs: true to create parent directories"
     ))
 }
 
 /// `path`'s parent directory (`/` for a top-level name) and its last component.
-fn split(path: &str) -> (&str, &str) {
+pub(super) fn split(path: &str) -> (&str, &str) {
     let trimmed = path.trim_end_matches('/');
     match trimmed.rsplit_once('/') {
         Some(("", name)) => ("/", name),
@@ -286,137 +280,23 @@ impl Docker {
             "{path}: too many levels of symbolic links"
         )))
     }
+}
 
-    /// Whether `path` exists, and as what (`None`: missing).
-    async fn archive_stat(&self, container: &str, path: &str) -> Result<Option<u32>, DockerError> {
-        let opts = ContainerArchiveInfoOptions { path: path.into() };
-        match self
-            .client
-            .get_container_archive_info(container, Some(opts))
-            .await
-        {
-            Ok(st) => Ok(Some(st.file_mode)),
-            Err(e) if super::status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(DockerError::from_bollard(e)),
-        }
+/// An archive upload the engine refused, in words for the agent: a full disk said so;
+/// anything else without the engine's text (which names paths on the host), logged.
+pub(super) fn upload_failed(path: &str, e: bollard::errors::Error) -> DockerError {
+    let text = e.to_string().to_ascii_lowercase();
+    if text.contains("no space left on device") || text.contains("disk quota exceeded") {
+        return DockerError::File(format!(
+            "{path}: the computer's disk is full: nothing was written and the old file is unchanged; free space (delete files) and try again"
+        ));
     }
-
-    /// Writes one slice through the archive API (see the module docs: not atomic).
-    pub(super) async fn archive_write(
-        &self,
-        container: &str,
-        spec: &FileWriteSpec<'_>,
-    ) -> Result<FileWritten, DockerError> {
-        let path = spec.path;
-        let existing = self.archive_stat(container, path).await?;
-        if let Some(mode) = existing {
-            if mode & GO_MODE_DIR != 0 {
-                return Err(DockerError::File(format!(
-                    "{path} is a directory; write to a file path (e.g. one inside it)"
-                )));
-            }
-            if spec.create_only {
-                return Err(DockerError::File(format!(
-                    "{path} already exists and create_only is set; nothing changed (drop create_only to replace it)"
-                )));
-            }
-        }
-        let mut whole = Vec::new();
-        let mut mode = spec.mode.unwrap_or(shared::files::DEFAULT_MODE);
-        if spec.append && existing.is_some() {
-            let old = self.archive_read(container, path, 0, u64::MAX).await?;
-            if spec.mode.is_none() {
-                mode = old.mode;
-            }
-            whole = old.data;
-        }
-        whole.extend_from_slice(spec.data);
-        let (dir, name) = split(path);
-        // A write through a symlink writes its target (as the supervisor does).
-        let (dir, name) = match existing {
-            Some(m) if m & GO_MODE_SYMLINK != 0 => {
-                return self.archive_write_link(container, spec, &whole, mode).await;
-            }
-            _ => (dir, name),
-        };
-        let mtime = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        // With make_dirs, from the root: the engine creates the missing parents (0755).
-        let (into, entry) = if spec.make_dirs {
-            ("/".to_owned(), path.trim_start_matches('/').to_owned())
-        } else {
-            // Checked here: Podman creates a missing upload directory where Docker says 404.
-            match self.archive_stat(container, dir).await? {
-                None => return Err(missing_dir(path)),
-                Some(m) if m & GO_MODE_DIR == 0 && m & GO_MODE_SYMLINK == 0 => {
-                    return Err(DockerError::File(format!(
-                        "a parent of {path} is not a directory; check the path"
-                    )));
-                }
-                Some(_) => {}
-            }
-            (dir.to_owned(), name.to_owned())
-        };
-        let tar = one_file_tar(&entry, &whole, mode, mtime);
-        let opts = UploadToContainerOptions {
-            path: into,
-            ..Default::default()
-        };
-        match self
-            .client
-            .upload_to_container(container, Some(opts), bollard::body_full(tar.into()))
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if super::status_of(&e) == Some(404) => return Err(missing_dir(path)),
-            Err(e) => {
-                return Err(DockerError::File(format!(
-                    "{path}: {}",
-                    DockerError::from_bollard(e)
-                )));
-            }
-        }
-        Ok(FileWritten {
-            size: whole.len() as u64,
-            sha256: sha256_hex(&whole),
-        })
-    }
-
-    /// A write whose path is a symlink: resolve it to its target by reading the link.
-    async fn archive_write_link(
-        &self,
-        container: &str,
-        spec: &FileWriteSpec<'_>,
-        whole: &[u8],
-        mode: u32,
-    ) -> Result<FileWritten, DockerError> {
-        let mut at = spec.path.to_owned();
-        let mut resolved_ok = false;
-        for _ in 0..MAX_LINKS {
-            match first_entry(self, container, &at, 0, 0).await {
-                Ok(Entry::Link(target)) => at = follow(&at, &target),
-                _ => {
-                    resolved_ok = true;
-                    break;
-                }
-            }
-        }
-        if !resolved_ok {
-            return Err(DockerError::File(format!(
-                "{}: too many levels of symbolic links",
-                spec.path
-            )));
-        }
-        let resolved = FileWriteSpec {
-            path: &at,
-            data: whole,
-            append: false,
-            create_only: false,
-            mode: Some(mode),
-            make_dirs: spec.make_dirs,
-        };
-        Box::pin(self.archive_write(container, &resolved)).await
+    tracing::warn!(path, error = %e, "the engine refused an archive upload");
+    match DockerError::from_bollard(e) {
+        DockerError::Unreachable(why) => DockerError::Unreachable(why),
+        _ => DockerError::File(format!(
+            "{path}: the engine refused the upload; the old file is unchanged"
+        )),
     }
 }
 

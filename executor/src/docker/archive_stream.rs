@@ -125,16 +125,24 @@ impl Docker {
     }
 }
 
-/// Checks before a big upload (`$1` path, `$2` flags: `c` create_only, `d` make_dirs).
-const PREPARE: &str = r#"f=$1; d=${f%/*}; [ -n "$d" ] || d=/
+/// Checks before an upload (`$1` path, `$2` flags: `c` create_only, `d` make_dirs):
+/// a final symlink is followed (a write goes to its target, as a shell's `>` would;
+/// `create_only` refuses it, the name exists). Prints `1` or `0` (the file exists) and,
+/// on the next line, the path the bytes go to.
+pub(super) const PREPARE: &str = r#"f=$1
+case $2 in *c*) if [ -e "$f" ] || [ -L "$f" ]; then echo "$f already exists and create_only is set: nothing changed" >&2; exit 40; fi;; esac
+if [ -L "$f" ]; then r=$(readlink -f "$f") && [ -n "$r" ] && f=$r; fi
+d=${f%/*}; [ -n "$d" ] || d=/
 case $2 in *d*) mkdir -p "$d" 2>/dev/null;; esac
-if [ -d "$f" ]; then echo "$f is a directory; name a file inside it (list it with terminal_execute: ls)" >&2; exit 40; fi
-if [ ! -d "$d" ]; then if [ -e "$d" ]; then echo "$f: a component of the path is a file, not a directory" >&2; else echo "$f: a parent directory does not exist; pass make_dirs: true to create it" >&2; exit 41; fi; exit 40; fi
-case $2 in *c*) if [ -e "$f" ]; then echo "$f already exists and create_only is set: nothing changed" >&2; exit 40; fi;; esac
-exit 0"#;
+if [ -d "$f" ]; then echo "$1 is a directory; name a file inside it (list it with terminal_execute: ls)" >&2; exit 40; fi
+if [ ! -d "$d" ]; then if [ -e "$d" ]; then echo "$1: a component of the path is a file, not a directory" >&2; else echo "$1: a parent directory does not exist; pass make_dirs: true to create it" >&2; exit 41; fi; exit 40; fi
+if [ -e "$f" ] && [ ! -f "$f" ]; then echo "$1 is not a regular file; the file tools write regular files" >&2; exit 40; fi
+if [ -e "$f" ]; then echo 1; else echo 0; fi
+printf '%s' "$f""#;
 
 /// Commits an uploaded temporary (`$1` temporary, `$2` path, `$3` mode, `$4` flags).
-const COMMIT: &str = r#"t=$1; f=$2
+pub(super) const COMMIT: &str = r#"t=$1; f=$2
+[ -f "$t" ] || { echo "$f: the engine's archive API could not place the bytes in this directory (a tmpfs mount, which it does not see?): nothing was written. Write into the container's own filesystem or a volume, or use a computer with the supervisor" >&2; exit 40; }
 chmod "$3" "$t" || { rm -f "$t"; exit 40; }
 case $4 in
   *c*) ln "$t" "$f" 2>/dev/null || { rm -f "$t"; echo "$f already exists and create_only is set: nothing changed" >&2; exit 40; }; rm -f "$t";;
@@ -142,7 +150,12 @@ case $4 in
 esac"#;
 
 impl Docker {
-    async fn sh(&self, container: &str, script: &str, args: &[&str]) -> Result<(), DockerError> {
+    pub(super) async fn sh(
+        &self,
+        container: &str,
+        script: &str,
+        args: &[&str],
+    ) -> Result<String, DockerError> {
         let mut argv = vec![
             "/bin/sh".to_owned(),
             "-c".into(),
@@ -162,7 +175,7 @@ impl Docker {
         };
         let out = self.exec(container, &spec).await?;
         match out.exit_code {
-            0 => Ok(()),
+            0 => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
             41 => Err(DockerError::NoSuchFile(
                 String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             )),
@@ -184,20 +197,17 @@ impl Docker {
         body: crate::spec::UploadStream<'_>,
     ) -> Result<crate::spec::FileWritten, DockerError> {
         use shared::files::{Digest, Sha256};
-        let flags = format!(
-            "-{}{}",
-            if spec.create_only { "c" } else { "" },
-            if spec.make_dirs { "d" } else { "" }
-        );
-        self.sh(container, PREPARE, &[spec.path, &flags]).await?;
-        let (dir, name) = spec.path.rsplit_once('/').unwrap_or(("", spec.path));
-        let dir = if dir.is_empty() { "/" } else { dir };
-        let temp_name = format!(".{name}.msc-{:016x}.tmp", rand::random::<u64>());
+        let (_, target) = self
+            .prepare(container, spec.path, spec.create_only, spec.make_dirs)
+            .await?;
+        let (dir, name) = super::archive::split(&target);
+        let temp_name = temp_name(name, rand::random::<u64>());
         let temp = format!("{}/{temp_name}", dir.trim_end_matches('/'));
         let mtime = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let head = super::archive::header(temp_name.as_bytes(), size, 0o600, mtime, b'0');
+        // A long name needs its PAX header (ustar holds 100 bytes of it).
+        let head = super::archive::file_headers(&temp_name, size, 0o600, mtime);
         let (tx, rx) = mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(4);
         let upload = {
             let client = self.client.clone();
@@ -218,7 +228,8 @@ impl Docker {
         let mut hasher = Sha256::new();
         let mut count = 0u64;
         let mut broke = None;
-        let _ = tx.send(Ok(head.to_vec().into())).await;
+        let mut engine_gone = false;
+        let _ = tx.send(Ok(head.into())).await;
         // Body chunks are small; the engine gets them gathered into CHUNK-sized writes.
         let mut gathered = Vec::with_capacity(CHUNK);
         while let Some(chunk) = body.next().await {
@@ -234,7 +245,8 @@ impl Docker {
                     if gathered.len() >= CHUNK {
                         let full = std::mem::replace(&mut gathered, Vec::with_capacity(CHUNK));
                         if tx.send(Ok(full.into())).await.is_err() {
-                            break; // the upload ended early; its answer says why
+                            engine_gone = true; // the upload ended early; its answer says why
+                            break;
                         }
                     }
                 }
@@ -244,7 +256,7 @@ impl Docker {
                 }
             }
         }
-        if broke.is_none() && count != size {
+        if broke.is_none() && !engine_gone && count != size {
             broke = Some("the body is shorter than its Content-Length".to_owned());
         }
         if broke.is_none() && !gathered.is_empty() {
@@ -272,10 +284,17 @@ impl Docker {
             )));
         }
         match uploaded {
+            Ok(Ok(())) if engine_gone => {
+                self.remove_temp(container, &temp).await;
+                return Err(DockerError::File(format!(
+                    "{}: the engine stopped reading the upload; the old file is unchanged",
+                    spec.path
+                )));
+            }
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.remove_temp(container, &temp).await;
-                return Err(DockerError::from_bollard(e));
+                return Err(super::archive::upload_failed(spec.path, e));
             }
             Err(e) => {
                 self.remove_temp(container, &temp).await;
@@ -287,7 +306,7 @@ impl Docker {
         }
         let mode = format!("{:o}", spec.mode.unwrap_or(shared::files::DEFAULT_MODE));
         let flags = if spec.create_only { "-c" } else { "-" };
-        self.sh(container, COMMIT, &[&temp, spec.path, &mode, flags])
+        self.sh(container, COMMIT, &[&temp, &target, &mode, flags])
             .await?;
         Ok(crate::spec::FileWritten {
             size: count,
@@ -295,14 +314,62 @@ impl Docker {
         })
     }
 
+    /// Runs [`PREPARE`]: whether the file exists, and the path the bytes go to.
+    pub(super) async fn prepare(
+        &self,
+        container: &str,
+        path: &str,
+        create_only: bool,
+        make_dirs: bool,
+    ) -> Result<(bool, String), DockerError> {
+        let flags = format!(
+            "-{}{}",
+            if create_only { "c" } else { "" },
+            if make_dirs { "d" } else { "" }
+        );
+        let out = self.sh(container, PREPARE, &[path, &flags]).await?;
+        match out.split_once('\n') {
+            Some((exists, target)) if target.starts_with('/') => {
+                Ok((exists == "1", target.to_owned()))
+            }
+            _ => Err(DockerError::File(format!(
+                "{path}: the computer's shell gave an unexpected answer while preparing the write"
+            ))),
+        }
+    }
+
     /// Removes a temporary an upload left (best effort).
-    async fn remove_temp(&self, container: &str, temp: &str) {
+    pub(super) async fn remove_temp(&self, container: &str, temp: &str) {
         let _ = self.sh(container, "rm -f \"$1\"", &[temp]).await;
     }
+}
+
+/// The temporary's name beside the target `name`: hidden, unique, and within the 255
+/// bytes a file name may have (a long `name` is cut on a character boundary).
+pub(super) fn temp_name(name: &str, nonce: u64) -> String {
+    let mut keep = name.len().min(200);
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!(".{}.msc-{nonce:016x}.tmp", &name[..keep])
 }
 
 fn stream_of<T: Send + 'static>(
     mut rx: mpsc::Receiver<T>,
 ) -> impl futures_util::Stream<Item = T> + Send + 'static {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::temp_name;
+
+    #[test]
+    fn temporary_names_stay_within_a_file_name() {
+        assert_eq!(temp_name("a.bin", 1), ".a.bin.msc-0000000000000001.tmp");
+        let long = "é".repeat(127); // 254 bytes
+        let t = temp_name(&long, u64::MAX);
+        assert!(t.len() <= 255, "{}", t.len());
+        assert!(t.starts_with(".é") && t.ends_with(".msc-ffffffffffffffff.tmp"));
+    }
 }

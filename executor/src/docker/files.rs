@@ -21,9 +21,6 @@ use super::supervised::{Connection, lock};
 use super::{Docker, DockerError, NAME_PREFIX};
 use crate::spec::{FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
 
-/// The largest streamed upload of unknown size a computer without the supervisor takes:
-/// the archive API needs the size in the tar header first, so the body is gathered.
-const ARCHIVE_PUT_LIMIT: usize = 64 << 20;
 /// Uploads of a known size from this on go through the archive API (the engine's own
 /// speed), staged beside the target and renamed.
 const ARCHIVE_PUT_MIN: u64 = 8 << 20;
@@ -259,25 +256,7 @@ impl Docker {
             return self.archive_put(container, spec, size, body).await;
         }
         let Some(conn) = conn else {
-            let mut data = Vec::new();
-            while let Some(chunk) = body.next().await {
-                data.extend_from_slice(&chunk.map_err(broke)?);
-                if data.len() > ARCHIVE_PUT_LIMIT {
-                    return Err(DockerError::File(format!(
-                        "{}: this computer runs without the in-computer supervisor, so an upload without a Content-Length is at most {ARCHIVE_PUT_LIMIT} bytes (64 MiB); nothing was written. Send its Content-Length, upload in pieces with computer_file_write (append), or use a computer made with the supervisor",
-                        spec.path
-                    )));
-                }
-            }
-            let whole = FileWriteSpec {
-                path: spec.path,
-                data: &data,
-                append: false,
-                create_only: spec.create_only,
-                mode: spec.mode,
-                make_dirs: spec.make_dirs,
-            };
-            return self.archive_write(container, &whole).await;
+            return self.archive_put_unsized(container, spec, body).await;
         };
         let mut req = Request::new(conn);
         let begin = FileControl::WriteBegin {

@@ -8,6 +8,7 @@
 
 mod archive;
 mod archive_stream;
+mod archive_write;
 pub mod exec;
 mod files;
 pub mod flags;

@@ -5,6 +5,8 @@
 //! A replace writes a temporary file beside the target, syncs it and renames it over the
 //! target (`create_only`: a hard link, which fails when the name exists, so the check is
 //! atomic), so a failed write leaves the old file. Appends sync, then hash the whole file.
+//! A write to a symlink writes its target when that stays inside the computer (as a
+//! shell's `>` does); one leading outside is refused, changing nothing.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -95,8 +97,7 @@ impl Wasm {
         };
         let blocking = |e: tokio::task::JoinError| WasmError::Storage(e.to_string());
         let (dir, tmp, name, target, file) = tokio::task::spawn_blocking(move || {
-            let (dir, name) = parent_dir(&fs, &target.path, target.make_dirs)?;
-            let name = name.to_owned();
+            let (dir, name) = landing(&fs, &target)?;
             let tmp = temp_name(&name);
             let file = dir
                 .open_with(&tmp, OpenOptions::new().write(true).create_new(true))
@@ -260,9 +261,105 @@ fn parent_dir<'p>(fs: &Path, path: &'p str, make_dirs: bool) -> Result<(Dir, &'p
     Ok((dir, name))
 }
 
-/// A fresh temporary name beside `name`.
+/// Symlinks followed from a write's path before giving up (Linux's own limit).
+const MAX_LINKS: usize = 40;
+
+/// Where a write lands: the directory holding `t.path` and the name in it, through a
+/// final symlink whose target stays inside the computer (a shell's `>` writes through a
+/// link, and so do the other backends). `create_only` does not follow: the link is a
+/// name that exists. A link leading outside the computer (an absolute target, which
+/// cap-std never follows, or `..` above its root) is refused before anything is written.
+fn landing(fs: &Path, t: &Target) -> Result<(Dir, String), WasmError> {
+    let (dir, name) = parent_dir(fs, &t.path, t.make_dirs)?;
+    if t.create_only {
+        return Ok((dir, name.to_owned()));
+    }
+    let root = open_root(fs)?;
+    let (_, parent, _) = split(&t.path);
+    let (mut dir, mut parent, mut name) = (dir, parent.to_owned(), name.to_owned());
+    for _ in 0..MAX_LINKS {
+        match dir.symlink_metadata(&name) {
+            Ok(md) if md.file_type().is_symlink() => {}
+            _ => {
+                if dir.is_dir(&name) {
+                    return Err(refused(
+                        &t.path,
+                        &io::Error::from(io::ErrorKind::IsADirectory),
+                        false,
+                    ));
+                }
+                return Ok((dir, name));
+            }
+        }
+        let link = dir
+            .read_link_contents(&name)
+            .map_err(|e| refused(&t.path, &e, false))?;
+        let outside = || {
+            WasmError::File(format!(
+                "{} is a symbolic link to {}, which is outside this computer: nothing changed (write to a path inside it)",
+                t.path,
+                link.display()
+            ))
+        };
+        let Some(text) = link.to_str().filter(|_| !link.is_absolute()) else {
+            return Err(outside());
+        };
+        let joined = if parent.is_empty() {
+            text.to_owned()
+        } else {
+            format!("{parent}/{text}")
+        };
+        if climbs_out(&joined) {
+            return Err(outside());
+        }
+        let (_, p, n) = split(&joined);
+        if matches!(n, "" | "." | "..") {
+            return Err(refused(
+                &t.path,
+                &io::Error::from(io::ErrorKind::IsADirectory),
+                false,
+            ));
+        }
+        dir = if p.is_empty() {
+            root.try_clone()
+        } else {
+            root.open_dir(p)
+        }
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => outside(),
+            _ => refused(&t.path, &e, false),
+        })?;
+        (parent, name) = (p.to_owned(), n.to_owned());
+    }
+    Err(WasmError::File(format!(
+        "{}: too many levels of symbolic links; nothing changed",
+        t.path
+    )))
+}
+
+/// Whether a path relative to the root leaves it by `..` (read as written).
+fn climbs_out(rel: &str) -> bool {
+    let mut depth = 0usize;
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
+/// A fresh temporary name beside `name`, within the 255 bytes of a file name.
 fn temp_name(name: &str) -> String {
-    format!(".{name}.msc-{:08x}.tmp", rand::random::<u32>())
+    let mut keep = name.len().min(200);
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!(".{}.msc-{:08x}.tmp", &name[..keep], rand::random::<u32>())
 }
 
 /// Makes the written temporary file `tmp` the file `name`: its mode, synced, then renamed
@@ -288,7 +385,8 @@ fn commit(dir: &Dir, tmp: &str, name: &str, w: &Target) -> Result<(), WasmError>
 }
 
 fn write(fs: &Path, w: &Upload) -> Result<FileWritten, WasmError> {
-    let (dir, name) = parent_dir(fs, &w.target.path, w.target.make_dirs)?;
+    let (dir, name) = landing(fs, &w.target)?;
+    let name = name.as_str();
     if w.append {
         return append(&dir, name, w);
     }
@@ -343,4 +441,23 @@ fn append(dir: &Dir, name: &str, w: &Upload) -> Result<FileWritten, WasmError> {
         size,
         sha256: hex(&hasher.finalize()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{climbs_out, temp_name};
+
+    #[test]
+    fn links_that_climb_out_are_seen() {
+        assert!(!climbs_out("tmp/../etc/x"));
+        assert!(!climbs_out("a/./b/../../c"));
+        assert!(climbs_out("tmp/../../x"));
+        assert!(climbs_out("../x"));
+    }
+
+    #[test]
+    fn temporary_names_stay_within_a_file_name() {
+        assert!(temp_name(&"é".repeat(127)).len() <= 255);
+        assert!(temp_name("a").starts_with(".a.msc-"));
+    }
 }

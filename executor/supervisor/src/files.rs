@@ -7,8 +7,11 @@
 //! while written), sets its mode, fsyncs and renames it over the target (with
 //! `create_only`, `RENAME_NOREPLACE`, so the check is atomic); an append writes at the
 //! end and is cut back to the old size if it fails. Either way a failed or abandoned
-//! upload leaves the old file as it was. Uploads still open when their connection ends
-//! are aborted. Paths resolve inside the computer as given: the supervisor runs there.
+//! upload leaves the old file as it was. Each upload is written by a thread of its own,
+//! fed through a small bounded queue, so a slow disk never holds up the connection's
+//! other frames (execs, jobs, reads); the connection loop waits only when one upload's
+//! queue is full. Uploads still open when their connection ends are aborted. Paths
+//! resolve inside the computer as given: the supervisor runs there.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -18,6 +21,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -411,10 +415,66 @@ fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// One connection's open uploads, by job number; aborted when the connection ends.
+/// `FileData` frames queued for one upload's writer before the connection loop waits for
+/// it (at most `WRITER_QUEUE` x 1 MiB buffered per upload).
+const WRITER_QUEUE: usize = 4;
+
+/// What the connection loop hands an upload's writer thread.
+enum ToWriter {
+    Data(Vec<u8>),
+    /// `write_end`: commit and answer.
+    End,
+    /// `write_abort`: undo and answer that it was aborted.
+    Abort,
+}
+
+/// How an upload is asked for.
+struct Begin {
+    path: String,
+    append: bool,
+    create_only: bool,
+    mode: Option<u32>,
+    make_dirs: bool,
+}
+
+/// An upload of one connection, as its loop sees it.
+enum Open {
+    /// Its writer thread (bytes, end and abort go there in order).
+    Writer(SyncSender<ToWriter>),
+    /// Refused at `write_begin`: the error waits for `write_end`, data is dropped.
+    Refused(FileFailure),
+}
+
+/// One upload's writer thread: begins it, writes what the loop queues, then answers once
+/// (at `End` or `Abort`). A slow disk holds up this thread only, never the connection's
+/// other frames. When the loop goes away unanswered (the connection ended, or the job
+/// number was reused) the upload is aborted silently.
+fn writer(w: Writer, job: u32, b: Begin, rx: Receiver<ToWriter>) {
+    let mut upload = Upload::begin(&b.path, b.append, b.create_only, b.mode, b.make_dirs);
+    loop {
+        match rx.recv() {
+            Ok(ToWriter::Data(bytes)) => upload.data(&bytes),
+            Ok(ToWriter::End) => {
+                match upload.end() {
+                    Ok(stored) => answer(&w, job, &FileAnswer::Ok(stored)),
+                    Err(f) => answer_error(&w, job, f),
+                }
+                return;
+            }
+            Ok(ToWriter::Abort) => {
+                upload.abort();
+                return answer(&w, job, &FileAnswer::Ok(Aborted {}));
+            }
+            Err(_) => return upload.abort(),
+        }
+    }
+}
+
+/// One connection's open uploads, by job number; aborted when the connection ends (the
+/// writers see their queue close).
 #[derive(Default)]
 pub(crate) struct Uploads {
-    open: HashMap<u32, Upload>,
+    open: HashMap<u32, Open>,
 }
 
 impl Uploads {
@@ -423,10 +483,9 @@ impl Uploads {
         let control = match serde_json::from_slice::<FileControl>(payload) {
             Ok(c) => c,
             Err(e) => {
-                // The upload (if any) of this number is over: its data is ignored.
-                if let Some(mut u) = self.open.remove(&job) {
-                    u.abort();
-                }
+                // The upload (if any) of this number is over (dropping its queue aborts
+                // it): its data is ignored.
+                self.open.remove(&job);
                 let f = failure(FileErrorKind::Io, format!("bad file request: {e}"));
                 return answer_error(w, job, f);
             }
@@ -444,57 +503,63 @@ impl Uploads {
                 mode,
                 make_dirs,
             } => {
-                if let Some(mut old) = self.open.remove(&job) {
-                    old.abort();
-                }
-                let upload = if self.open.len() >= MAX_UPLOADS {
-                    Upload::Failed(failure(
+                self.open.remove(&job);
+                let open = if self.open.len() >= MAX_UPLOADS {
+                    Open::Refused(failure(
                         FileErrorKind::Io,
                         format!("at most {MAX_UPLOADS} uploads at once on one connection"),
                     ))
                 } else {
-                    Upload::begin(
-                        &path,
+                    let begin = Begin {
+                        path,
                         append,
                         create_only,
-                        mode.map(|m| m & 0o7777),
+                        mode: mode.map(|m| m & 0o7777),
                         make_dirs,
-                    )
+                    };
+                    let (tx, rx) = mpsc::sync_channel(WRITER_QUEUE);
+                    let w = w.clone();
+                    match thread::Builder::new()
+                        .name(format!("upload-{job}"))
+                        .spawn(move || writer(w, job, begin, rx))
+                    {
+                        Ok(_) => Open::Writer(tx),
+                        Err(e) => Open::Refused(failure(
+                            FileErrorKind::Io,
+                            format!("the supervisor could not start the upload: {e}"),
+                        )),
+                    }
                 };
-                self.open.insert(job, upload);
+                self.open.insert(job, open);
             }
             FileControl::WriteEnd {} => match self.open.remove(&job) {
-                Some(u) => match u.end() {
-                    Ok(stored) => answer(w, job, &FileAnswer::Ok(stored)),
-                    Err(f) => answer_error(w, job, f),
-                },
+                Some(Open::Writer(tx)) => {
+                    if tx.send(ToWriter::End).is_err() {
+                        let f = failure(FileErrorKind::Io, "the upload's writer ended".into());
+                        answer_error(w, job, f);
+                    }
+                }
+                Some(Open::Refused(f)) => answer_error(w, job, f),
                 None => answer_error(
                     w,
                     job,
                     failure(FileErrorKind::Io, "write_end without write_begin".into()),
                 ),
             },
-            FileControl::WriteAbort {} => {
-                if let Some(mut u) = self.open.remove(&job) {
-                    u.abort();
-                }
-                answer(w, job, &FileAnswer::Ok(Aborted {}));
-            }
+            FileControl::WriteAbort {} => match self.open.remove(&job) {
+                Some(Open::Writer(tx)) if tx.send(ToWriter::Abort).is_ok() => {}
+                _ => answer(w, job, &FileAnswer::Ok(Aborted {})),
+            },
         }
     }
 
-    /// Serves a `FileData` frame (ignored when no upload has this number).
-    pub(crate) fn data(&mut self, job: u32, bytes: &[u8]) {
-        if let Some(u) = self.open.get_mut(&job) {
-            u.data(bytes);
-        }
-    }
-}
-
-impl Drop for Uploads {
-    fn drop(&mut self) {
-        for (_, mut u) in self.open.drain() {
-            u.abort();
+    /// Serves a `FileData` frame (ignored when no upload has this number). Waits only
+    /// when this upload's writer is `WRITER_QUEUE` frames behind.
+    pub(crate) fn data(&mut self, job: u32, bytes: Vec<u8>) {
+        if let Some(Open::Writer(tx)) = self.open.get(&job)
+            && tx.send(ToWriter::Data(bytes)).is_err()
+        {
+            self.open.remove(&job);
         }
     }
 }

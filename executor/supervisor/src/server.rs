@@ -556,7 +556,7 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
             },
             Kind::JobStdin => crate::jobs::stdin(&state, &w, frame.job, &frame.payload),
             Kind::File => uploads.control(&w, frame.job, &frame.payload),
-            Kind::FileData => uploads.data(frame.job, &frame.payload),
+            Kind::FileData => uploads.data(frame.job, frame.payload),
             Kind::Ping => send(&w, &Frame::new(Kind::Pong, frame.job, PONG_FILES.to_vec())),
             // Supervisor-to-client kinds are not accepted from a client.
             _ => {

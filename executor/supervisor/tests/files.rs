@@ -3,68 +3,18 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{connect, start};
 
 use sha2::{Digest, Sha256};
 use supervisor::frame::{
     FILE_CHUNK, FileAnswer, FileControl, FileErrorKind, FileFailure, FileRead, FileStored, Frame,
     Kind, PONG_FILES,
 };
-
-struct Sup {
-    child: Child,
-    socket: PathBuf,
-    dir: PathBuf,
-}
-
-impl Drop for Sup {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new("chmod")
-            .arg("-R")
-            .arg("u+w")
-            .arg(&self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start() -> Sup {
-    let dir = std::env::temp_dir().join(format!(
-        "msc-sup-files-{}-{:?}",
-        std::process::id(),
-        Instant::now()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sup.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_msc-supervisor"))
-        .args(["init", "--socket"])
-        .arg(&socket)
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if UnixStream::connect(&socket).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    Sup {
-        child,
-        socket,
-        dir: work,
-    }
-}
-
-fn connect(socket: &Path) -> UnixStream {
-    let s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s
-}
 
 fn control(s: &mut UnixStream, job: u32, c: &FileControl) {
     Frame::new(Kind::File, job, serde_json::to_vec(c).unwrap())
@@ -476,4 +426,112 @@ fn issue_15_modes_are_applied_and_kept_on_append() {
             .is_symlink()
     );
     assert_eq!(std::fs::read(&plain).unwrap(), b"via link");
+}
+
+/// A small ext4 file system on a loop device, mounted at `at`; thawed and unmounted
+/// when dropped (drop it before the supervisor, whose writer may wait on it).
+struct Frozen {
+    at: std::path::PathBuf,
+}
+
+impl Frozen {
+    fn mount(image: &Path, at: &Path) -> Frozen {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+        ok(Command::new("truncate").arg("-s").arg("16M").arg(image));
+        ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(image));
+        ok(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(image)
+            .arg(at));
+        Frozen { at: at.to_owned() }
+    }
+
+    fn freeze(&self, yes: bool) {
+        let flag = if yes { "--freeze" } else { "--unfreeze" };
+        let st = Command::new("fsfreeze").arg(flag).arg(&self.at).status();
+        assert!(st.unwrap().success(), "fsfreeze {flag}");
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze")
+            .arg("--unfreeze")
+            .arg(&self.at)
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+/// An upload to a disk that does not take writes (a frozen file system: every write
+/// waits until it thaws) holds up its own writer only: the same connection still
+/// answers a ping and runs a command meanwhile, and the upload completes once the disk
+/// thaws. Needs root (a loop mount and fsfreeze), as the e2e suite does.
+#[test]
+fn issue_15_a_slow_disk_does_not_hold_up_other_frames() {
+    let sup = start();
+    let disk = Frozen::mount(&sup.dir.join("disk.img"), &sup.dir.join("disk"));
+    let mut s = connect(&sup.socket);
+    // Bounded both ways: a connection held up by the upload fails the test, never hangs it.
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    disk.freeze(true);
+    let bytes: Vec<u8> = (0..2 * FILE_CHUNK + 7).map(|i| (i % 251) as u8).collect();
+    let path = disk.at.join("slow.bin");
+    begin(&mut s, 2, &path, Opts::default());
+    for chunk in bytes.chunks(FILE_CHUNK) {
+        Frame::new(Kind::FileData, 2, chunk.to_vec())
+            .write_to(&mut s)
+            .unwrap();
+    }
+    control(&mut s, 2, &FileControl::WriteEnd {});
+    // The writer waits on the frozen disk; the connection does not.
+    let asked = Instant::now();
+    Frame::new(Kind::Ping, 3, b"p".to_vec())
+        .write_to(&mut s)
+        .unwrap();
+    let f = Frame::read_from(&mut s).expect("a ping answered during the upload");
+    assert_eq!((f.kind, f.job), (Kind::Pong, 3));
+    let start = supervisor::frame::StartSpec {
+        argv: vec!["echo".into(), "served".into()],
+        cwd: None,
+        env: vec![],
+        stdin: false,
+        timeout_ms: 10_000,
+        output_limit: 1 << 20,
+    };
+    Frame::new(Kind::Start, 4, serde_json::to_vec(&start).unwrap())
+        .write_to(&mut s)
+        .unwrap();
+    let mut out = Vec::new();
+    loop {
+        let f = Frame::read_from(&mut s).expect("the command's frames during the upload");
+        assert_eq!(f.job, 4, "{:?}", f.kind);
+        match f.kind {
+            Kind::Stdout => out.extend(f.payload),
+            Kind::Exit => break,
+            _ => {}
+        }
+    }
+    assert_eq!(out, b"served\n");
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    // Still not answered: the disk is frozen.
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        Frame::read_from(&mut s).is_err(),
+        "answered on a frozen disk"
+    );
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    disk.freeze(false);
+    match done::<FileStored>(&mut s, 2) {
+        (_, FileAnswer::Ok(st)) => {
+            assert_eq!((st.size, st.sha256), (bytes.len() as u64, sha(&bytes)))
+        }
+        (_, FileAnswer::Error(f)) => panic!("{f:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    drop(disk);
 }

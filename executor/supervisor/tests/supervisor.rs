@@ -3,53 +3,15 @@
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{connect, start};
 
 use supervisor::frame::{
     ExitInfo, Frame, JobControl, JobStatus, Kind, PONG_FILES, StartSpec, job_stdin_payload,
 };
-
-struct Sup {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Drop for Sup {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Sup {
-    let dir = std::env::temp_dir().join(format!(
-        "msc-sup-{}-{:?}",
-        std::process::id(),
-        Instant::now()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sup.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_msc-supervisor"))
-        .args(["init", "--socket"])
-        .arg(&socket)
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if UnixStream::connect(&socket).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Sup { child, socket }
-}
-
-fn connect(socket: &Path) -> UnixStream {
-    let s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s
-}
 
 fn spec(argv: &[&str], timeout_ms: u64, output_limit: u64) -> StartSpec {
     StartSpec {

@@ -366,3 +366,57 @@ async fn issue_15_http_files_on_docker() -> anyhow::Result<()> {
     server.terminate().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
+
+/// Regression: a big upload of known length goes through the archive API to a temporary
+/// beside the target; a long file name needs the tar's PAX header, or the temporary's
+/// name is cut and the commit fails. A 200-byte name in a deep directory, 9 MiB (over
+/// the 8 MiB from which the archive API is used), with and without the supervisor.
+#[tokio::test]
+async fn issue_15_archive_put_keeps_long_names() -> anyhow::Result<()> {
+    for plain in [false, true] {
+        let t = tag(if plain { "flongp" } else { "flong" });
+        let opts = ServerOpts::default().arg("--tools=files").plain_if(plain);
+        let server = HttpServer::start(&t, &state_dir(&t), &opts).await?;
+        let http = reqwest::Client::new();
+        let name = format!("{}.bin", "n".repeat(196));
+        assert_eq!(name.len(), 200);
+        let dir: String = (0..16)
+            .map(|i| format!("/level-{i:02}-of-a-deep-tree"))
+            .collect();
+        let path = format!("/srv{dir}/{name}");
+        let body: Vec<u8> = (0..(9u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let r = http
+            .put(url(&server, "lbox", &format!("{path}?make_dirs=true")))
+            .body(body.clone())
+            .send()
+            .await?;
+        assert_eq!(r.status(), 201, "plain={plain}: {:?}", r.text().await);
+        let v: Value = r.json().await?;
+        assert_eq!(v["sha256"], shared::files::sha256_hex(&body), "{v}");
+        assert_eq!(v["size"], body.len(), "{v}");
+        let r = http.get(url(&server, "lbox", &path)).send().await?;
+        assert_eq!(r.status(), 200);
+        assert!(
+            r.bytes().await? == body,
+            "plain={plain}: other bytes came back"
+        );
+        // Replaced again (the rename over an existing file), and no temporary is left.
+        let r = http
+            .put(url(&server, "lbox", &path))
+            .body(body[..(8 << 20) + 1].to_vec())
+            .send()
+            .await?;
+        assert_eq!(r.status(), 201, "plain={plain}: {:?}", r.text().await);
+        let c = server.modern_client(None).await?;
+        let r = exec(
+            &c,
+            json!({"computer_id": "lbox", "command": format!("wc -c < '{path}'; ls -a '/srv{dir}' | wc -l")}),
+        )
+        .await?;
+        assert_eq!(r["stdout"], format!("{}\n3\n", (8 << 20) + 1), "{r}");
+        c.cancel().await?;
+        server.terminate().await?;
+        wait_for_count(&t, 0, Duration::from_secs(20)).await?;
+    }
+    Ok(())
+}

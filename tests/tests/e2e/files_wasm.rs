@@ -289,13 +289,23 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
         )
         .await?;
         assert!(!e.contains("host only"), "{path}: {e}");
-        let r = call(
+        // A write is refused too (it used to replace a final link with a file).
+        let e = fails(
             &c,
             "computer_file_write",
             json!({"computer_id": id, "path": path, "content": "pwned"}),
         )
         .await?;
-        let _ = r;
+        if path.ends_with("-link") {
+            assert!(e.contains("outside this computer"), "{path}: {e}");
+        }
+        let e = fails(
+            &c,
+            "computer_file_write",
+            json!({"computer_id": id, "path": path, "content": "pwned", "append": true}),
+        )
+        .await?;
+        assert!(!e.is_empty(), "{path}");
         let r = call(
             &c,
             "computer_file_edit",
@@ -306,7 +316,14 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
         assert_eq!(std::fs::read_to_string(&secret)?, "host only", "{path}");
     }
     assert!(!state.join("pwned").exists());
-    // A link inside the computer is followed.
+    // Nothing changed: the links are still the links they were.
+    for (link, to) in [
+        ("abs-link", secret.clone()),
+        ("rel-link", "../../host-secret.txt".into()),
+    ] {
+        assert_eq!(std::fs::read_link(fs.join(link))?, to, "{link}");
+    }
+    // A link inside the computer is followed, for reads and writes (like a shell's `>`).
     std::os::unix::fs::symlink("in.txt", fs.join("ok-link"))?;
     let r = ok(
         &c,
@@ -315,6 +332,62 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
     )
     .await?;
     assert_eq!(r["content"], "inside");
+    ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/ok-link", "content": "through", "mode": "0600"}),
+    )
+    .await?;
+    ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/ok-link", "content": " and on", "append": true}),
+    )
+    .await?;
+    assert!(std::fs::symlink_metadata(fs.join("ok-link"))?.is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(fs.join("in.txt"))?,
+        "through and on"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(fs.join("in.txt"))?.permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    // A chain of links with `..` that stays inside, ending at a file not there yet.
+    std::fs::create_dir_all(fs.join("sub/deeper"))?;
+    std::os::unix::fs::symlink("../../made.txt", fs.join("sub/deeper/up-link"))?;
+    std::os::unix::fs::symlink("deeper/up-link", fs.join("sub/chain"))?;
+    ok(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/sub/chain", "content": "made"}),
+    )
+    .await?;
+    assert_eq!(std::fs::read_to_string(fs.join("made.txt"))?, "made");
+    assert!(std::fs::symlink_metadata(fs.join("sub/chain"))?.is_symlink());
+    // create_only does not follow: the link is a name that exists.
+    let e = fails(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/ok-link", "content": "x", "create_only": true}),
+    )
+    .await?;
+    assert!(e.contains("already exists"), "{e}");
+    // A loop is refused, changing nothing.
+    std::os::unix::fs::symlink("loop-b", fs.join("loop-a"))?;
+    std::os::unix::fs::symlink("loop-a", fs.join("loop-b"))?;
+    let e = fails(
+        &c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/loop-a", "content": "x"}),
+    )
+    .await?;
+    assert!(e.contains("symbolic links"), "{e}");
+    assert_eq!(
+        std::fs::read_link(fs.join("loop-a"))?,
+        std::path::Path::new("loop-b")
+    );
     c.cancel().await?;
     Ok(())
 }

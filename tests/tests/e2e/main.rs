@@ -19,6 +19,7 @@
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
+//! - `files_full`: a full disk on Docker (both paths, tools and /v1/files): a clear error, the old file kept
 //! - `files_http`: GET/PUT /v1/files streams (1 GiB each way), ranges, limits, auth, ownership
 //! - `files_wasm`: files as bytes on WASM computers (read, write, edit; escapes refused)
 //! - `fly`: Fly Machines computers against the local simulator of the Machines API
@@ -33,6 +34,7 @@ mod e2b;
 mod exec;
 mod executor_api;
 mod files;
+mod files_full;
 mod files_http;
 mod files_wasm;
 mod fly;
