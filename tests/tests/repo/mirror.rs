@@ -45,9 +45,12 @@ Suites: bookworm bookworm-updates
 Components: contrib main
 ";
 
+/// Files of an apt directory, the suite asked for, the mirror expected.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+
 #[test]
 fn issue_17_the_mirror_comes_from_apt_sources() {
-    let cases: &[(&[(&str, &str)], &str, &str)] = &[
+    let cases: &[Case] = &[
         // One-line format: options, deb-src, comments and other suites skipped; the
         // trailing slash dropped.
         (
