@@ -94,6 +94,7 @@ impl ApiState {
             .and_then(|v| v.to_str().ok())
             .and_then(shared::transport::bearer_token)
             .ok_or_else(|| {
+                crate::metrics::auth_refused(crate::metrics::Server::Executor);
                 Failure(ApiError::new(
                     ErrorCode::Unauthorized,
                     "missing bearer token",
@@ -101,6 +102,7 @@ impl ApiState {
             })?;
         self.verify(token).map_err(|why| {
             tracing::info!(why = %why, "executor token refused");
+            crate::metrics::auth_refused(crate::metrics::Server::Executor);
             Failure(ApiError::new(ErrorCode::Unauthorized, "invalid token"))
         })
     }
@@ -153,6 +155,7 @@ impl Grant {
             Scope::Exec => "run commands, follow jobs, use files or list computers",
             Scope::Manage => "create, restart, factory-reset or delete computers",
         };
+        crate::metrics::auth_refused(crate::metrics::Server::Executor);
         Err(Failure(ApiError::new(
             ErrorCode::Forbidden,
             format!(
@@ -213,6 +216,13 @@ async fn health(State(s): State<Arc<ApiState>>) -> Response {
         load: Load { computers, execs },
     };
     (StatusCode::OK, axum::Json(json!(h))).into_response()
+}
+
+/// `GET /metrics`: Prometheus text for any valid gateway token (any scope).
+async fn metrics(State(s): State<Arc<ApiState>>, headers: HeaderMap) -> Result<Response, Failure> {
+    s.authorize(&headers)?;
+    let c = &s.computers;
+    Ok(crate::metrics::response(&c.states(), c.jobs_running()))
 }
 
 /// Every other `/v1` route: the token's team, the typed operation, the registry.
@@ -279,6 +289,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
     };
     Router::new()
         .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
         .fallback(operation)
         .layer(DefaultBodyLimit::max(state.max_body))
         .layer(axum::middleware::from_fn_with_state(
@@ -292,4 +303,8 @@ pub fn app(state: Arc<ApiState>) -> Router {
                 .layer(DefaultBodyLimit::disable()),
         )
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            crate::metrics::Server::Executor,
+            crate::metrics::count_requests,
+        ))
 }

@@ -22,6 +22,43 @@ pub enum BackendArg {
 pub enum ModeArg {
     /// The REST API a gateway calls (`shared::executor_api`), instead of MCP.
     Executor,
+    /// Print a shell completion script (`completions bash|zsh|fish`) and exit.
+    Completions,
+}
+
+/// The shells `completions` writes scripts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+impl CompletionShell {
+    fn generator(self) -> clap_complete::Shell {
+        match self {
+            Self::Bash => clap_complete::Shell::Bash,
+            Self::Zsh => clap_complete::Shell::Zsh,
+            Self::Fish => clap_complete::Shell::Fish,
+        }
+    }
+}
+
+/// `completions SHELL`: the completion script of this command line for `shell`, or what
+/// to pass when no shell was given.
+pub fn completions(shell: Option<CompletionShell>) -> Result<Vec<u8>, String> {
+    let shell = shell.ok_or_else(|| {
+        "completions needs the shell: `mcp-sandbox-computer-vm-for-ai completions bash` (or zsh, fish)".to_owned()
+    })?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_complete::generate(
+        shell.generator(),
+        &mut cmd,
+        "mcp-sandbox-computer-vm-for-ai",
+        &mut out,
+    );
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -41,9 +78,12 @@ pub enum FlyCpuKind {
 #[command(name = "mcp-sandbox-computer-vm-for-ai", version, about)]
 pub struct Cli {
     /// `executor`: serve the executor REST API for a gateway (--listen, --executor-secret)
-    /// instead of MCP.
+    /// instead of MCP; `completions SHELL`: print a shell completion script.
     #[arg(value_enum)]
     pub mode: Option<ModeArg>,
+    /// With `completions`: the shell to print a completion script for.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub completion_shell: Option<CompletionShell>,
 
     // ---- executor mode ----
     /// Executor mode: address to listen on.

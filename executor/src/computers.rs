@@ -254,6 +254,7 @@ impl Computers {
             return Ok(yielded_structured(id, temporary, out));
         }
         let started_ms = now_ms();
+        let timer = crate::metrics::ExecTimer::start(self.backend.name());
         let span = tracing::info_span!("exec", computer_id = key, backend = self.backend.name());
         let mut result = self.backend.exec(key, &spec).instrument(span.clone()).await;
         if matches!(&result, Err(e) if e.failure == Failure::NotRunning) {
@@ -265,6 +266,11 @@ impl Computers {
         }
         match result.map_err(ComputerError::from) {
             Ok(outcome) => {
+                timer.finish(crate::metrics::outcome_of(
+                    outcome.exit_code,
+                    outcome.timed_out_after.is_some(),
+                    outcome.truncated_at.is_some(),
+                ));
                 let entry = HistoryEntry {
                     command,
                     started_at: rfc3339_utc(started_ms),
@@ -277,12 +283,24 @@ impl Computers {
                 Ok(exec_structured(id, temporary, outcome))
             }
             Err(e) => {
+                timer.finish(crate::metrics::Outcome::Error);
                 if e.is_not_found() {
                     let Ok(()) = self.registry().forget(key);
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Every computer tracked now: temporary or not, running a command or not (metrics).
+    pub fn states(&self) -> Vec<crate::metrics::ComputerState> {
+        let Ok(all) = self.registry().all();
+        all.iter()
+            .map(|e| crate::metrics::ComputerState {
+                temporary: e.temporary,
+                busy: e.running > 0,
+            })
+            .collect()
     }
 
     /// The list item of `r`, named as `team` sees it.

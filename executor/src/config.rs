@@ -592,7 +592,7 @@ Files persist between calls on the same computer and across computer_restart (a 
         };
         let supervisor = supervisor_source(cli.supervisor.as_deref())?;
         let executor = match cli.mode {
-            None => None,
+            None | Some(crate::cli::ModeArg::Completions) => None,
             Some(crate::cli::ModeArg::Executor) => {
                 let secret = cli
                     .executor_secret

@@ -6,7 +6,8 @@
 //! `notifications/cancelled` or a dropped connection kills the command). Which era a
 //! request is, the 2026-07-28 header rules and every refusal are decided by
 //! `shared::transport::route`, as in the Worker. The caps on live sessions are in
-//! `http/limits.rs`; connection and body limits are `crate::serve`'s.
+//! `http/limits.rs`; connection and body limits are `crate::serve`'s. `GET /metrics` serves
+//! `crate::metrics` behind the same token.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -240,6 +241,7 @@ fn check_auth(state: &HttpState, headers: &HeaderMap) -> Result<(), Refusal> {
     if constant_time_eq(given.as_bytes(), token.as_bytes()) {
         Ok(())
     } else {
+        crate::metrics::auth_refused(crate::metrics::Server::Mcp);
         Err(Refusal::Unauthorized)
     }
 }
@@ -490,6 +492,15 @@ async fn mcp_other(
     r
 }
 
+/// `GET /metrics`: Prometheus text, behind the bearer token like `/mcp`.
+async fn metrics(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = check_host_origin(&state, &headers).and_then(|_| check_auth(&state, &headers)) {
+        return r.into_response();
+    }
+    let c = &state.computers;
+    crate::metrics::response(&c.states(), c.jobs_running())
+}
+
 async fn healthz() -> Response {
     json_response(StatusCode::OK, json!({"status": "ok"}))
 }
@@ -556,6 +567,7 @@ pub fn app(state: Arc<HttpState>) -> Router {
         .route("/", get(root))
         .route("/healthz", get(healthz))
         .route("/dashboard", get(dashboard))
+        .route("/metrics", get(metrics))
         .route(
             "/mcp",
             axum::routing::post(mcp_post)
@@ -577,6 +589,10 @@ pub fn app(state: Arc<HttpState>) -> Router {
                 .layer(DefaultBodyLimit::disable()),
         )
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            crate::metrics::Server::Mcp,
+            crate::metrics::count_requests,
+        ))
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod error;
 pub mod fly;
 pub mod http;
 pub mod instance;
+pub mod metrics;
 pub mod modal;
 pub mod place;
 pub mod progress;

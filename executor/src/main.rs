@@ -6,6 +6,28 @@ use executor::config::Config;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if cli.mode == Some(executor::cli::ModeArg::Completions) {
+        return match executor::cli::completions(cli.completion_shell) {
+            Ok(script) => {
+                use std::io::Write as _;
+                match std::io::stdout().write_all(&script) {
+                    Ok(()) => std::process::ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: cannot write the script: {e}");
+                        std::process::ExitCode::from(1)
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
+    if cli.completion_shell.is_some() {
+        eprintln!("error: a shell name is only taken by `completions SHELL`");
+        return std::process::ExitCode::from(2);
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)

@@ -314,6 +314,11 @@ impl<S: InventoryStore> Registry<S> {
         Ok(self.store.get(id)?.is_some())
     }
 
+    /// Every computer known (a metrics scrape counts them).
+    pub fn all(&self) -> Result<Vec<Entry>, S::Error> {
+        self.store.entries()
+    }
+
     /// Every temporary computer (the server is shutting down).
     pub fn temporaries(&self) -> Result<Vec<Entry>, S::Error> {
         self.select(|e| e.temporary)

@@ -575,7 +575,9 @@ impl Gateway {
         config: Option<&Path>,
         vars: &[(&str, String)],
     ) -> Result<Self> {
-        let dir = workspace().join("gateway");
+        // From the root, where wrangler.toml is (the gateway crate's tools in gateway/).
+        let root = workspace();
+        let dir = root.join("gateway");
         let port = free_port()?;
         let mut cmd = tokio::process::Command::new(dir.join("node_modules/.bin/node"));
         cmd.arg(dir.join("node_modules/wrangler/bin/wrangler.js"))
@@ -591,7 +593,7 @@ impl Gateway {
                 "--log-level",
                 "warn",
             ])
-            .current_dir(&dir)
+            .current_dir(&root)
             .args(config.map(|c| format!("--config={}", c.display())))
             .env("WRANGLER_SEND_METRICS", "false")
             .process_group(0)

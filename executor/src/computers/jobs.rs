@@ -59,6 +59,17 @@ impl Computers {
             .any(|r| r.key == key && r.deadline_ms > now)
     }
 
+    /// Jobs started here whose end was not seen yet and whose timeout has not passed.
+    pub fn jobs_running(&self) -> i64 {
+        let now = now_ms();
+        let n = self
+            .job_table()
+            .values()
+            .filter(|r| r.deadline_ms > now)
+            .count();
+        i64::try_from(n).unwrap_or(i64::MAX)
+    }
+
     /// A job ended and its last output was read: record it in the history, forget it.
     fn job_ended(&self, job_id: &str, out: &JobOutput) {
         let Some(r) = self.job_table().remove(job_id) else {
@@ -97,6 +108,7 @@ impl Computers {
             started = self.backend.job_start(key, spec, &job).await;
         }
         started?;
+        crate::metrics::job_started(self.backend.name());
         let timeout_ms = u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX);
         self.job_table().insert(
             job.job_id.clone(),

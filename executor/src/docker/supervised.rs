@@ -144,8 +144,9 @@ impl Docker {
             Some(Err(why)) => return Err(DockerError::SupervisorUnavailable(why.clone())),
             None => {}
         }
-        // The binary is x86_64 (static musl): an engine on another architecture cannot run
-        // it, so its computers use plain Engine API exec from the start (said once).
+        // The binary is static musl for one architecture (the release embeds the one of the
+        // server's own): an engine on another cannot run it, so its computers use plain
+        // Engine API exec from the start (said once).
         let arch = self
             .client
             .info()
@@ -153,9 +154,11 @@ impl Docker {
             .map_err(DockerError::from_bollard)?
             .architecture
             .unwrap_or_default();
-        if !matches!(arch.as_str(), "x86_64" | "amd64") {
+        let built_for = elf_machine(binary);
+        if built_for.is_none() || built_for != engine_machine(&arch) {
             let why = format!(
-                "the engine runs on {arch:?}; msc-supervisor is built for x86_64, so computers use Engine API exec"
+                "the engine runs on {arch:?}; the embedded msc-supervisor is built for {}, so computers use Engine API exec",
+                built_for.unwrap_or("an unknown architecture")
             );
             tracing::warn!("{why}");
             *ready = Some(Err(why.clone()));
@@ -484,8 +487,47 @@ impl Docker {
     }
 }
 
+/// The architecture of an ELF binary (`e_machine`), for the two we build.
+fn elf_machine(binary: &[u8]) -> Option<&'static str> {
+    if binary.get(..4) != Some(b"\x7fELF") || binary.get(5) != Some(&1) {
+        return None; // not ELF, or not little-endian
+    }
+    match binary.get(18..20)? {
+        [0x3e, 0] => Some("x86_64"),
+        [0xb7, 0] => Some("aarch64"),
+        _ => None,
+    }
+}
+
+/// An engine's `Architecture` in the same names (Docker says x86_64/aarch64, Podman
+/// amd64/arm64).
+fn engine_machine(arch: &str) -> Option<&'static str> {
+    match arch {
+        "x86_64" | "amd64" => Some("x86_64"),
+        "aarch64" | "arm64" => Some("aarch64"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn supervisor_architecture_is_read_from_its_elf_header() {
+        let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
+        elf.resize(20, 0);
+        elf[18] = 0x3e;
+        assert_eq!(elf_machine(&elf), Some("x86_64"));
+        elf[18] = 0xb7;
+        assert_eq!(elf_machine(&elf), Some("aarch64"));
+        elf[18] = 0x28; // 32-bit ARM
+        assert_eq!(elf_machine(&elf), None);
+        assert_eq!(elf_machine(b"\0asm"), None);
+        assert_eq!(elf_machine(&elf[..10]), None);
+        assert_eq!(engine_machine("amd64"), Some("x86_64"));
+        assert_eq!(engine_machine("arm64"), engine_machine("aarch64"));
+        assert_eq!(engine_machine("s390x"), None);
+    }
+
     use super::*;
 
     #[test]

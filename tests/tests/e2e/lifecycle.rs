@@ -314,3 +314,90 @@ async fn issue_2_a_stopped_computer_is_started_again() -> anyhow::Result<()> {
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
+
+/// SPEC §3.5: every failure of a `computer_*` tool — validation (a bad, missing or
+/// mistyped id, an unknown argument), an unknown id, the other `temporary` value — is
+/// `isError: true` with exactly `{"error": "<message>"}` as structured content, and the
+/// same JSON as its one text block. Clients of the older project read
+/// `structuredContent.error`.
+#[tokio::test]
+async fn issue_17_every_lifecycle_failure_has_the_error_shape() -> anyhow::Result<()> {
+    let t = tag("lcshape");
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::lifecycle()).await?;
+    let perm = format!("{t}-perm");
+    let tmp = format!("{t}-tmp");
+    let nope = format!("{t}-nope");
+    for (id, temporary) in [(&perm, false), (&tmp, true)] {
+        let r = call(
+            &c,
+            "computer_create",
+            json!({"computer_id": id, "temporary": temporary}),
+        )
+        .await?;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    }
+    let mut cases = vec![
+        ("computer_list", json!({"all": true}), "takes no arguments"),
+        (
+            "computer_dashboard",
+            json!({"computer_id": perm}),
+            "takes no arguments",
+        ),
+        (
+            "computer_create",
+            json!({"computer_id": "Bad_Id"}),
+            "lowercase",
+        ),
+        (
+            "computer_create",
+            json!({"computer_id": perm, "temporary": "yes"}),
+            "true or false",
+        ),
+        (
+            "computer_create",
+            json!({"computer_id": perm, "temporary": true}),
+            "permanent",
+        ),
+        (
+            "computer_create",
+            json!({"computer_id": tmp, "temporary": false}),
+            "temporary",
+        ),
+        ("computer_create", json!({"image": "x"}), "unknown argument"),
+    ];
+    for tool in [
+        "computer_restart",
+        "computer_factory_reset",
+        "computer_delete",
+    ] {
+        cases.extend([
+            (tool, json!({}), "needs `computer_id`"),
+            (tool, json!({"computer_id": "-bad"}), "start and end"),
+            (tool, json!({"computer_id": 7}), "must be a string"),
+            (tool, json!({"computer_id": nope}), "does not exist"),
+            (
+                tool,
+                json!({"computer_id": perm, "temporary": false}),
+                "unknown argument",
+            ),
+        ]);
+    }
+    for (tool, arguments, needle) in cases {
+        let r = call(&c, tool, arguments.clone()).await?;
+        let what = format!("{tool} {arguments}");
+        assert_eq!(r.is_error, Some(true), "{what}");
+        let s = r.structured_content.clone().unwrap_or_default();
+        let msg = s["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(needle), "{what}: {s}");
+        assert_eq!(s, json!({"error": msg}), "{what}: only `error`");
+        assert_eq!(r.content.len(), 1, "{what}");
+        let block: serde_json::Value = serde_json::from_str(&text(&r))?;
+        assert_eq!(block, s, "{what}: the text block is the structured content");
+    }
+    // Nothing was touched: the two computers are still there, nothing else was made.
+    assert_eq!(containers(&t).await?.len(), 2);
+    let r = call(&c, "computer_delete", json!({"computer_id": perm})).await?;
+    assert_eq!(r.is_error, Some(false));
+    c.cancel().await?;
+    wait_for_count(&t, 0, Duration::from_secs(20)).await
+}

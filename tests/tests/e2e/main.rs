@@ -8,6 +8,7 @@
 //! - `http`: both protocol eras over Streamable HTTP, auth, Host/Origin checks, service routes
 //! - `http_limits`: both HTTP servers' limits (issue 19): 413 for big bodies, slow heads and
 //!   bodies cut, idle connections closed, the MCP session cap, long calls never cut
+//! - `metrics`: `/metrics` (Prometheus text) on the HTTP server and in executor mode, behind their auth (issue 17)
 //! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
 //! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`)
 //! - `security`: server secrets never reach a computer; isolation flags
@@ -47,6 +48,7 @@ mod image;
 mod images;
 mod jobs;
 mod lifecycle;
+mod metrics;
 mod modal;
 mod parity;
 mod podman;
