@@ -26,6 +26,11 @@ async fn bounded_body(req: &mut Request) -> Result<std::result::Result<Vec<u8>, 
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return too_large().map(Err);
     }
+    // A declared length within the limit is read in one piece (the runtime holds the body
+    // to it); only a body of unknown length is counted as it streams in.
+    if declared.is_some() {
+        return Ok(Ok(req.bytes().await?));
+    }
     // No body at all is an empty one (the route then refuses it as JSON).
     let Ok(mut stream) = req.stream() else {
         return Ok(Ok(Vec::new()));
@@ -193,9 +198,11 @@ pub(crate) fn jwt_bench(url: &worker::Url) -> Value {
 
 /// The request headers `shared::transport::route` reads, copied out of the Worker's.
 fn copied_headers(req: &Request) -> Vec<(&'static str, String)> {
+    // One Headers object for all of them (each `req.headers()` is a call into JS).
+    let headers = req.headers();
     route::Headers::NAMES
         .iter()
-        .filter_map(|n| Some((*n, req.headers().get(n).ok().flatten()?)))
+        .filter_map(|n| Some((*n, headers.get(n).ok().flatten()?)))
         .collect()
 }
 
