@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use brush_parser::ast;
-use cap_std::fs::Dir;
 use tokio::io::AsyncWriteExt;
 
 use super::Programs;
@@ -58,7 +57,9 @@ pub(crate) struct Opts {
 
 /// Shared, immutable-ish context of one `run`.
 pub(crate) struct Ctx {
-    pub(crate) root: Dir,
+    pub(crate) root: super::fs::Root,
+    /// Background jobs outlive the run (a job table was given: `kept.rs`).
+    pub(crate) keeps_jobs: bool,
     pub(crate) programs: Arc<dyn Programs>,
     /// The deadline and memory budget of the run.
     pub(crate) budget: Arc<Budget>,
@@ -69,8 +70,14 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    pub(crate) fn new(root: Dir, programs: Arc<dyn Programs>, limits: Limits) -> Self {
+    pub(crate) fn new(
+        root: super::fs::Root,
+        programs: Arc<dyn Programs>,
+        limits: Limits,
+        keeps_jobs: bool,
+    ) -> Self {
         Self {
+            keeps_jobs,
             root,
             programs,
             budget: Budget::new(limits),
@@ -78,6 +85,15 @@ impl Ctx {
             aborted: std::sync::atomic::AtomicBool::new(false),
             parse_cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Continues the process ids of an earlier run (kept jobs).
+    pub(crate) fn set_next_pid(&self, pid: u32) {
+        self.next_pid.store(pid, Ordering::Relaxed);
+    }
+
+    pub(crate) fn peek_pid(&self) -> u32 {
+        self.next_pid.load(Ordering::Relaxed)
     }
 
     pub(crate) fn new_pid(&self) -> u32 {
@@ -121,7 +137,8 @@ impl Ctx {
     }
 }
 
-/// A background job: aborted when dropped (so nothing outlives the shell that started it).
+/// A background job: aborted when dropped (so nothing outlives the shell that started it,
+/// or the computer's job table that kept it: `kept.rs`).
 pub(crate) struct Job {
     pub(crate) id: usize,
     pub(crate) pid: u32,
@@ -326,12 +343,18 @@ impl Shell {
         match OutHandle(w).write_all(data).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Ctl::Exit(141)),
-            Err(_) => Err(Ctl::Fail(1)),
+            Err(e) => {
+                if fd != 2 {
+                    self.err(&format!("write error: {}", super::fs::err_msg(&e)))
+                        .await;
+                }
+                Err(Ctl::Fail(1))
+            }
         }
     }
 
     pub(crate) async fn out(&mut self, s: &str) -> Result<(), Ctl> {
-        self.write_fd(1, s.as_bytes()).await
+        self.write_fd(1, &super::bytes::encode(s)).await
     }
 
     /// Prints `sh: msg` on stderr (errors writing it are ignored).
