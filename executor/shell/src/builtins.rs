@@ -213,25 +213,7 @@ impl Shell {
             "env" => self.bi_env(&args).await,
             "kill" => self.bi_kill(&args).await,
             "wait" => self.bi_wait(&args).await,
-            "jobs" => {
-                let mut s = String::new();
-                let pids_only = args.iter().any(|a| a == "-p");
-                for j in &self.jobs {
-                    let running = j.handle.as_ref().is_some_and(|h| !h.is_finished());
-                    if pids_only {
-                        s.push_str(&format!("{}\n", j.pid));
-                    } else {
-                        s.push_str(&format!(
-                            "[{}]  {}  {}\n",
-                            j.id,
-                            if running { "Running" } else { "Done" },
-                            j.cmd.trim()
-                        ));
-                    }
-                }
-                self.out(&s).await?;
-                Ok(0)
-            }
+            "jobs" => self.bi_jobs(&args).await,
             "sleep" => {
                 if args.is_empty() {
                     self.err("sleep: missing operand").await;

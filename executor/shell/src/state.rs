@@ -147,6 +147,27 @@ pub(crate) struct Job {
     pub(crate) status: Option<i32>,
 }
 
+/// A job as `jobs` shows it: what a subshell (a pipeline stage, `$(jobs)`) sees of the
+/// jobs of the shell it was copied from, as they were then.
+#[derive(Debug, Clone)]
+pub(crate) struct JobLine {
+    pub(crate) id: usize,
+    pub(crate) pid: u32,
+    pub(crate) cmd: String,
+    pub(crate) running: bool,
+}
+
+impl Job {
+    pub(crate) fn line(&self) -> JobLine {
+        JobLine {
+            id: self.id,
+            pid: self.pid,
+            cmd: self.cmd.clone(),
+            running: self.handle.as_ref().is_some_and(|h| !h.is_finished()),
+        }
+    }
+}
+
 impl Drop for Job {
     fn drop(&mut self) {
         if let Some(h) = self.handle.take() {
@@ -176,6 +197,8 @@ pub(crate) struct Shell {
     pub(crate) func_depth: usize,
     pub(crate) last_bg: Option<u32>,
     pub(crate) jobs: Vec<Job>,
+    /// The jobs of the shells this one was copied from (`jobs | wc -l` counts them).
+    pub(crate) outer_jobs: Arc<Vec<JobLine>>,
     pub(crate) next_job_id: usize,
     pub(crate) exit_trap: Option<String>,
     /// Status of the last command substitution of the current command.
@@ -219,6 +242,7 @@ impl Shell {
             func_depth: 0,
             last_bg: None,
             jobs: Vec::new(),
+            outer_jobs: Arc::default(),
             next_job_id: 1,
             exit_trap: None,
             cmdsub_status: None,
@@ -228,8 +252,13 @@ impl Shell {
     }
 
     /// A copy of this shell for a subshell / pipeline stage / substitution / background job:
-    /// everything is copied except background jobs and traps.
+    /// everything is copied except background jobs (it only sees them) and traps.
     pub(crate) fn subshell(&self) -> Self {
+        let outer_jobs = if self.jobs.is_empty() {
+            self.outer_jobs.clone()
+        } else {
+            Arc::new(self.job_lines())
+        };
         Self {
             ctx: self.ctx.clone(),
             vars: self.vars.clone(),
@@ -247,10 +276,20 @@ impl Shell {
             func_depth: self.func_depth,
             last_bg: self.last_bg,
             jobs: Vec::new(),
+            outer_jobs,
             next_job_id: 1,
             exit_trap: None,
             cmdsub_status: None,
         }
+    }
+
+    /// The jobs `jobs` lists: those seen from the outer shells, then this shell's own.
+    pub(crate) fn job_lines(&self) -> Vec<JobLine> {
+        self.outer_jobs
+            .iter()
+            .cloned()
+            .chain(self.jobs.iter().map(Job::line))
+            .collect()
     }
 
     /// A fresh shell as a child process would see it (`sh -c`, `./script.sh`): only the

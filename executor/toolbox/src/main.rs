@@ -31,6 +31,7 @@ mod jq;
 mod registry;
 mod small;
 mod stat;
+mod tac;
 mod tar;
 
 use std::ffi::OsString;

@@ -103,7 +103,7 @@ static UTILS: &[Util] = &[
     uu!("sort", uu_sort),
     uu!("split", uu_split),
     own!("stat", crate::stat::main),
-    uu!("tac", uu_tac),
+    own!("tac", crate::tac::main),
     uu!("tail", uu_tail),
     own!("tar", crate::tar::main),
     uu!("tee", uu_tee),

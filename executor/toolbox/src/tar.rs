@@ -1,17 +1,18 @@
 //! `tar` over the `tar` crate (and `flate2` for `-z`): create (`-c`), list (`-t`) and
 //! extract (`-x`) archives, with `-f FILE` (default: stdin/stdout), `-z`, `-v`, `-C DIR`,
 //! `-O` (extract to stdout) and old-style bundled flags (`tar czf a.tgz dir`, `tar xf a`).
-//! Extraction refuses entries that would leave the target directory (the crate's
-//! `unpack_in`), and the WASI filesystem confines it to the computer anyway.
+//! The crate reads and writes the format (GNU headers, long names, PAX); walking the
+//! files and making them is done here ([`pack`], [`unpack`]), because the crate's
+//! filesystem side is unimplemented on wasm32.
+
+mod pack;
+mod unpack;
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::path::Path;
 
-use flate2::Compression;
 use flate2::read::MultiGzDecoder;
-use flate2::write::GzEncoder;
 
 #[derive(Default)]
 struct Opts {
@@ -46,9 +47,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return 2;
     }
     let r = match o.mode {
-        Some('c') => create(&o),
+        Some('c') => pack::create(&o),
         Some('t') => list(&o),
-        _ => extract(&o),
+        _ => reader(&o).and_then(|input| unpack::extract(&o, input)),
     };
     match r {
         Ok(()) => 0,
@@ -151,38 +152,6 @@ fn reader(o: &Opts) -> Result<Box<dyn Read>, String> {
     })
 }
 
-fn create(o: &Opts) -> Result<(), String> {
-    let raw: Box<dyn Write> = match o.file.as_deref() {
-        None | Some("-") => Box::new(io::stdout().lock()),
-        Some(f) => Box::new(File::create(f).map_err(|e| msg(f, &e))?),
-    };
-    let out: Box<dyn Write> = if o.gzip {
-        Box::new(GzEncoder::new(raw, Compression::default()))
-    } else {
-        raw
-    };
-    let mut b = tar::Builder::new(out);
-    b.follow_symlinks(false);
-    for n in &o.names {
-        let name = n.trim_start_matches('/');
-        let name = if name.is_empty() { "." } else { name };
-        let p = Path::new(n);
-        let m = std::fs::symlink_metadata(p).map_err(|e| msg(n, &e))?;
-        if o.verbose {
-            eprintln!("{name}");
-        }
-        let r = if m.is_dir() {
-            b.append_dir_all(name, p)
-        } else {
-            b.append_path_with_name(p, name)
-        };
-        r.map_err(|e| msg(n, &e))?;
-    }
-    let out = b.into_inner().map_err(|e| msg("write", &e))?;
-    drop(out);
-    Ok(())
-}
-
 fn list(o: &Opts) -> Result<(), String> {
     let mut a = tar::Archive::new(reader(o)?);
     let mut out = io::stdout().lock();
@@ -232,35 +201,41 @@ fn perms(mode: u32) -> String {
     s
 }
 
-fn extract(o: &Opts) -> Result<(), String> {
-    let mut a = tar::Archive::new(reader(o)?);
-    let dir = o.dir.clone().unwrap_or_else(|| ".".into());
-    let mut out = io::stdout().lock();
-    for e in a.entries().map_err(|e| msg("read", &e))? {
-        let mut e = e.map_err(|e| msg("read", &e))?;
-        let path = e
-            .path()
-            .map_err(|e| msg("read", &e))?
-            .to_string_lossy()
-            .into_owned();
-        if !o.names.is_empty()
-            && !o
-                .names
-                .iter()
-                .any(|n| path == *n || path.starts_with(&format!("{}/", n.trim_end_matches('/'))))
-        {
-            continue;
-        }
-        if o.to_stdout {
-            if e.header().entry_type().is_file() {
-                io::copy(&mut e, &mut out).map_err(|e| msg(&path, &e))?;
-            }
-            continue;
-        }
-        if o.verbose {
-            println!("{path}");
-        }
-        e.unpack_in(&dir).map_err(|e| msg(&path, &e))?;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_archive_round_trips_files_dirs_and_links() {
+        let root = std::env::temp_dir().join(format!("msc-tar-{}", std::process::id()));
+        let src = root.join("src");
+        std::fs::create_dir_all(src.join("a/b")).unwrap();
+        std::fs::write(src.join("a/x"), "hello\n").unwrap();
+        std::fs::write(src.join("a/b/y"), "deep\n").unwrap();
+        std::os::unix::fs::symlink("x", src.join("a/l")).unwrap();
+        let archive = root.join("a.tgz").display().to_string();
+        let from = src.join("a").display().to_string();
+        let o = Opts {
+            mode: Some('c'),
+            file: Some(archive.clone()),
+            gzip: true,
+            names: vec![from],
+            ..Opts::default()
+        };
+        pack::create(&o).unwrap();
+        let out = root.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let o = Opts {
+            mode: Some('x'),
+            file: Some(archive),
+            dir: Some(out.display().to_string()),
+            ..Opts::default()
+        };
+        unpack::extract(&o, reader(&o).unwrap()).unwrap();
+        let a = out.join(pack::member_name(&src.join("a").display().to_string()));
+        assert_eq!(std::fs::read_to_string(a.join("x")).unwrap(), "hello\n");
+        assert_eq!(std::fs::read_to_string(a.join("b/y")).unwrap(), "deep\n");
+        assert_eq!(std::fs::read_link(a.join("l")).unwrap().to_str(), Some("x"));
+        std::fs::remove_dir_all(&root).unwrap();
     }
-    Ok(())
 }

@@ -164,3 +164,26 @@ async fn issue_16_jobs_are_kept_between_runs() {
     assert_eq!(o, "[1]  Running  sleep 100\n");
     assert!(jobs.is_empty());
 }
+
+#[tokio::test]
+async fn issue_16_subshells_see_the_jobs_around_them() {
+    let root = new_root();
+    let jobs = Arc::new(Jobs::new());
+    let mut c = cfg(&root, "/srv");
+    c.jobs = Some(jobs.clone());
+    run_cfg("sleep 100 &", c).await;
+    let mut c = cfg(&root, "/srv");
+    c.jobs = Some(jobs.clone());
+    let (_, o, _) = run_cfg(
+        "sleep 100 & jobs | sort; echo $(jobs -p); (jobs -p | head -n 1)",
+        c,
+    )
+    .await;
+    assert_eq!(
+        o,
+        "[1]  Running  sleep 100\n[2]  Running  sleep 100\n1000 1001\n1000\n"
+    );
+    jobs.clear();
+    let (_, o, _) = run_cfg("sleep 100 & sleep 100 & jobs -p | sort", cfg(&root, "/srv")).await;
+    assert_eq!(o, "1000\n1001\n");
+}
