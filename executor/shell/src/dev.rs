@@ -115,14 +115,13 @@ pub(crate) fn device_operand(argv: &mut [String], cwd: &str) -> Option<Device> {
         if a.starts_with('-') {
             continue;
         }
-        match device(&super::fs::resolve(cwd, a)) {
-            Some(d @ (Device::Zero | Device::Random | Device::Null | Device::Fd(0))) => {
-                if found.is_some() {
-                    return None;
-                }
-                found = Some((i, d));
+        if let Some(d @ (Device::Zero | Device::Random | Device::Null | Device::Fd(0))) =
+            device(&super::fs::resolve(cwd, a))
+        {
+            if found.is_some() {
+                return None;
             }
-            _ => {}
+            found = Some((i, d));
         }
     }
     let (i, d) = found?;

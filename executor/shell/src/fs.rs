@@ -43,7 +43,7 @@ pub(crate) struct Root {
 
 impl Root {
     pub(crate) fn new(top: Dir, mut mounts: Vec<(String, Dir)>) -> Self {
-        mounts.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
         Self { top, mounts }
     }
 

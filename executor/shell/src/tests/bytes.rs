@@ -15,8 +15,7 @@ async fn bytes_of(script: &str) -> Vec<u8> {
     };
     let st = run(script, cfg(&root, "/srv"), io).await.status;
     assert_eq!(st, 0, "{script}");
-    let b = out.0.lock().unwrap().clone();
-    b
+    out.0.lock().unwrap().clone()
 }
 
 /// `printf` format text writing every byte value 0..=255 once, in octal escapes.
