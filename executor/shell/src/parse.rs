@@ -1,7 +1,7 @@
 //! Parsing of scripts with brush-parser, hardened for untrusted input: a cheap pre-scan
-//! rejects nesting deep enough to overflow the parser's (recursive) stack, or parentheses
-//! nested deep enough to make its backtracking exponential, and any panic inside
-//! brush-parser becomes a syntax error.
+//! rejects nesting deep enough to overflow the parser's (recursive) stack, parentheses
+//! nested deep enough to make its backtracking exponential, and here-document delimiters
+//! its tokenizer cannot end on; any panic inside brush-parser becomes a syntax error.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -44,6 +44,20 @@ fn bracket_depth(s: &str) -> usize {
         }
     }
     max
+}
+
+/// `script` as brush-parser should see it. Its tokenizer loops without end, queueing a token
+/// per turn until memory runs out, when the input ends while a here-document with an empty
+/// delimiter is pending (`<<\r\t`, `$(cat <<  `, `<<$(\t(${`: delimiters that are blanks,
+/// carriage returns or form feeds trim to nothing; the fuzz target found it). Two trailing
+/// newlines end such a document (an empty line ends it) before the input does; trailing
+/// newlines change nothing else a script means.
+fn ended(script: &str) -> std::borrow::Cow<'_, str> {
+    if script.contains("<<") {
+        format!("{script}\n\n").into()
+    } else {
+        script.into()
+    }
 }
 
 /// Max nesting of `(` in operator tokens (what the tokenizer saw outside quotes, words
@@ -152,6 +166,7 @@ pub(crate) fn parse_program(script: &str) -> Result<Program, ParseFail> {
     if bracket_depth(script) > MAX_SYNTAX_NESTING {
         return Err(ParseFail::TooDeep);
     }
+    let script = &ended(script);
     let opts = options();
     let tokens =
         guarded(|| brush_parser::tokenize_str_with_options(script, &opts.tokenizer_options()))

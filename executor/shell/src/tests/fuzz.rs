@@ -79,6 +79,7 @@ pub(super) const ATOMS: &[&str] = &[
     "<(",
     ">(",
     "\r",
+    "\u{c}",
     "9",
     "$#",
     "{1..99999999999999999999}",
@@ -131,6 +132,43 @@ proptest! {
         } else {
             let _ = parse_program(&script);
         }
+    }
+}
+
+/// Found by `scripts_of_shell_tokens` (it took CI's test process down): the input ending
+/// while a here-document with an empty delimiter was pending made brush-parser's tokenizer
+/// allocate until the kernel killed it. Each case is now answered at once.
+#[test]
+fn here_documents_with_empty_delimiters_end() {
+    for script in [
+        "<<\r|${",
+        "<<\r\t",
+        "<<-\r ",
+        "cat <<\u{c}\t",
+        "$(cat <<  ",
+        "cat <<$( \t",
+        "<<$(\t(${",
+        "<<$(\t(e\t",
+        "]$>($?${x//a/b}9>wait$(wait<<-\r||\rEOF${",
+    ] {
+        let t = std::time::Instant::now();
+        let _ = parse_program(script);
+        assert!(
+            t.elapsed() < std::time::Duration::from_millis(500),
+            "{script:?}"
+        );
+    }
+    // Here-strings and ordinary here-documents (CRLF in the body, too) still parse.
+    for ok in [
+        "cat <<<\r",
+        "cat <<< x",
+        "cat <<EOF\nab\r\nEOF\n",
+        "cat <<EOF\nab\nEOF",
+        "cat <<-X\n\tx\nX\n",
+        "echo a<<b\nb\n",
+        "x=$(cat <<EOF\nhi\nEOF\n)",
+    ] {
+        assert!(parse_program(ok).is_ok(), "{ok:?}");
     }
 }
 
