@@ -310,11 +310,12 @@ Files persist between calls on the same computer; shell state (current directory
 }
 
 /// What the exec tool says about toolbox computers (the agent plans with it).
-pub const TOOLBOX_DESCRIPTION: &str = "Run a command on an isolated, lightweight Linux-like computer (a WebAssembly sandbox: no network, no package manager, no compilers or interpreters such as python or node). \
-`command` runs in a POSIX/bash-like shell built into the host: pipelines, redirections (> >> < 2>&1 &> here-docs <<<), && || ; !, quoting, variables, globs, $(...), $((...)), {a,b}, if/for/while/until/case, [[ ]], functions, export, cd, read, xargs, env, sh -c. \
-Not supported: arrays, process substitution <(...), aliases, job control; background jobs end when the call returns. \
-Programs: awk base64 basename cat cmp comm cp cut date diff dirname du echo env expr false find fold grep head jq ln ls md5sum mkdir mv nl od paste printf pwd readlink realpath rm rmdir sed seq sha1sum sha256sum sha512sum sleep sort stat tail tee test touch tr true uniq wc yes. \
-find -exec is not available (pipe into xargs); ls -l shows placeholder owners and modes. \
+pub const TOOLBOX_DESCRIPTION: &str = "Run a command on an isolated, lightweight Linux-like computer. It is a WebAssembly sandbox (WASI), not a Linux machine: no network, no package manager (no apt, pip or npm), no compilers and no interpreters such as python or node, no fork of real processes; one user, root; one processor. \
+`command` runs in a POSIX/bash-like shell built into the host: pipelines, redirections (> >> < 2>&1 &> here-docs <<<), && || ; !, quoting, variables, globs, $(...), $((...)), {a,b}, if/for/while/until/case, [[ ]], functions, export, cd, read, xargs, env, timeout, sh -c, scripts with #!/bin/sh after chmod +x. \
+Background jobs (`cmd &`) keep running between calls on the same computer (`jobs`, `wait`, `kill %1`) until the timeout of the call that started them; computer_restart and factory reset end them; their output after that call returned is dropped. \
+Not supported: arrays, process substitution <(...), aliases, fg/bg job control. \
+Programs (in /bin and /usr/bin): awk base32 base64 basename cat chmod cmp comm cp cut date diff dirname du echo env expr false file find fold grep gunzip gzip head hostname id jq ln ls md5sum mkdir mktemp mv nl nproc od paste printf pwd readlink realpath rev rm rmdir sed seq sha1sum sha256sum sha512sum shuf sleep sort split stat tac tail tar tee test timeout touch tr true uname uniq wc which whoami xargs yes zcat. \
+find -exec is not available (pipe into xargs). The read-only base holds /etc (os-release, passwd, group, hostname = the computer id), /bin, /usr/bin, /proc (version, cpuinfo, meminfo) and /dev (null zero full random urandom stdin stdout stderr); factory reset restores it and empties the rest. Output is byte-exact. \
 Files persist between calls on the same computer (HOME is /root; /tmp exists); shell state does not, so use `working_directory` or `cd dir && ...`.";
 
 /// The Fly settings, with the token found in the flags, the environment or the flyctl

@@ -1,7 +1,8 @@
 //! Builtins, run on the host (never through `Programs`): `: true false echo printf pwd cd
 //! test [ export unset set shift local declare typeset readonly return exit break continue
 //! read eval source . sh bash dash command type which xargs env kill wait sleep trap exec
-//! umask hash ulimit let shopt alias unalias jobs builtin disown getopts`.
+//! umask hash ulimit let shopt alias unalias jobs builtin disown getopts id whoami hostname
+//! uname nproc chmod timeout ls`.
 //!
 //! This module holds the dispatcher (`builtin`) with the small builtins inline (`:`, the
 //! no-ops, `pwd`, `test`/`[`, `shift`, `return`, `exit`, `break`, `continue`, `eval`,
@@ -9,10 +10,13 @@
 //! `dispatch_no_functions`; the others live in child modules by kind: [`text`] (echo,
 //! printf, read), [`vars`] (export, readonly, unset, set, local/declare/typeset, getopts),
 //! [`commands`] (source, sh/bash/dash, command, type, env), [`xargs`], [`jobs`] (kill, wait,
-//! trap, signals).
+//! trap, signals), [`system`] (id whoami hostname uname nproc chmod timeout: what WASI
+//! cannot answer), [`ls`] (real modes, owner root).
 
 mod commands;
 mod jobs;
+mod ls;
+mod system;
 mod text;
 mod vars;
 mod xargs;
@@ -31,7 +35,16 @@ const BUILTINS: &[&str] = &[
     "shift", "local", "declare", "typeset", "readonly", "return", "exit", "break", "continue",
     "read", "eval", "source", ".", "sh", "bash", "dash", "command", "type", "which", "xargs",
     "env", "kill", "wait", "sleep", "trap", "exec", "umask", "hash", "ulimit", "let", "shopt",
-    "alias", "unalias", "jobs", "builtin", "disown", "getopts",
+    "alias", "unalias", "jobs", "builtin", "disown", "getopts", "id", "whoami", "hostname",
+    "uname", "nproc", "chmod", "timeout", "ls",
+];
+
+/// Builtins that are programs in a Linux `/bin` too: the host lists them in the base
+/// layer's `/bin` and `/usr/bin` beside the toolbox's utilities.
+pub const IN_BIN: &[&str] = &[
+    "sh", "bash", "dash", "echo", "printf", "pwd", "test", "[", "true", "false", "kill", "sleep",
+    "env", "xargs", "which", "timeout", "id", "whoami", "hostname", "uname", "nproc", "chmod",
+    "ls",
 ];
 
 pub(crate) fn is_builtin(name: &str) -> bool {
@@ -181,7 +194,7 @@ impl Shell {
             "which" => {
                 let mut st = 0;
                 for a in args.iter().filter(|a| !a.starts_with('-')) {
-                    if self.ctx.programs.has(a) {
+                    if self.ctx.programs.has(a) || IN_BIN.contains(&a.as_str()) {
                         let s = format!("/usr/bin/{a}\n");
                         self.out(&s).await?;
                     } else if a.contains('/')
@@ -200,25 +213,7 @@ impl Shell {
             "env" => self.bi_env(&args).await,
             "kill" => self.bi_kill(&args).await,
             "wait" => self.bi_wait(&args).await,
-            "jobs" => {
-                let mut s = String::new();
-                let pids_only = args.iter().any(|a| a == "-p");
-                for j in &self.jobs {
-                    let running = j.handle.as_ref().is_some_and(|h| !h.is_finished());
-                    if pids_only {
-                        s.push_str(&format!("{}\n", j.pid));
-                    } else {
-                        s.push_str(&format!(
-                            "[{}]  {}  {}\n",
-                            j.id,
-                            if running { "Running" } else { "Done" },
-                            j.cmd.trim()
-                        ));
-                    }
-                }
-                self.out(&s).await?;
-                Ok(0)
-            }
+            "jobs" => self.bi_jobs(&args).await,
             "sleep" => {
                 if args.is_empty() {
                     self.err("sleep: missing operand").await;
@@ -286,6 +281,10 @@ impl Shell {
                 self.builtin(args).await
             }
             "getopts" => self.bi_getopts(&args).await,
+            "id" | "whoami" | "hostname" | "uname" | "nproc" | "chmod" | "timeout" => {
+                self.bi_system(name, &args).await
+            }
+            "ls" => self.bi_ls(&args).await,
             _ => {
                 self.err(&format!("{name}: command not found")).await;
                 Ok(127)

@@ -46,7 +46,7 @@ impl Shell {
             UP::FileExistsAndIsReadable => mode & 0o444 != 0,
             UP::FileExistsAndIsNotZeroLength => m.len() > 0,
             UP::FileExistsAndIsSetuid => mode & 0o4000 != 0,
-            UP::FileExistsAndIsWritable => mode & 0o222 != 0,
+            UP::FileExistsAndIsWritable => mode & 0o222 != 0 && !root.read_only(&abs),
             UP::FileExistsAndIsExecutable => mode & 0o111 != 0,
             UP::FileExistsAndOwnedByEffectiveGroupId | UP::FileExistsAndOwnedByEffectiveUserId => {
                 true

@@ -101,8 +101,11 @@ impl Shell {
                 st = saved;
             }
         }
-        // A WASM computer has no processes after the call returns: cancel background jobs.
-        self.jobs.clear();
+        // Without a job table (`kept.rs`), nothing outlives the run: cancel background jobs.
+        // With one, `run` hands the jobs still running to it.
+        if !self.ctx.keeps_jobs {
+            self.jobs.clear();
+        }
         if self.ctx.aborted() { 2 } else { st & 0xff }
     }
 
@@ -187,11 +190,17 @@ impl Shell {
         sub.fds.set(0, Some(Fd::In(memory_reader(Vec::new()))));
         let pid = self.ctx.new_pid();
         let cmd = ao.to_string();
+        let deadline = self.ctx.budget.limits().deadline;
         let handle = tokio::spawn(async move {
-            let r = sub.exec_and_or(&ao).await;
-            let st = status_of(r, sub.status);
-            drop(sub);
-            st
+            let work = async {
+                let r = sub.exec_and_or(&ao).await;
+                status_of(r, sub.status)
+            };
+            // A job ends at the deadline of its run, even when it outlives the run.
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), work).await.unwrap_or(124),
+                None => work.await,
+            }
         });
         self.jobs.push(Job {
             id: self.next_job_id,

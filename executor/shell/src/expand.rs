@@ -99,8 +99,8 @@ pub(crate) fn ansi_c(s: &str) -> String {
                 }
                 if n == 0 {
                     out.push_str("\\x");
-                } else if let Some(ch) = char::from_u32(v) {
-                    out.push(ch);
+                } else {
+                    super::bytes::push_byte(&mut out, (v & 0xff) as u8);
                 }
             }
             Some(d @ '0'..='7') => {
@@ -110,9 +110,7 @@ pub(crate) fn ansi_c(s: &str) -> String {
                     v = v * 8 + it.next().and_then(|d| d.to_digit(8)).unwrap_or(0);
                     n += 1;
                 }
-                if let Some(ch) = char::from_u32(v) {
-                    out.push(ch);
-                }
+                super::bytes::push_byte(&mut out, (v & 0xff) as u8);
             }
             Some(o) => {
                 out.push('\\');
@@ -422,7 +420,7 @@ impl Shell {
                         data.pop();
                     }
                     self.cmdsub_status = Some(0);
-                    Ok(String::from_utf8_lossy(&data).into_owned())
+                    Ok(super::bytes::decode(&data))
                 }
                 Err(e) => {
                     self.err(&format!("{path}: {}", super::fs::err_msg(&e)))
@@ -458,6 +456,6 @@ impl Shell {
             out.pop();
         }
         out.retain(|b| *b != 0);
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        Ok(super::bytes::decode(&out))
     }
 }

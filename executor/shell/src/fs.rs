@@ -1,9 +1,12 @@
-//! File access of the shell, confined to the computer's root directory.
+//! File access of the shell, confined to the computer's root directory and its read-only
+//! mounts (the base layer: `/etc`, `/bin`, `/usr/bin`, `/dev`, `/proc`).
 //!
 //! Guest paths are resolved lexically against the current directory (`..` at `/` stays at
-//! `/`), then opened relative to a `cap_std::fs::Dir` of the root: cap-std refuses any escape
-//! (through `..` or symlinks pointing outside). `/dev/null`, `/dev/zero`, `/dev/stdin`,
-//! `/dev/stdout`, `/dev/stderr` and `/dev/fd/N` are handled by the host, never opened.
+//! `/`), then the longest mount prefix picks a `cap_std::fs::Dir` (the root when none
+//! matches) and the rest is opened relative to it: cap-std refuses any escape (through
+//! `..` or symlinks pointing outside). A write under a read-only mount fails with
+//! "Read-only file system". `/dev/null`, `/dev/zero`, `/dev/stdin`, `/dev/stdout`,
+//! `/dev/stderr` and `/dev/fd/N` are handled by the host, never opened.
 
 use std::io;
 use std::path::PathBuf;
@@ -31,6 +34,45 @@ pub(crate) fn resolve(cwd: &str, path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
+/// The computer's files: the writable root and the read-only mounts over it.
+pub(crate) struct Root {
+    top: Dir,
+    /// (guest path such as "/usr/bin", its directory), longest path first.
+    mounts: Vec<(String, Dir)>,
+}
+
+impl Root {
+    pub(crate) fn new(top: Dir, mut mounts: Vec<(String, Dir)>) -> Self {
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
+        Self { top, mounts }
+    }
+
+    /// The directory holding `abs`, the path inside it, and whether it may be written.
+    fn at(&self, abs: &str) -> (&Dir, PathBuf, bool) {
+        for (guest, dir) in &self.mounts {
+            if let Some(rest) = abs.strip_prefix(guest.as_str())
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                return (dir, rel(rest), false);
+            }
+        }
+        (&self.top, rel(abs), true)
+    }
+
+    /// Is `abs` inside a read-only mount?
+    pub(crate) fn read_only(&self, abs: &str) -> bool {
+        !self.at(abs).2
+    }
+
+    /// The writable directory and relative path of `abs`, or a read-only error.
+    pub(crate) fn writable(&self, abs: &str) -> io::Result<(&Dir, PathBuf)> {
+        match self.at(abs) {
+            (dir, rel, true) => Ok((dir, rel)),
+            _ => Err(io::Error::from(io::ErrorKind::ReadOnlyFilesystem)),
+        }
+    }
+}
+
 /// The path relative to the root directory for cap-std (`.` for `/`).
 pub(crate) fn rel(abs: &str) -> PathBuf {
     let t = abs.trim_start_matches('/');
@@ -41,28 +83,8 @@ pub(crate) fn rel(abs: &str) -> PathBuf {
     }
 }
 
-/// Special paths handled by the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Special {
-    Null,
-    Zero,
-    Fd(usize),
-}
-
-pub(crate) fn special(abs: &str) -> Option<Special> {
-    match abs {
-        "/dev/null" => Some(Special::Null),
-        "/dev/zero" => Some(Special::Zero),
-        "/dev/stdin" => Some(Special::Fd(0)),
-        "/dev/stdout" => Some(Special::Fd(1)),
-        "/dev/stderr" => Some(Special::Fd(2)),
-        _ => abs
-            .strip_prefix("/dev/fd/")
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|n| *n < 10)
-            .map(Special::Fd),
-    }
-}
+/// Special paths handled by the host (see `dev.rs`).
+pub(crate) use super::dev::{Device as Special, device as special};
 
 /// How a file is opened for a redirection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +95,7 @@ pub(crate) enum Mode {
     ReadWrite,
 }
 
-pub(crate) fn open(root: &Dir, abs: &str, mode: Mode) -> io::Result<std::fs::File> {
+pub(crate) fn open(root: &Root, abs: &str, mode: Mode) -> io::Result<std::fs::File> {
     let mut o = OpenOptions::new();
     match mode {
         Mode::Read => {
@@ -89,7 +111,10 @@ pub(crate) fn open(root: &Dir, abs: &str, mode: Mode) -> io::Result<std::fs::Fil
             o.read(true).write(true).create(true);
         }
     }
-    let rel = rel(abs);
+    let (root, rel, writable) = root.at(abs);
+    if mode != Mode::Read && !writable {
+        return Err(io::Error::from(io::ErrorKind::ReadOnlyFilesystem));
+    }
     if mode == Mode::Read {
         // Opening a directory for reading succeeds on Linux; report it like a shell would.
         if let Ok(m) = root.metadata(&rel)
@@ -101,23 +126,45 @@ pub(crate) fn open(root: &Dir, abs: &str, mode: Mode) -> io::Result<std::fs::Fil
     root.open_with(&rel, &o).map(cap_std::fs::File::into_std)
 }
 
-pub(crate) fn metadata(root: &Dir, abs: &str) -> io::Result<Metadata> {
-    root.metadata(rel(abs))
-}
-
-pub(crate) fn symlink_metadata(root: &Dir, abs: &str) -> io::Result<Metadata> {
-    if abs == "/" {
-        return root.dir_metadata();
+pub(crate) fn metadata(root: &Root, abs: &str) -> io::Result<Metadata> {
+    let (dir, rel, _) = root.at(abs);
+    if rel.as_os_str() == "." {
+        return dir.dir_metadata();
     }
-    root.symlink_metadata(rel(abs))
+    dir.metadata(rel)
 }
 
-pub(crate) fn is_dir(root: &Dir, abs: &str) -> bool {
+pub(crate) fn symlink_metadata(root: &Root, abs: &str) -> io::Result<Metadata> {
+    let (dir, rel, _) = root.at(abs);
+    if rel.as_os_str() == "." {
+        return dir.dir_metadata();
+    }
+    dir.symlink_metadata(rel)
+}
+
+/// The target of the symbolic link `abs`.
+pub(crate) fn read_link(root: &Root, abs: &str) -> io::Result<PathBuf> {
+    let (dir, rel, _) = root.at(abs);
+    dir.read_link_contents(rel)
+}
+
+/// Sets the permission bits of `abs` (a file or directory of the writable layer).
+pub(crate) fn set_mode(root: &Root, abs: &str, mode: u32) -> io::Result<()> {
+    use cap_std::fs::PermissionsExt;
+    let (dir, rel) = root.writable(abs)?;
+    let perms = cap_std::fs::Permissions::from_mode(mode);
+    if rel.as_os_str() == "." {
+        return Err(io::Error::from(io::ErrorKind::PermissionDenied));
+    }
+    dir.set_permissions(rel, perms)
+}
+
+pub(crate) fn is_dir(root: &Root, abs: &str) -> bool {
     metadata(root, abs).map(|m| m.is_dir()).unwrap_or(false)
 }
 
 /// Reads a whole file (at most `limit` bytes).
-pub(crate) fn read_file(root: &Dir, abs: &str, limit: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_file(root: &Root, abs: &str, limit: u64) -> io::Result<Vec<u8>> {
     let f = open(root, abs, Mode::Read)?;
     let mut out = Vec::new();
     io::Read::read_to_end(&mut io::Read::take(f, limit), &mut out)?;
@@ -125,11 +172,12 @@ pub(crate) fn read_file(root: &Dir, abs: &str, limit: u64) -> io::Result<Vec<u8>
 }
 
 /// Names in a directory (without `.` and `..`), unsorted.
-pub(crate) fn list_dir(root: &Dir, abs: &str) -> Vec<String> {
-    let rd = if abs == "/" {
-        root.entries()
+pub(crate) fn list_dir(root: &Root, abs: &str) -> Vec<String> {
+    let (dir, rel, _) = root.at(abs);
+    let rd = if rel.as_os_str() == "." {
+        dir.entries()
     } else {
-        root.read_dir(rel(abs))
+        dir.read_dir(rel)
     };
     match rd {
         Ok(rd) => rd

@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use cap_std::fs::Dir;
-
 use super::budget::Budget;
 use super::fs;
 
@@ -334,7 +332,7 @@ impl Pattern {
 
 /// Pathname expansion of `pattern` (escaped pattern syntax) relative to `cwd`.
 /// Returns the sorted matches, or an empty vector if nothing matches.
-pub(crate) fn expand_path(root: &Dir, cwd: &str, pattern: &str) -> Vec<String> {
+pub(crate) fn expand_path(root: &fs::Root, cwd: &str, pattern: &str) -> Vec<String> {
     let absolute = pattern.starts_with('/');
     let trailing_slash = pattern.ends_with('/');
     let comps: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();

@@ -25,12 +25,15 @@
 mod arith;
 mod budget;
 mod builtins;
+mod bytes;
 mod cond;
+mod dev;
 mod exec;
 mod expand;
 mod fs;
 mod glob;
 mod io;
+mod kept;
 mod parse;
 mod printf;
 mod state;
@@ -43,6 +46,8 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
 pub use budget::{DEFAULT_ARGS, DEFAULT_MEMORY, Limits, Stop, size_text};
+pub use builtins::IN_BIN;
+pub use kept::Jobs;
 
 pub type Input = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 pub type Output = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
@@ -81,8 +86,13 @@ pub struct ShellConfig {
     /// Initial exported environment (HOME, PATH, ...). The shell sets PWD itself.
     pub env: Vec<(String, String)>,
     pub programs: Arc<dyn Programs>,
+    /// Read-only directories over guest paths (the base layer): (guest path such as
+    /// "/usr/bin", host directory). Writes under them fail with "Read-only file system".
+    pub mounts: Vec<(String, std::path::PathBuf)>,
     /// The deadline, memory budget and argument limit of this run.
     pub limits: Limits,
+    /// The computer's background jobs between runs (`None`: jobs end with the run).
+    pub jobs: Option<Arc<Jobs>>,
 }
 
 /// How a run ended.
@@ -135,19 +145,48 @@ async fn run_inner(
             return early(126);
         }
     };
+    let mut mounts = Vec::with_capacity(cfg.mounts.len());
+    for (guest, host) in &cfg.mounts {
+        match cap_std::fs::Dir::open_ambient_dir(host, cap_std::ambient_authority()) {
+            Ok(d) => mounts.push((fs::resolve("/", guest), d)),
+            Err(e) => {
+                let msg = format!("sh: cannot open {guest}: {}\n", fs::err_msg(&e));
+                let _ = io::OutHandle(stderr).write_all(msg.as_bytes()).await;
+                return early(126);
+            }
+        }
+    }
+    let root = fs::Root::new(root, mounts);
     let cwd = fs::resolve("/", &cfg.cwd);
     if !fs::is_dir(&root, &cwd) {
         let msg = format!("sh: cd: {}: No such file or directory\n", cfg.cwd);
         let _ = io::OutHandle(stderr).write_all(msg.as_bytes()).await;
         return early(126);
     }
-    let ctx = Arc::new(state::Ctx::new(root, cfg.programs, cfg.limits));
+    let kept = cfg.jobs.as_ref().map(|j| j.take());
+    let ctx = Arc::new(state::Ctx::new(
+        root,
+        cfg.programs,
+        cfg.limits,
+        cfg.jobs.is_some(),
+    ));
+    if let Some(k) = &kept {
+        ctx.set_next_pid(k.next_pid);
+    }
     let mut fds = io::Fds::default();
     fds.set(0, Some(io::Fd::In(stdin)));
     fds.set(1, Some(io::Fd::Out(stdout)));
     fds.set(2, Some(io::Fd::Out(stderr)));
     let mut sh = state::Shell::new(ctx.clone(), cfg.env, cwd, fds);
+    if let Some(k) = kept {
+        sh.jobs = k.jobs;
+        sh.next_job_id = k.next_job_id;
+    }
     let status = sh.run_script_top(script).await;
+    if let Some(table) = &cfg.jobs {
+        let jobs = std::mem::take(&mut sh.jobs);
+        table.keep(jobs, sh.next_job_id, ctx.peek_pid());
+    }
     drop(sh);
     match ctx.stopped() {
         Some(stop) => Ended {

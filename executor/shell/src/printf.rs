@@ -1,5 +1,6 @@
 //! `printf` formatting (`%s %d %i %u %x %X %o %c %f %e %g %b %q %%`, flags, width,
 //! precision, `*`), reusing the format while arguments remain, and `echo -e` escapes.
+//! Octal and `\x` escapes are bytes (held as `bytes.rs` characters until written).
 
 /// Result of formatting.
 pub(crate) struct Formatted {
@@ -46,8 +47,8 @@ pub(crate) fn escapes(s: &str, in_format: bool) -> (String, bool) {
                 }
                 if k == 0 {
                     out.push_str("\\x");
-                } else if let Some(ch) = char::from_u32(v) {
-                    out.push(ch);
+                } else {
+                    super::bytes::push_byte(&mut out, (v & 0xff) as u8);
                 }
             }
             '0'..='7' => {
@@ -64,9 +65,7 @@ pub(crate) fn escapes(s: &str, in_format: bool) -> (String, bool) {
                     i += 1;
                     k += 1;
                 }
-                if let Some(ch) = char::from_u32(v) {
-                    out.push(ch);
-                }
+                super::bytes::push_byte(&mut out, (v & 0xff) as u8);
             }
             o => {
                 out.push('\\');

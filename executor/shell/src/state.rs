@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use brush_parser::ast;
-use cap_std::fs::Dir;
 use tokio::io::AsyncWriteExt;
 
 use super::Programs;
@@ -58,7 +57,9 @@ pub(crate) struct Opts {
 
 /// Shared, immutable-ish context of one `run`.
 pub(crate) struct Ctx {
-    pub(crate) root: Dir,
+    pub(crate) root: super::fs::Root,
+    /// Background jobs outlive the run (a job table was given: `kept.rs`).
+    pub(crate) keeps_jobs: bool,
     pub(crate) programs: Arc<dyn Programs>,
     /// The deadline and memory budget of the run.
     pub(crate) budget: Arc<Budget>,
@@ -69,8 +70,14 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    pub(crate) fn new(root: Dir, programs: Arc<dyn Programs>, limits: Limits) -> Self {
+    pub(crate) fn new(
+        root: super::fs::Root,
+        programs: Arc<dyn Programs>,
+        limits: Limits,
+        keeps_jobs: bool,
+    ) -> Self {
         Self {
+            keeps_jobs,
             root,
             programs,
             budget: Budget::new(limits),
@@ -78,6 +85,15 @@ impl Ctx {
             aborted: std::sync::atomic::AtomicBool::new(false),
             parse_cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Continues the process ids of an earlier run (kept jobs).
+    pub(crate) fn set_next_pid(&self, pid: u32) {
+        self.next_pid.store(pid, Ordering::Relaxed);
+    }
+
+    pub(crate) fn peek_pid(&self) -> u32 {
+        self.next_pid.load(Ordering::Relaxed)
     }
 
     pub(crate) fn new_pid(&self) -> u32 {
@@ -121,13 +137,35 @@ impl Ctx {
     }
 }
 
-/// A background job: aborted when dropped (so nothing outlives the shell that started it).
+/// A background job: aborted when dropped (so nothing outlives the shell that started it,
+/// or the computer's job table that kept it: `kept.rs`).
 pub(crate) struct Job {
     pub(crate) id: usize,
     pub(crate) pid: u32,
     pub(crate) cmd: String,
     pub(crate) handle: Option<tokio::task::JoinHandle<i32>>,
     pub(crate) status: Option<i32>,
+}
+
+/// A job as `jobs` shows it: what a subshell (a pipeline stage, `$(jobs)`) sees of the
+/// jobs of the shell it was copied from, as they were then.
+#[derive(Debug, Clone)]
+pub(crate) struct JobLine {
+    pub(crate) id: usize,
+    pub(crate) pid: u32,
+    pub(crate) cmd: String,
+    pub(crate) running: bool,
+}
+
+impl Job {
+    pub(crate) fn line(&self) -> JobLine {
+        JobLine {
+            id: self.id,
+            pid: self.pid,
+            cmd: self.cmd.clone(),
+            running: self.handle.as_ref().is_some_and(|h| !h.is_finished()),
+        }
+    }
 }
 
 impl Drop for Job {
@@ -159,6 +197,8 @@ pub(crate) struct Shell {
     pub(crate) func_depth: usize,
     pub(crate) last_bg: Option<u32>,
     pub(crate) jobs: Vec<Job>,
+    /// The jobs of the shells this one was copied from (`jobs | wc -l` counts them).
+    pub(crate) outer_jobs: Arc<Vec<JobLine>>,
     pub(crate) next_job_id: usize,
     pub(crate) exit_trap: Option<String>,
     /// Status of the last command substitution of the current command.
@@ -202,6 +242,7 @@ impl Shell {
             func_depth: 0,
             last_bg: None,
             jobs: Vec::new(),
+            outer_jobs: Arc::default(),
             next_job_id: 1,
             exit_trap: None,
             cmdsub_status: None,
@@ -211,8 +252,13 @@ impl Shell {
     }
 
     /// A copy of this shell for a subshell / pipeline stage / substitution / background job:
-    /// everything is copied except background jobs and traps.
+    /// everything is copied except background jobs (it only sees them) and traps.
     pub(crate) fn subshell(&self) -> Self {
+        let outer_jobs = if self.jobs.is_empty() {
+            self.outer_jobs.clone()
+        } else {
+            Arc::new(self.job_lines())
+        };
         Self {
             ctx: self.ctx.clone(),
             vars: self.vars.clone(),
@@ -230,10 +276,20 @@ impl Shell {
             func_depth: self.func_depth,
             last_bg: self.last_bg,
             jobs: Vec::new(),
+            outer_jobs,
             next_job_id: 1,
             exit_trap: None,
             cmdsub_status: None,
         }
+    }
+
+    /// The jobs `jobs` lists: those seen from the outer shells, then this shell's own.
+    pub(crate) fn job_lines(&self) -> Vec<JobLine> {
+        self.outer_jobs
+            .iter()
+            .cloned()
+            .chain(self.jobs.iter().map(Job::line))
+            .collect()
     }
 
     /// A fresh shell as a child process would see it (`sh -c`, `./script.sh`): only the
@@ -326,12 +382,18 @@ impl Shell {
         match OutHandle(w).write_all(data).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Ctl::Exit(141)),
-            Err(_) => Err(Ctl::Fail(1)),
+            Err(e) => {
+                if fd != 2 {
+                    self.err(&format!("write error: {}", super::fs::err_msg(&e)))
+                        .await;
+                }
+                Err(Ctl::Fail(1))
+            }
         }
     }
 
     pub(crate) async fn out(&mut self, s: &str) -> Result<(), Ctl> {
-        self.write_fd(1, s.as_bytes()).await
+        self.write_fd(1, &super::bytes::encode(s)).await
     }
 
     /// Prints `sh: msg` on stderr (errors writing it are ignored).

@@ -12,7 +12,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufRea
 use super::{Limits, Programs, ShellConfig, Stdio, run};
 
 mod budget;
+mod bytes;
 mod fuzz;
+mod linux;
 
 /// Native stand-ins for toolbox programs.
 struct Fixture {
@@ -224,7 +226,9 @@ fn cfg(root: &Path, cwd: &str) -> ShellConfig {
         programs: Arc::new(Fixture {
             root: root.to_path_buf(),
         }),
+        mounts: Vec::new(),
         limits: Limits::default(),
+        jobs: None,
     }
 }
 
@@ -789,11 +793,11 @@ async fn sh_c_and_scripts() {
     let (_, o, _) = sh_in(
         &root,
         "/srv",
-        "./s.sh arg; echo $?; sh s.sh q; source ./s.sh z; echo unreachable",
+        "./s.sh; echo $?; chmod +x s.sh; ./s.sh arg; echo $?; sh s.sh q; source ./s.sh z; echo unreachable",
         "",
     )
     .await;
-    assert_eq!(o, "script arg ./s.sh\n6\nscript q s.sh\nscript z sh\n");
+    assert_eq!(o, "126\nscript arg ./s.sh\n6\nscript q s.sh\nscript z sh\n");
     std::fs::write(
         root.join("srv/lib.sh"),
         "libv=7\nlibf() { echo lib $1; }\nreturn 0\necho no\n",

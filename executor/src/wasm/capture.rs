@@ -1,6 +1,8 @@
 //! Output capture for WASM commands: stdout and stderr writers that feed one
 //! [`OutputCollector`] (the head of both streams, in arrival order, up to the limit) and
-//! signal when the limit is hit, so the command is stopped like a Docker one.
+//! signal when the limit is hit, so the command is stopped like a Docker one. Once the
+//! call's output is taken, later writes (a background job kept between calls) are
+//! accepted and dropped: the job goes on as if its output went nowhere.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -12,14 +14,14 @@ use tokio::sync::Notify;
 /// The shared collector of one command.
 #[derive(Debug, Clone)]
 pub struct Capture {
-    inner: Arc<Mutex<OutputCollector>>,
+    inner: Arc<Mutex<Option<OutputCollector>>>,
     limit_hit: Arc<Notify>,
 }
 
 impl Capture {
     pub fn new(limit: usize) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(OutputCollector::new(limit))),
+            inner: Arc::new(Mutex::new(Some(OutputCollector::new(limit)))),
             limit_hit: Arc::new(Notify::new()),
         }
     }
@@ -37,11 +39,11 @@ impl Capture {
         self.limit_hit.notified().await;
     }
 
-    /// Takes what was collected: stdout, stderr, truncated.
+    /// Takes what was collected: stdout, stderr, truncated. Later writes are dropped.
     pub fn take(&self) -> (Vec<u8>, Vec<u8>, bool) {
         let mut c = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let limit_taken = std::mem::replace(&mut *c, OutputCollector::new(0));
-        limit_taken.finish()
+        c.take()
+            .map_or_else(|| (Vec::new(), Vec::new(), false), OutputCollector::finish)
     }
 }
 
@@ -60,7 +62,11 @@ impl tokio::io::AsyncWrite for CaptureWriter {
     ) -> Poll<std::io::Result<usize>> {
         let pushed = {
             let mut c = self.capture.inner.lock().unwrap_or_else(|p| p.into_inner());
-            c.push(self.stream, buf)
+            match c.as_mut() {
+                Some(c) => c.push(self.stream, buf),
+                // The call returned: nobody reads this any more.
+                None => Push::More,
+            }
         };
         match pushed {
             Push::More => Poll::Ready(Ok(buf.len())),
@@ -101,5 +107,8 @@ mod tests {
             (o.as_slice(), e.as_slice(), truncated),
             (&b"abce"[..], &b"d"[..], true)
         );
+        // After the take, writes succeed and go nowhere.
+        out.write_all(b"later").await.unwrap();
+        assert_eq!(c.take(), (Vec::new(), Vec::new(), false));
     }
 }

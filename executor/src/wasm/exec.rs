@@ -40,18 +40,26 @@ impl Wasm {
             .clone()
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| "/".into());
-        let mounts = vec![
-            Mount {
-                host: fs.clone(),
-                guest: "/".into(),
-                writable: true,
-            },
-            Mount {
-                host: self.dev.clone(),
-                guest: "/dev".into(),
-                writable: false,
-            },
-        ];
+        let dir = self.computer_dir(id);
+        if !dir.join("etc/hostname").is_file() {
+            // A computer of an older version: give it the base layer's mount points.
+            let id2 = id.to_owned();
+            tokio::task::spawn_blocking(move || super::base::ensure(&dir, &id2))
+                .await
+                .map_err(|e| WasmError::Storage(e.to_string()))?
+                .map_err(|e| WasmError::Storage(e.to_string()))?;
+        }
+        let base = super::base::mounts(&loaded.base, &self.computer_dir(id));
+        let shell_mounts = base
+            .iter()
+            .map(|m| (m.guest.clone(), m.host.clone()))
+            .collect();
+        let mut mounts = vec![Mount {
+            host: fs.clone(),
+            guest: "/".into(),
+            writable: true,
+        }];
+        mounts.extend(base);
         let work = async {
             match &self.flavor {
                 Flavor::Toolbox => {
@@ -71,6 +79,8 @@ impl Wasm {
                         cwd: cwd.clone(),
                         env: call_env(&spec.env),
                         programs,
+                        mounts: shell_mounts,
+                        jobs: Some(self.jobs_of(id)),
                         limits: Limits {
                             memory: self.shell_memory,
                             deadline: started.checked_add(spec.timeout),

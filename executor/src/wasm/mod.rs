@@ -8,13 +8,15 @@
 //! - a custom module (`--backend wasm --wasm-path X.wasm`): any WASI command module, run
 //!   with argv from `args`, or `[module, "-c", command]`.
 //!
-//! A computer is `<state-dir>/wasm/<id>/`: `computer.json` (its record) and `fs/`, the
-//! directory the guest sees as `/` (with `/tmp`, `/home`, `/root`); `/dev` is a shared
-//! read-only directory holding an empty `null`. Permanent computers are found again after
-//! a restart; temporaries are removed by their server, or reaped by the next start when
-//! that server died. Restart is a no-op (nothing runs between calls), factory reset
-//! empties `fs/`.
+//! A computer is `<state-dir>/wasm/<id>/`: `computer.json` (its record), `fs/`, the
+//! writable layer the guest sees as `/` (with `/tmp`, `/home`, `/root`), and `etc/`, its
+//! read-only `/etc`; the rest of the read-only base (`/bin`, `/usr/bin`, `/proc`, `/dev`)
+//! is shared ([`base`]). Permanent computers are found again after a restart; temporaries
+//! are removed by their server, or reaped by the next start when that server died.
+//! Background jobs (`&`) live in a per-computer table between calls; restart ends them,
+//! factory reset ends them, empties `fs/` and writes the base's `/etc` again.
 
+mod base;
 pub mod capture;
 pub mod engine;
 mod exec;
@@ -141,6 +143,7 @@ pub async fn open(
     };
     let mut wasm = Wasm::new(flavor, runtime, source, state_dir, instance, host)?;
     wasm.shell_memory = cfg.shell_memory_bytes;
+    wasm.max_memory = cfg.max_memory_bytes as u64;
     if custom.is_some() {
         // Refuse a module that is not a WASI command before serving anything.
         wasm.ready().await?;
@@ -192,6 +195,8 @@ struct Loaded1 {
     program: Program,
     /// The toolbox's utilities (empty for a custom module).
     names: Arc<std::collections::BTreeSet<String>>,
+    /// The shared read-only base ([`base`]).
+    base: Arc<PathBuf>,
 }
 
 /// The WASM backend.
@@ -207,7 +212,14 @@ pub struct Wasm {
     host: String,
     /// The memory budget of one run of the host shell (`--wasm-shell-memory`).
     shell_memory: usize,
+    /// The memory limit of one instance (`--wasm-max-memory`), shown in `/proc/meminfo`.
+    max_memory: u64,
+    /// Each computer's background jobs between calls (issue 16), by computer id.
+    jobs: JobTables,
 }
+
+/// The background jobs of every computer of this server.
+type JobTables = Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<msc_shell::Jobs>>>>;
 
 impl Wasm {
     /// Sets up the backend under `state_dir`. Loading the module starts at once in the
@@ -224,9 +236,11 @@ impl Wasm {
         let dev = state_dir.join("wasm-dev");
         engine::create_private_dir(&dir).map_err(storage)?;
         engine::create_private_dir(&dev).map_err(storage)?;
-        let null = dev.join("null");
-        if !null.exists() {
-            std::fs::write(&null, b"").map_err(storage)?;
+        for d in base::DEVICES {
+            let path = dev.join(d);
+            if !path.exists() {
+                std::fs::write(&path, b"").map_err(storage)?;
+            }
         }
         Ok(Self {
             flavor,
@@ -238,6 +252,8 @@ impl Wasm {
             instance,
             host,
             shell_memory: msc_shell::DEFAULT_MEMORY,
+            max_memory: 256 << 20,
+            jobs: Arc::default(),
         })
     }
 
@@ -285,13 +301,43 @@ impl Wasm {
                     Flavor::Toolbox => list_utilities(&program, &this.dev).await?,
                     Flavor::Custom(_) => Default::default(),
                 };
+                let state_dir = this.dir.parent().map(Path::to_path_buf).unwrap_or_default();
+                let (names2, max) = (names.clone(), this.max_memory);
+                let base = tokio::task::spawn_blocking(move || {
+                    base::shared_base(&state_dir, &names2, max)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("the base layer cannot be written: {e}"))?;
                 Ok(Loaded1 {
                     program,
                     names: Arc::new(names),
+                    base: Arc::new(base),
                 })
             })
             .await;
         loaded.clone().map_err(WasmError::Module)
+    }
+
+    /// The job table of computer `id` (made on first use).
+    fn jobs_of(&self, id: &str) -> Arc<msc_shell::Jobs> {
+        let mut t = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.entry(id.to_owned()).or_default().clone()
+    }
+
+    /// Ends the background jobs of computer `id` (restart, factory reset, delete).
+    fn end_jobs(&self, id: &str) {
+        let table = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id);
+        if let Some(t) = table {
+            t.clear();
+        }
     }
 
     fn computer_dir(&self, id: &str) -> PathBuf {
@@ -373,7 +419,8 @@ impl Wasm {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
                 Err(e) => return Err(e),
             }
-            make_skeleton(&dir.join("fs"))?;
+            base::make_skeleton(&dir.join("fs"))?;
+            base::write_etc(&dir.join("etc"), &m.computer_id)?;
             write_meta(&dir, &m)?;
             Ok(true)
         })
@@ -390,6 +437,7 @@ impl Wasm {
 
     /// Removes computer `id` and its files.
     pub async fn remove(&self, id: &str) -> Result<(), WasmError> {
+        self.end_jobs(id);
         let dir = self.computer_dir(id);
         let trash = self
             .dir
@@ -406,16 +454,19 @@ impl Wasm {
         .map_err(storage)
     }
 
-    /// Nothing runs between calls, so a restart only checks that the computer exists.
+    /// A restart ends the computer's background jobs (nothing else runs between calls).
     pub async fn restart(&self, id: &str) -> Result<(), WasmError> {
+        self.end_jobs(id);
         self.find(id)
             .await?
             .map(|_| ())
             .ok_or_else(|| WasmError::NotFound(id.to_owned()))
     }
 
-    /// Empties the computer's files (a new sandbox id); its id and temporary flag stay.
+    /// Empties the computer's writable layer and writes its base `/etc` again (a new
+    /// sandbox id); its id and temporary flag stay.
     pub async fn factory_reset(&self, id: &str) -> Result<ContainerRecord, WasmError> {
+        self.end_jobs(id);
         let dir = self.computer_dir(id);
         let old = self
             .find(id)
@@ -436,7 +487,8 @@ impl Wasm {
             let fs = dir.join("fs");
             let old_fs = dir.join(format!(".old-{:08x}", rand::random::<u32>()));
             std::fs::rename(&fs, &old_fs)?;
-            make_skeleton(&fs)?;
+            base::make_skeleton(&fs)?;
+            base::write_etc(&dir.join("etc"), &m.computer_id)?;
             write_meta(&dir, &m)?;
             std::fs::remove_dir_all(&old_fs)
         })
@@ -452,13 +504,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default()
-}
-
-fn make_skeleton(fs: &Path) -> std::io::Result<()> {
-    for d in ["", "tmp", "home", "root"] {
-        std::fs::create_dir_all(fs.join(d))?;
-    }
-    Ok(())
 }
 
 fn write_meta(dir: &Path, m: &Meta) -> std::io::Result<()> {

@@ -26,13 +26,29 @@ mod env;
 mod find;
 mod fnmatch;
 mod grep;
+mod gzip;
 mod jq;
 mod registry;
+mod small;
 mod stat;
+mod tac;
+mod tar;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::Path;
+
+/// A shell-style message for an I/O error ("No such file or directory", ...).
+pub fn io_message(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "No such file or directory".into(),
+        io::ErrorKind::PermissionDenied => "Permission denied".into(),
+        io::ErrorKind::IsADirectory => "Is a directory".into(),
+        io::ErrorKind::AlreadyExists => "File exists".into(),
+        io::ErrorKind::ReadOnlyFilesystem => "Read-only file system".into(),
+        _ => e.to_string(),
+    }
+}
 
 /// Highest exit status that WASI `proc_exit` accepts without trapping.
 pub const MAX_EXIT: i32 = 125;

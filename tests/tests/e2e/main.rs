@@ -26,6 +26,7 @@
 //! - `fly`: Fly Machines computers against the local simulator of the Machines API
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
 //! - `wasm_budget`: the host shell's own budgets: memory and the deadline in busy loops (issue 19)
+//! - `wasm_linux`: WASM computers that feel like Linux: base layer, devices, utilities, bytes (issue 16)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -60,3 +61,4 @@ mod tasks;
 mod validation;
 mod wasm;
 mod wasm_budget;
+mod wasm_linux;

@@ -234,8 +234,9 @@ async fn issue_4_no_escape_from_the_computer() -> anyhow::Result<()> {
     let outside = state.join("outside.txt");
     std::fs::write(&outside, "secret")?;
     for cmd in [
-        "cat /../../../../etc/passwd",
-        "cat ../../../../../etc/hostname",
+        // The base layer has its own /etc (issue 16): the host's files stay out of reach.
+        "cat /../../../../etc/shadow",
+        "cat ../../../../../etc/debian_version",
         "cd / && cat ../outside.txt",
         "cat < ../../outside.txt",
         "cat /etc-link/passwd",
@@ -335,7 +336,10 @@ async fn issue_4_lifecycle_and_persistence() -> anyhow::Result<()> {
     let r = call(&c, "computer_factory_reset", json!({"computer_id": tmp})).await?;
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
     let r = sh(&c, "ls /tmp; ls / | sort").await?;
-    assert_eq!(r["stdout"], "home\nroot\ntmp\n", "{r}");
+    assert_eq!(
+        r["stdout"], "bin\ndev\netc\nhome\nproc\nroot\ntmp\nusr\n",
+        "{r}"
+    );
     c.cancel().await?;
     // The temporary is gone with its session; the permanent one stays on disk...
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -17,7 +17,7 @@ impl Shell {
         };
         let abs = fs::resolve(&self.cwd, path);
         let content = match fs::read_file(&self.ctx.root, &abs, 16 * 1024 * 1024) {
-            Ok(c) => String::from_utf8_lossy(&c).into_owned(),
+            Ok(c) => crate::bytes::decode(&c),
             Err(e) => {
                 self.err(&format!("{name}: {path}: {}", fs::err_msg(&e)))
                     .await;
@@ -94,7 +94,7 @@ impl Shell {
             let abs = fs::resolve(&self.cwd, path);
             match fs::read_file(&self.ctx.root, &abs, 16 * 1024 * 1024) {
                 Ok(c) => (
-                    String::from_utf8_lossy(&c).into_owned(),
+                    crate::bytes::decode(&c),
                     path.clone(),
                     args.get(i + 1..).unwrap_or(&[]).to_vec(),
                 ),
@@ -108,11 +108,7 @@ impl Shell {
                 return Ok(0);
             };
             let data = r.read_all(16 * 1024 * 1024).await.unwrap_or_default();
-            (
-                String::from_utf8_lossy(&data).into_owned(),
-                name.to_owned(),
-                Vec::new(),
-            )
+            (crate::bytes::decode(&data), name.to_owned(), Vec::new())
         };
         let params = Params::new(&self.ctx.budget, params)?;
         let mut child = self.child(arg0, params);

@@ -43,6 +43,22 @@ impl Shell {
         self.jobs.iter().position(|x| x.pid == pid)
     }
 
+    /// `jobs [-p]`: this shell's jobs, and in a subshell those of the shell around it.
+    pub(super) async fn bi_jobs(&mut self, args: &[String]) -> R {
+        let pids_only = args.iter().any(|a| a == "-p");
+        let mut s = String::new();
+        for j in self.job_lines() {
+            if pids_only {
+                s.push_str(&format!("{}\n", j.pid));
+            } else {
+                let state = if j.running { "Running" } else { "Done" };
+                s.push_str(&format!("[{}]  {state}  {}\n", j.id, j.cmd.trim()));
+            }
+        }
+        self.out(&s).await?;
+        Ok(0)
+    }
+
     pub(super) async fn bi_kill(&mut self, args: &[String]) -> R {
         let mut sig = 15;
         let mut i = 0;

@@ -174,7 +174,7 @@ impl Shell {
         let found = got.unwrap_or(false);
         // Its text, the (char, escaped) list (8 bytes a char) and the values.
         self.ctx.budget.fits(line.len().saturating_mul(10))?;
-        let text = String::from_utf8_lossy(&line).into_owned();
+        let text = crate::bytes::decode(&line);
         // (char, escaped)
         let mut chars: Vec<(char, bool)> = Vec::new();
         let mut it = text.chars();

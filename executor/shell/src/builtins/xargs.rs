@@ -133,7 +133,7 @@ impl Shell {
         let data = match reader.read_all(room).await {
             Ok(d) => {
                 self.ctx.budget.fits(d.len().saturating_mul(2))?;
-                String::from_utf8_lossy(&d).into_owned()
+                crate::bytes::decode(&d)
             }
             Err(_) => String::new(),
         };

@@ -120,8 +120,13 @@ impl Shell {
                     return Err(self.redirect_fail("Bad file descriptor").await);
                 }
                 let charge = Charge::of(&self.ctx.budget, body.len())?;
-                self.fds
-                    .set(n, Some(Fd::In(charged_reader(body.into_bytes(), charge))));
+                self.fds.set(
+                    n,
+                    Some(Fd::In(charged_reader(
+                        super::super::bytes::encode(&body).into_owned(),
+                        charge,
+                    ))),
+                );
             }
             IoRedirect::HereString(fd, w) => {
                 let mut s = self.expand_one(&w.value).await?;
@@ -131,8 +136,13 @@ impl Shell {
                     return Err(self.redirect_fail("Bad file descriptor").await);
                 }
                 let charge = Charge::of(&self.ctx.budget, s.len())?;
-                self.fds
-                    .set(n, Some(Fd::In(charged_reader(s.into_bytes(), charge))));
+                self.fds.set(
+                    n,
+                    Some(Fd::In(charged_reader(
+                        super::super::bytes::encode(&s).into_owned(),
+                        charge,
+                    ))),
+                );
             }
             IoRedirect::OutputAndError(w, append) => {
                 let path = self.expand_one(&w.value).await?;
@@ -181,6 +191,20 @@ impl Shell {
                     Fd::In(SharedReader::new(Box::new(tokio::io::repeat(0))))
                 } else {
                     Fd::Out(SharedWriter::new(Box::new(tokio::io::sink())))
+                });
+            }
+            Some(Special::Random) => {
+                return Ok(if reading {
+                    Fd::In(SharedReader::new(Box::new(crate::dev::Random)))
+                } else {
+                    Fd::Out(SharedWriter::new(Box::new(tokio::io::sink())))
+                });
+            }
+            Some(Special::Full) => {
+                return Ok(if reading {
+                    Fd::In(SharedReader::new(Box::new(tokio::io::repeat(0))))
+                } else {
+                    Fd::Out(SharedWriter::new(Box::new(crate::dev::Full)))
                 });
             }
             Some(Special::Fd(k)) => {

@@ -2,6 +2,8 @@
 //! running it as a function, a builtin, a script file or a program of the toolbox
 //! (through `Programs`), with temporary environment assignments.
 
+use cap_std::fs::PermissionsExt;
+
 use super::*;
 
 /// Directories whose programs are the toolbox's (`/bin/ls` runs `ls`).
@@ -289,9 +291,14 @@ impl Shell {
                 self.err(&format!("{name}: Is a directory")).await;
                 Ok(126)
             }
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+                // As on Linux: a script runs only once it is executable (`chmod +x`).
+                self.err(&format!("{name}: Permission denied")).await;
+                Ok(126)
+            }
             Ok(_) => {
                 let content = match fs::read_file(&self.ctx.root, &abs, 16 * 1024 * 1024) {
-                    Ok(c) => String::from_utf8_lossy(&c).into_owned(),
+                    Ok(c) => crate::bytes::decode(&c),
                     Err(e) => {
                         self.err(&format!("{name}: {}", fs::err_msg(&e))).await;
                         return Ok(126);
@@ -415,12 +422,25 @@ impl Shell {
         if let Some(st) = self.too_long(&argv, env_size).await {
             return st;
         }
+        let mut argv = argv;
+        let stdin: crate::Input = match crate::dev::device_operand(&mut argv, &self.cwd) {
+            Some(crate::dev::Device::Zero) => Box::new(tokio::io::repeat(0)),
+            Some(crate::dev::Device::Random) => Box::new(crate::dev::Random),
+            Some(crate::dev::Device::Null) => Box::new(tokio::io::empty()),
+            _ => self.fds.boxed_in(),
+        };
         let io = Stdio {
-            stdin: self.fds.boxed_in(),
+            stdin,
             stdout: self.fds.boxed_out(1),
             stderr: self.fds.boxed_out(2),
         };
         let progs = self.ctx.programs.clone();
+        // WASI takes UTF-8 only: bytes held in the shell's text become what they stand for.
+        let argv = argv.into_iter().map(crate::bytes::to_utf8).collect();
+        let env = env
+            .into_iter()
+            .map(|(k, v)| (k, crate::bytes::to_utf8(v)))
+            .collect();
         let st = progs.run(argv, env, self.cwd.clone(), io).await;
         st.clamp(0, 255)
     }

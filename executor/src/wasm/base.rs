@@ -1,0 +1,195 @@
+//! The read-only base layer under every WASM computer's writable `fs/`.
+//!
+//! Shared by all computers of a state directory, built once per set of utilities in
+//! `<state>/wasm-base/<key>/` (written to a temporary directory and renamed into place, so
+//! servers sharing the directory never see half of it):
+//! - `bin/` and `usr/bin/`: one entry per toolbox utility and per shell builtin that is a
+//!   program on Linux (`sh`, `test`, `ls`...), mode 0755, each a two-line script
+//!   (`exec NAME "$@"`), so `test -x /bin/sh`, `ls /usr/bin` and `sh /bin/ls` work (the
+//!   shell itself runs `/bin/NAME` as the utility without reading the file);
+//! - `proc/`: `version`, `cpuinfo` (one processor), `meminfo` (the memory limit of one
+//!   program), `self/status` naming the shell;
+//! - `dev/`: the device names, as empty files the shell serves (see msc-shell's `dev.rs`).
+//!
+//! Per computer, `<state>/wasm/<id>/etc/` holds `os-release`, `passwd`, `group`,
+//! `hostname` (the computer id), `hosts` and `shells`; it is written at creation and again
+//! by a factory reset. Both are mounted read-only (`/bin`, `/usr/bin`, `/proc`, `/dev`,
+//! `/etc`): for the guest as WASI preopens, for the host shell as its read-only mounts.
+
+use std::path::{Path, PathBuf};
+
+use super::engine::Mount;
+
+/// Bump when the layout or the content of the shared base changes.
+const BASE_VERSION: u32 = 1;
+
+/// The device names of `/dev`.
+pub(super) const DEVICES: &[&str] = &[
+    "null", "zero", "full", "random", "urandom", "stdin", "stdout", "stderr",
+];
+
+/// Directories of the writable layer that read-only mounts cover (created as mount points).
+const MOUNT_POINTS: &[&str] = &["etc", "bin", "usr/bin", "proc", "dev"];
+
+/// Creates the directories a computer's `fs/` starts with.
+pub(super) fn make_skeleton(fs: &Path) -> std::io::Result<()> {
+    for d in ["", "tmp", "home", "root", "usr/local/bin"]
+        .iter()
+        .chain(MOUNT_POINTS)
+    {
+        std::fs::create_dir_all(fs.join(d))?;
+    }
+    set_mode(&fs.join("tmp"), 0o1777)
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Writes the computer's `/etc` into `dir` (replacing what was there).
+pub(super) fn write_etc(dir: &Path, id: &str) -> std::io::Result<()> {
+    let tmp = dir.with_extension(format!("tmp-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&tmp)?;
+    let version = env!("CARGO_PKG_VERSION");
+    let files = [
+        (
+            "os-release",
+            format!(
+                "PRETTY_NAME=\"MCP Sandbox Computer {version} (WebAssembly)\"\nNAME=\"MCP Sandbox Computer\"\nVERSION_ID=\"{version}\"\nVERSION=\"{version} (WebAssembly)\"\nID=mcp-sandbox-computer\nVARIANT=\"WebAssembly (WASI preview 1): a host shell and a toolbox of utilities; no network, no package manager\"\nVARIANT_ID=wasm\n"
+            ),
+        ),
+        (
+            "passwd",
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".into(),
+        ),
+        ("group", "root:x:0:\nnogroup:x:65534:\n".into()),
+        ("hostname", format!("{id}\n")),
+        ("hosts", format!("127.0.0.1\tlocalhost\n127.0.1.1\t{id}\n")),
+        ("shells", "/bin/sh\n/bin/bash\n/bin/dash\n".into()),
+    ];
+    for (name, text) in files {
+        std::fs::write(tmp.join(name), text)?;
+    }
+    if dir.exists() {
+        let old = dir.with_extension(format!("old-{:08x}", rand::random::<u32>()));
+        std::fs::rename(dir, &old)?;
+        std::fs::rename(&tmp, dir)?;
+        std::fs::remove_dir_all(old)
+    } else {
+        std::fs::rename(&tmp, dir)
+    }
+}
+
+/// Builds (or finds) the shared base for these program names; returns its directory.
+pub(super) fn shared_base(
+    state_dir: &Path,
+    names: &std::collections::BTreeSet<String>,
+    max_memory: u64,
+) -> std::io::Result<PathBuf> {
+    let mut all: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    all.extend(msc_shell::IN_BIN);
+    let key_text = format!(
+        "{BASE_VERSION} {max_memory} {}",
+        all.iter().copied().collect::<Vec<_>>().join(" ")
+    );
+    let key = super::engine::module_key(key_text.as_bytes());
+    let root = state_dir.join("wasm-base");
+    super::engine::create_private_dir(&root)?;
+    let dir = root.join(format!("{key:016x}"));
+    if dir.join("complete").is_file() {
+        return Ok(dir);
+    }
+    let tmp = root.join(format!(".tmp-{:08x}", rand::random::<u32>()));
+    let r = build(&tmp, &all, max_memory).and_then(|()| std::fs::rename(&tmp, &dir));
+    if r.is_err() || tmp.exists() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    match r {
+        Ok(()) => Ok(dir),
+        // Another server built it meanwhile.
+        Err(_) if dir.join("complete").is_file() => Ok(dir),
+        Err(e) => Err(e),
+    }
+}
+
+fn build(
+    tmp: &Path,
+    names: &std::collections::BTreeSet<&str>,
+    max_memory: u64,
+) -> std::io::Result<()> {
+    for d in ["bin", "usr/bin", "proc/self", "dev"] {
+        std::fs::create_dir_all(tmp.join(d))?;
+    }
+    for name in names {
+        let text = format!("#!/bin/sh\nexec {} \"$@\"\n", shell_word(name));
+        for d in ["bin", "usr/bin"] {
+            let p = tmp.join(d).join(name);
+            std::fs::write(&p, &text)?;
+            set_mode(&p, 0o755)?;
+        }
+    }
+    let kib = max_memory / 1024;
+    let proc_files = [
+        (
+            "version",
+            "Linux version 6.0.0-wasi (MCP Sandbox Computer: WebAssembly, WASI preview 1) #1\n"
+                .to_owned(),
+        ),
+        (
+            "cpuinfo",
+            "processor\t: 0\nvendor_id\t: WebAssembly\nmodel name\t: wasm32 (one WASI instance a command)\n\n".to_owned(),
+        ),
+        (
+            "meminfo",
+            format!("MemTotal:       {kib:>8} kB\nMemFree:        {kib:>8} kB\nMemAvailable:   {kib:>8} kB\n"),
+        ),
+        ("self/status", "Name:\tsh\nState:\tR (running)\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n".to_owned()),
+    ];
+    for (name, text) in proc_files {
+        std::fs::write(tmp.join("proc").join(name), text)?;
+    }
+    for d in DEVICES {
+        let p = tmp.join("dev").join(d);
+        std::fs::write(&p, b"")?;
+        set_mode(&p, 0o666)?;
+    }
+    std::fs::write(tmp.join("complete"), b"")
+}
+
+/// `name` quoted for a script when needed (`[` and the like).
+fn shell_word(name: &str) -> String {
+    if name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        name.to_owned()
+    } else {
+        format!("'{}'", name.replace('\'', r"'\''"))
+    }
+}
+
+/// The read-only mounts of computer `computer_dir` over the shared base `base`.
+pub(super) fn mounts(base: &Path, computer_dir: &Path) -> Vec<Mount> {
+    let ro = |host: PathBuf, guest: &str| Mount {
+        host,
+        guest: guest.into(),
+        writable: false,
+    };
+    vec![
+        ro(computer_dir.join("etc"), "/etc"),
+        ro(base.join("bin"), "/bin"),
+        ro(base.join("usr/bin"), "/usr/bin"),
+        ro(base.join("proc"), "/proc"),
+        ro(base.join("dev"), "/dev"),
+    ]
+}
+
+/// Brings a computer made by an older version up to this layout (mount points, `/etc`).
+pub(super) fn ensure(computer_dir: &Path, id: &str) -> std::io::Result<()> {
+    if computer_dir.join("etc/hostname").is_file() {
+        return Ok(());
+    }
+    make_skeleton(&computer_dir.join("fs"))?;
+    write_etc(&computer_dir.join("etc"), id)
+}
