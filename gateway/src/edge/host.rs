@@ -143,6 +143,52 @@ impl Host {
         Ok((rec, v))
     }
 
+    /// Before a call on `id` that may run `busy_ms`: tells the team's DO of the use (at
+    /// most every idle/4 per isolate, so warm calls skip the DO). A call that could outlast
+    /// the idle window from its last recorded use (`every + busy_ms >= idle`) also marks
+    /// the computer busy until its timeout, under a mark of its own, so the DO's alarm does
+    /// not reap it mid-call; [`Host::end_busy`] takes the mark away after the call (and records that use). Best
+    /// effort: the call goes on if the DO cannot take it.
+    async fn mark_busy(&self, id: &str, busy_ms: u64) -> Option<String> {
+        let team = &self.caller.team;
+        let every = (self.gw.idle_ms / 4).min(30_000);
+        let (body, mark) = if every + busy_ms < self.gw.idle_ms {
+            if !touch_due(team, id, every) {
+                return None;
+            }
+            (json!({"id": id}), None)
+        } else {
+            let mark = format!("exec:{id}:{}", random_hex());
+            let until = now_ms() + busy_ms + every;
+            (
+                json!({"id": id, "mark": mark, "busy_until": until}),
+                Some(mark),
+            )
+        };
+        if let Err(e) = team_call(&self.env, team, "/touch", &body).await {
+            tracing::warn!(error = %e, "could not record a use in the team inventory");
+            return None;
+        }
+        mark
+    }
+
+    /// After the call [`Host::mark_busy`] marked: its end is the computer's last use, and
+    /// the computer is no longer busy for it.
+    async fn end_busy(&self, id: &str, mark: Option<String>) {
+        if let Some(mark) = mark {
+            let done = team_call(
+                &self.env,
+                &self.caller.team,
+                "/touch",
+                &json!({"id": id, "done": mark}),
+            )
+            .await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "could not clear a busy mark in the team inventory");
+            }
+        }
+    }
+
     /// The caller's scopes as the executor token's `scope` claim.
     fn scope(&self) -> String {
         Scope::claim(self.caller.can_exec, self.caller.can_manage)
@@ -215,10 +261,16 @@ impl Host {
                 let mut req = req;
                 req.temporary = Some(rec.temporary);
                 let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
+                // Last use, and busy until the command's timeout where it could outlast the
+                // idle window: the DO's alarm must not reap a computer under a command still
+                // running (a command left running as a job is recorded below).
+                let mark = self.mark_busy(&id, timeout_ms).await;
                 let v = self
                     .gw
                     .op(&rec.executor, &team, &self.scope(), Op::exec(&id, req))
-                    .await?;
+                    .await;
+                self.end_busy(&id, mark).await;
+                let v = v?;
                 // A command left running is a job: the DO keeps where it runs and until
                 // when it may, so terminal_job needs no id and idle reaping waits for it.
                 if v["running"] == true
@@ -238,10 +290,6 @@ impl Host {
                         tracing::warn!(error = %e, "could not record a job in the team inventory");
                     }
                 }
-                // Last use, at most every idle/4 per isolate: the warm path skips the DO.
-                if touch_due(&team, &id, self.gw.idle_ms / 4) {
-                    let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
-                }
                 Ok(v)
             }
             ToolCall::File(call) => {
@@ -253,14 +301,15 @@ impl Host {
                 }
                 let (id, rec) = self.target(call.computer_id(), call.temporary()).await?;
                 let call = call.on(&id, Some(rec.temporary));
+                let mark = self
+                    .mark_busy(&id, cloud::DEFAULT_TIMEOUT_SECS * 1000)
+                    .await;
                 let v = self
                     .gw
                     .op(&rec.executor, &team, &self.scope(), Op::File(call))
-                    .await?;
-                if touch_due(&team, &id, self.gw.idle_ms / 4) {
-                    let _ = team_call(&self.env, &team, "/touch", &json!({"id": id})).await;
-                }
-                Ok(v)
+                    .await;
+                self.end_busy(&id, mark).await;
+                v
             }
             ToolCall::Job(call) => {
                 if !self.caller.can_exec {

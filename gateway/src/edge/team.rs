@@ -255,6 +255,23 @@ impl DurableObject for Team {
             }
             "/touch" => {
                 self.registry().touch(&s("id"), now)?;
+                // Busy until then (a call in flight, under its own mark): the alarm reaps
+                // neither the computer nor its session before. Kept in the jobs table under
+                // a name no job id takes (`exec:<id>:<nonce>`); the touch at the call's end
+                // (`done`) removes it, and it is forgotten with the jobs.
+                if let Some(mark) = b["done"].as_str()
+                    && mark.starts_with("exec:")
+                {
+                    self.sql("DELETE FROM jobs WHERE job_id = ?", vec![mark.into()])?;
+                }
+                if let (Some(mark), Some(until)) = (b["mark"].as_str(), b["busy_until"].as_i64())
+                    && mark.starts_with("exec:")
+                {
+                    self.sql(
+                        "INSERT OR REPLACE INTO jobs (job_id, id, deadline) VALUES (?, ?, ?)",
+                        vec![mark.into(), s("id").into(), until.into()],
+                    )?;
+                }
                 json_response(200, &json!({"ok": true}))
             }
             "/list" => {
@@ -364,7 +381,11 @@ impl DurableObject for Team {
         }
         let now = now_ms() as i64;
         let cutoff = now - self.idle_ms() as i64;
-        // Idle sessions end; their temporaries go with them.
+        // Computers under a job or a command that may still run.
+        let busy: Vec<JobRow> = self
+            .sql("SELECT id FROM jobs WHERE deadline > ?", vec![now.into()])?
+            .to_array()?;
+        // Idle sessions end; their temporaries go with them (not while one is busy).
         let idle: Vec<SessionRow> = self
             .sql(
                 "SELECT sid, subject, version, default_id FROM sessions WHERE last_seen < ?",
@@ -372,7 +393,16 @@ impl DurableObject for Team {
             )?
             .to_array()?;
         for s in idle {
-            self.close_owner(&format!("session:{}", s.sid)).await?;
+            let owner = format!("session:{}", s.sid);
+            if self
+                .registry()
+                .owned_by(&owner)?
+                .iter()
+                .any(|e| busy.iter().any(|j| j.id == e.id))
+            {
+                continue;
+            }
+            self.close_owner(&owner).await?;
             self.sql(
                 "DELETE FROM sessions WHERE sid = ?",
                 vec![s.sid.as_str().into()],
@@ -385,9 +415,6 @@ impl DurableObject for Team {
             "DELETE FROM jobs WHERE deadline < ?",
             vec![(now - 600_000).into()],
         )?;
-        let busy: Vec<JobRow> = self
-            .sql("SELECT id FROM jobs WHERE deadline > ?", vec![now.into()])?
-            .to_array()?;
         let team = self.team()?;
         for e in self.registry().idle(now_ms(), self.idle_secs())? {
             if busy.iter().any(|j| j.id == e.id) {

@@ -390,7 +390,8 @@ async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
 
 /// Issue 14: jobs at the edge. The DO records where each job runs (so `terminal_job` needs
 /// no `computer_id`) and who may reach it, and its alarm does not reap a temporary under a
-/// job that may still run.
+/// job that may still run, nor under the command in flight before it becomes a job (the
+/// yield outlasts the 2 s idle window: the alarm once removed the computer mid-call).
 #[tokio::test]
 async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
     let t = tag("gwjobs");
@@ -405,7 +406,7 @@ async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
     assert!(names.contains(&"terminal_job".to_owned()));
     let r = exec(
         &a1,
-        json!({"command": "echo a; sleep 5; echo b", "computer_id": "jbox", "yield_ms": 300}),
+        json!({"command": "echo a; sleep 6; echo b", "computer_id": "jbox", "yield_ms": 2500}),
     )
     .await?;
     assert_eq!(
