@@ -147,8 +147,8 @@ impl Host {
     /// most every idle/4 per isolate, so warm calls skip the DO). A call that could outlast
     /// the idle window from its last recorded use (`every + busy_ms >= idle`) also marks
     /// the computer busy until its timeout, under a mark of its own, so the DO's alarm does
-    /// not reap it mid-call; [`Host::end_busy`] takes the mark away after the call (and records that use). Best
-    /// effort: the call goes on if the DO cannot take it.
+    /// not reap it mid-call; [`Host::end_busy`] takes the mark away after the call (and
+    /// records that use). Best effort: the call goes on if the DO cannot take it.
     async fn mark_busy(&self, id: &str, busy_ms: u64) -> Option<String> {
         let team = &self.caller.team;
         let every = (self.gw.idle_ms / 4).min(30_000);
