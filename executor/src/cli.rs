@@ -347,6 +347,9 @@ pub struct Cli {
     /// Memory budget of the toolbox's host shell per command (variables, `$(...)` captures, words being built; beyond it the command ends with 137): MiB, or a size such as 64m or 1g (at least 1 MiB).
     #[arg(long, default_value = "64", help_heading = "wasm backend options")]
     pub wasm_shell_memory: String,
+    /// CPython WASI module that runs `python3` and `python` on WASM toolbox computers (e.g. python-3.12.0.wasm) [default: <state-dir>/python.wasm when present].
+    #[arg(long, env = "MSC_WASM_PYTHON", help_heading = "wasm backend options")]
+    pub wasm_python: Option<PathBuf>,
     /// WASM instruction fuel limit (default: unlimited).
     #[arg(long, help_heading = "wasm backend options")]
     pub wasm_fuel: Option<u64>,

@@ -5,7 +5,7 @@
 //! a message that says what to pass instead. Nothing here talks to Docker.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shared::catalogue::{DescriptionError, assemble_description, usage_text};
@@ -62,6 +62,10 @@ pub enum ConfigError {
     BadShellMemory(String),
     #[error("--wasm-fuel must be at least 1 (omit it for no fuel limit)")]
     BadWasmFuel,
+    #[error(
+        "--wasm-python {0:?}: {1}; give the path of a CPython WASI module such as python-3.12.0.wasm (README: python3 on WASM computers)"
+    )]
+    BadWasmPython(PathBuf, String),
     #[error(
         "refusing to listen on {0} without authentication: set --auth-token (or KILNTAINERS_AUTH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated-http if something in front of this server authenticates"
     )]
@@ -309,14 +313,70 @@ Files persist between calls on the same computer; shell state (current directory
     )
 }
 
-/// What the exec tool says about toolbox computers (the agent plans with it).
-pub const TOOLBOX_DESCRIPTION: &str = "Run a command on an isolated, lightweight Linux-like computer. It is a WebAssembly sandbox (WASI), not a Linux machine: no network, no package manager (no apt, pip or npm), no compilers and no interpreters such as python or node, no fork of real processes; one user, root; one processor. \
-`command` runs in a POSIX/bash-like shell built into the host: pipelines, redirections (> >> < 2>&1 &> here-docs <<<), && || ; !, quoting, variables, globs, $(...), $((...)), {a,b}, if/for/while/until/case, [[ ]], functions, export, cd, read, xargs, env, timeout, sh -c, scripts with #!/bin/sh after chmod +x. \
+/// What the exec tool says about toolbox computers (the agent plans with it): `python`
+/// when a CPython WASI module is configured (`--wasm-python`).
+pub fn toolbox_description(python: bool) -> String {
+    let (interpreters, python_text, programs) = if python {
+        (
+            "no compilers and no interpreters other than python3",
+            "`python3` (also `python`) is CPython 3.12 for WASI: the standard library (json, re, sqlite3, hashlib, ...), files, stdin and pipes; no pip, no sockets, no threads, no subprocess. ",
+            "python python3 ",
+        )
+    } else {
+        (
+            "no compilers and no interpreters such as python or node",
+            "",
+            "",
+        )
+    };
+    format!(
+        "Run a command on an isolated, lightweight Linux-like computer. It is a WebAssembly sandbox (WASI), not a Linux machine: no network, no package manager (no apt, pip or npm), {interpreters}, no fork of real processes; one user, root; one processor. \
+`command` runs in a POSIX/bash-like shell built into the host: pipelines, redirections (> >> < 2>&1 &> here-docs <<<), && || ; !, quoting, variables, globs, $(...), $((...)), {{a,b}}, if/for/while/until/case, [[ ]], functions, export, cd, read, xargs, env, timeout, sh -c, scripts with #!/bin/sh after chmod +x. \
 Background jobs (`cmd &`) keep running between calls on the same computer (`jobs`, `wait`, `kill %1`) until the timeout of the call that started them; computer_restart and factory reset end them; their output after that call returned is dropped. \
 Not supported: arrays, process substitution <(...), aliases, fg/bg job control. \
-Programs (in /bin and /usr/bin): awk base32 base64 basename cat chmod cmp comm cp cut date diff dirname du echo env expr false file find fold grep gunzip gzip head hostname id jq ln ls md5sum mkdir mktemp mv nl nproc od paste printf pwd readlink realpath rev rm rmdir sed seq sha1sum sha256sum sha512sum shuf sleep sort split stat tac tail tar tee test timeout touch tr true uname uniq wc which whoami xargs yes zcat. \
+{python_text}Programs (in /bin and /usr/bin): awk base32 base64 basename cat chmod cmp comm cp cut date diff dirname du echo env expr false file find fold grep gunzip gzip head hostname id jq ln ls md5sum mkdir mktemp mv nl nproc od paste printf pwd {programs}readlink realpath rev rm rmdir sed seq sha1sum sha256sum sha512sum shuf sleep sort split stat tac tail tar tee test timeout touch tr true uname uniq wc which whoami xargs yes zcat. \
 find -exec is not available (pipe into xargs). The read-only base holds /etc (os-release, passwd, group, hostname = the computer id), /bin, /usr/bin, /proc (version, cpuinfo, meminfo) and /dev (null zero full random urandom stdin stdout stderr); factory reset restores it and empties the rest. Output is byte-exact. \
-Files persist between calls on the same computer (HOME is /root; /tmp exists); shell state does not, so use `working_directory` or `cd dir && ...`.";
+Files persist between calls on the same computer (HOME is /root; /tmp exists); shell state does not, so use `working_directory` or `cd dir && ...`."
+    )
+}
+
+/// The file name of the CPython module looked for in the state directory.
+pub const PYTHON_IN_STATE_DIR: &str = "python.wasm";
+
+/// The CPython WASI module behind `python3` on toolbox computers: `--wasm-python PATH`
+/// (refused at once when it is not a WebAssembly file), else `<state-dir>/python.wasm`
+/// when there is one (a file there that is not WebAssembly is skipped with a warning).
+fn wasm_python(flag: Option<&Path>, state_dir: &Path) -> Result<Option<PathBuf>, ConfigError> {
+    fn check(path: &Path) -> Result<(), String> {
+        use std::io::Read;
+        let mut magic = [0u8; 4];
+        let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+        if !f.metadata().map_err(|e| e.to_string())?.is_file() {
+            return Err("not a file".into());
+        }
+        f.read_exact(&mut magic)
+            .map_err(|_| "too short to be a WebAssembly module".to_owned())?;
+        if &magic != b"\0asm" {
+            return Err("not a WebAssembly module (no \\0asm magic)".into());
+        }
+        Ok(())
+    }
+    if let Some(path) = flag {
+        check(path).map_err(|why| ConfigError::BadWasmPython(path.to_path_buf(), why))?;
+        return Ok(Some(path.to_path_buf()));
+    }
+    let found = state_dir.join(PYTHON_IN_STATE_DIR);
+    if !found.exists() {
+        return Ok(None);
+    }
+    match check(&found) {
+        Ok(()) => Ok(Some(found)),
+        Err(why) => {
+            tracing::warn!(path = %found.display(), why, "ignoring the python module in the state directory");
+            Ok(None)
+        }
+    }
+}
 
 /// The Fly settings, with the token found in the flags, the environment or the flyctl
 /// login cache (none: a start-up error naming the login command).
@@ -435,7 +495,12 @@ Files persist between calls on the same computer (permanent computers keep their
 }
 
 /// What the exec tool says on WASM computers.
-fn wasm_backend_description(backend: &BackendChoice, timeout: u64, limit: u64) -> String {
+fn wasm_backend_description(
+    backend: &BackendChoice,
+    python: bool,
+    timeout: u64,
+    limit: u64,
+) -> String {
     let body = match backend {
         BackendChoice::Custom(path) => format!(
             "Run a command on an isolated WebAssembly computer: the WASI program {} runs with `args` as its arguments (`command` is passed as `-c COMMAND`). \
@@ -444,7 +509,7 @@ No network; files persist between calls on the same computer under its `/`.",
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ),
-        _ => TOOLBOX_DESCRIPTION.to_owned(),
+        _ => toolbox_description(python),
     };
     format!("{body} {}", usage_text(timeout, limit))
 }
@@ -543,6 +608,8 @@ impl Config {
             cli.tool_instruction_override.as_deref(),
             cli.extended_tool_instruction.as_deref(),
         )?;
+        let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+        let python = wasm_python(cli.wasm_python.as_deref(), &state_dir)?;
         let backend_text = match &backend {
             BackendChoice::Fly(f) => fly_description(f, cli.timeout, cli.output_limit),
             BackendChoice::E2b(e) => format!(
@@ -564,7 +631,9 @@ Files persist between calls on the same computer and across computer_restart (a 
                 m.sandbox_timeout_secs,
                 usage_text(cli.timeout, cli.output_limit)
             ),
-            other => wasm_backend_description(other, cli.timeout, cli.output_limit),
+            other => {
+                wasm_backend_description(other, python.is_some(), cli.timeout, cli.output_limit)
+            }
         };
         let other_description = assemble_description(
             &backend_text,
@@ -572,8 +641,8 @@ Files persist between calls on the same computer and across computer_restart (a 
             cli.tool_instruction_override.as_deref(),
             cli.extended_tool_instruction.as_deref(),
         )?;
-        let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
         let wasm = WasmConfig {
+            python,
             max_memory_bytes: usize::try_from(cli.wasm_max_memory << 20).unwrap_or(usize::MAX),
             shell_memory_bytes: parse_shell_memory(&cli.wasm_shell_memory)?,
             fuel: cli.wasm_fuel,

@@ -69,6 +69,8 @@ pub struct JobPoll {
 /// WASM backend settings.
 #[derive(Debug, Clone)]
 pub struct WasmConfig {
+    /// The CPython WASI module behind `python3` on toolbox computers (`--wasm-python`).
+    pub python: Option<std::path::PathBuf>,
     pub max_memory_bytes: usize,
     /// The memory budget of one run of the toolbox's host shell (`--wasm-shell-memory`).
     pub shell_memory_bytes: usize,

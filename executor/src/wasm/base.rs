@@ -9,7 +9,9 @@
 //!   shell itself runs `/bin/NAME` as the utility without reading the file);
 //! - `proc/`: `version`, `cpuinfo` (one processor), `meminfo` (the memory limit of one
 //!   program), `self/status` naming the shell;
-//! - `dev/`: the device names, as empty files the shell serves (see msc-shell's `dev.rs`).
+//! - `dev/`: the device names, as empty files the shell serves (see msc-shell's `dev.rs`);
+//! - `python/`, with `python3` configured: `sitecustomize.py`, mounted for CPython only at
+//!   [`PYTHON_HELPER`] (see [`PYTHON_SITE`]).
 //!
 //! Per computer, `<state>/wasm/<id>/etc/` holds `os-release`, `passwd`, `group`,
 //! `hostname` (the computer id), `hosts` and `shells`; it is written at creation and again
@@ -21,7 +23,34 @@ use std::path::{Path, PathBuf};
 use super::engine::Mount;
 
 /// Bump when the layout or the content of the shared base changes.
-const BASE_VERSION: u32 = 1;
+const BASE_VERSION: u32 = 2;
+
+/// Where CPython sees the base's `python/` (on its `PYTHONPATH`). Not under `/usr` of the
+/// writable layer: the CPython module's embedded standard library owns `/usr` for it, and
+/// a preopen this deep wins over that one.
+pub(super) const PYTHON_HELPER: &str = "/usr/lib/msc-python";
+
+/// CPython's `sitecustomize`: WASI has no working directory of its own (every instance
+/// starts in `/`), so CPython enters the shell's `$PWD` before it runs anything, and then
+/// takes its own entry off `sys.path` and `PYTHONPATH` again, so the program sees the
+/// environment the shell gave it.
+const PYTHON_SITE: &str = r#"# MCP Sandbox Computer: CPython on WASI starts in /; enter the shell's directory.
+import os as _os
+import sys as _sys
+
+try:
+    _os.chdir(_os.environ.get("PWD") or "/")
+except OSError:
+    pass
+_rest = [p for p in _os.environ.get("PYTHONPATH", "").split(":") if p and p != "/usr/lib/msc-python"]
+if _rest:
+    _os.environ["PYTHONPATH"] = ":".join(_rest)
+else:
+    _os.environ.pop("PYTHONPATH", None)
+while "/usr/lib/msc-python" in _sys.path:
+    _sys.path.remove("/usr/lib/msc-python")
+del _os, _sys, _rest
+"#;
 
 /// The device names of `/dev`.
 pub(super) const DEVICES: &[&str] = &[
@@ -154,6 +183,10 @@ fn build(
         std::fs::write(&p, b"")?;
         set_mode(&p, 0o666)?;
     }
+    if names.contains("python3") {
+        std::fs::create_dir_all(tmp.join("python"))?;
+        std::fs::write(tmp.join("python/sitecustomize.py"), PYTHON_SITE)?;
+    }
     std::fs::write(tmp.join("complete"), b"")
 }
 
@@ -183,6 +216,15 @@ pub(super) fn mounts(base: &Path, computer_dir: &Path) -> Vec<Mount> {
         ro(base.join("proc"), "/proc"),
         ro(base.join("dev"), "/dev"),
     ]
+}
+
+/// The mount CPython gets on top of a computer's ([`PYTHON_HELPER`]).
+pub(super) fn python_mount(base: &Path) -> Mount {
+    Mount {
+        host: base.join("python"),
+        guest: PYTHON_HELPER.into(),
+        writable: false,
+    }
 }
 
 /// Brings a computer made by an older version up to this layout (mount points, `/etc`).

@@ -19,11 +19,6 @@ use crate::spec::ExecSpec;
 impl Wasm {
     /// Runs one command on computer `id`.
     pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, WasmError> {
-        let loaded = self.program().await?;
-        let fs = self.computer_dir(id).join("fs");
-        if !fs.is_dir() {
-            return Err(WasmError::NotFound(id.to_owned()));
-        }
         let started = Instant::now();
         let capture = Capture::new(spec.output_limit);
         let stdin: Input = match &spec.stdin {
@@ -35,6 +30,45 @@ impl Wasm {
             stdout: Box::new(capture.writer(Stream::Stdout)) as Output,
             stderr: Box::new(capture.writer(Stream::Stderr)) as Output,
         };
+        let outcome = tokio::select! {
+            code = self.run_command(id, spec, io, started, true) => code?,
+            () = capture.limit_hit() => Some(128 + 9),
+        };
+        let (stdout, stderr, truncated) = capture.take();
+        let timed_out = outcome.is_none();
+        let exit_code = match outcome {
+            None => TIMEOUT_EXIT_CODE,
+            Some(_) if truncated => 128 + 9,
+            Some(code) => i64::from(code),
+        };
+        Ok(ExecOutcome {
+            stdout,
+            stderr,
+            exit_code,
+            duration_ms: started.elapsed().as_millis() as u64,
+            truncated_at: truncated.then_some(spec.output_limit as u64),
+            timed_out_after: timed_out.then_some(spec.timeout.as_secs()),
+            oom_killed: false,
+        })
+    }
+
+    /// Runs `spec` on computer `id` with `io` until it ends (its status) or its timeout,
+    /// counted from `started`, passes (`None`). With `keep_jobs`, its `&` jobs still
+    /// running at the end stay in the computer's table for later calls (a foreground
+    /// call); without, they end with it (a kept job: a signal ends its whole tree).
+    pub(super) async fn run_command(
+        &self,
+        id: &str,
+        spec: &ExecSpec,
+        io: Stdio,
+        started: Instant,
+        keep_jobs: bool,
+    ) -> Result<Option<i32>, WasmError> {
+        let loaded = self.program().await?;
+        let fs = self.computer_dir(id).join("fs");
+        if !fs.is_dir() {
+            return Err(WasmError::NotFound(id.to_owned()));
+        }
         let cwd = spec
             .working_directory
             .clone()
@@ -67,6 +101,8 @@ impl Wasm {
                         program: loaded.program.clone(),
                         names: loaded.names.clone(),
                         mounts,
+                        python: self.python.is_some().then(|| self.clone()),
+                        python_mount: super::base::python_mount(&loaded.base),
                     });
                     let script = match &spec.shell_command {
                         Some((_, command)) => command.clone(),
@@ -80,7 +116,7 @@ impl Wasm {
                         env: call_env(&spec.env),
                         programs,
                         mounts: shell_mounts,
-                        jobs: Some(self.jobs_of(id)),
+                        jobs: keep_jobs.then(|| self.jobs_of(id)),
                         limits: Limits {
                             memory: self.shell_memory,
                             deadline: started.checked_add(spec.timeout),
@@ -112,26 +148,8 @@ impl Wasm {
                 }
             }
         };
-        let outcome = tokio::select! {
-            code = tokio::time::timeout(spec.timeout, work) => code.ok().flatten(),
-            () = capture.limit_hit() => Some(128 + 9),
-        };
-        let (stdout, stderr, truncated) = capture.take();
-        let timed_out = outcome.is_none();
-        let exit_code = match outcome {
-            None => TIMEOUT_EXIT_CODE,
-            Some(_) if truncated => 128 + 9,
-            Some(code) => i64::from(code),
-        };
-        Ok(ExecOutcome {
-            stdout,
-            stderr,
-            exit_code,
-            duration_ms: started.elapsed().as_millis() as u64,
-            truncated_at: truncated.then_some(spec.output_limit as u64),
-            timed_out_after: timed_out.then_some(spec.timeout.as_secs()),
-            oom_killed: false,
-        })
+        let left = spec.timeout.saturating_sub(started.elapsed());
+        Ok(tokio::time::timeout(left, work).await.ok().flatten())
     }
 }
 
@@ -333,6 +351,73 @@ impl tokio::io::AsyncWrite for ErrOut {
     }
 }
 
+/// CPython's argv and environment for a `python3` command: [`super::base::PYTHON_HELPER`]
+/// first on `PYTHONPATH` (its `sitecustomize` enters `$PWD`), and a relative script path
+/// made absolute against `$PWD` (CPython makes it absolute before any Python code runs,
+/// and WASI starts every instance in `/`).
+fn python_call(
+    mut argv: Vec<String>,
+    mut env: Vec<(String, String)>,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let cwd = env
+        .iter()
+        .find(|(k, _)| k == "PWD")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "/".into());
+    if let Some(i) = python_script_index(&argv)
+        && !argv[i].starts_with('/')
+    {
+        let script = argv[i].trim_start_matches("./");
+        argv[i] = format!("{}/{script}", cwd.trim_end_matches('/'));
+    }
+    let helper = super::base::PYTHON_HELPER;
+    match env.iter_mut().find(|(k, _)| k == "PYTHONPATH") {
+        Some((_, v)) if !v.is_empty() => *v = format!("{helper}:{v}"),
+        Some((_, v)) => *v = helper.to_owned(),
+        None => env.push(("PYTHONPATH".into(), helper.to_owned())),
+    }
+    (argv, env)
+}
+
+/// The index of the script operand in a `python3` argv, if it runs one (not `-c`, `-m`,
+/// `-` or stdin). Options that take a value: `-c -m -W -X --check-hash-based-pycs`.
+fn python_script_index(argv: &[String]) -> Option<usize> {
+    let mut i = 1;
+    while i < argv.len() {
+        let a = &argv[i];
+        if a == "--" {
+            return (i + 1 < argv.len()).then_some(i + 1);
+        }
+        if a == "-" {
+            return None;
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            if long == "check-hash-based-pycs" {
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        let Some(flags) = a.strip_prefix('-') else {
+            return Some(i);
+        };
+        for (k, c) in flags.char_indices() {
+            match c {
+                'c' | 'm' => return None,
+                'W' | 'X' => {
+                    if k + 1 == flags.len() {
+                        i += 1;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Asks the toolbox for its utilities (`msc-toolbox --list`).
 pub(super) async fn list_utilities(
     program: &Program,
@@ -368,16 +453,26 @@ pub(super) async fn list_utilities(
         .collect())
 }
 
-/// The toolbox as the shell's external programs.
+/// The toolbox as the shell's external programs (and `python3` when configured).
 struct Toolbox {
     program: Program,
     names: Arc<std::collections::BTreeSet<String>>,
     mounts: Vec<Mount>,
+    /// The backend, to load `python3`'s module on first use (`None`: no python).
+    python: Option<Wasm>,
+    /// CPython's extra mount (its `sitecustomize`).
+    python_mount: Mount,
+}
+
+impl Toolbox {
+    fn is_python(&self, name: &str) -> bool {
+        self.python.is_some() && super::PYTHON_NAMES.contains(&name)
+    }
 }
 
 impl Programs for Toolbox {
     fn has(&self, name: &str) -> bool {
-        self.names.contains(name)
+        self.names.contains(name) || self.is_python(name)
     }
 
     fn run<'a>(
@@ -391,7 +486,28 @@ impl Programs for Toolbox {
             let mut env = env;
             env.retain(|(k, _)| k != "PWD");
             env.push(("PWD".into(), cwd));
-            run_one(&self.program, argv, env, self.mounts.clone(), io).await
+            let python = match &self.python {
+                Some(w) if argv.first().is_some_and(|a| self.is_python(a)) => {
+                    w.python_program().await
+                }
+                _ => None,
+            };
+            match python {
+                None => run_one(&self.program, argv, env, self.mounts.clone(), io).await,
+                Some(Ok(program)) => {
+                    let (argv, env) = python_call(argv, env);
+                    let mut mounts = self.mounts.clone();
+                    mounts.push(self.python_mount.clone());
+                    run_one(&program, argv, env, mounts, io).await
+                }
+                Some(Err(e)) => {
+                    use tokio::io::AsyncWriteExt;
+                    let mut err = io.stderr;
+                    let msg = format!("python3: the CPython module cannot be loaded: {e}\n");
+                    let _ = err.write_all(msg.as_bytes()).await;
+                    126
+                }
+            }
         })
     }
 }
@@ -399,6 +515,50 @@ impl Programs for Toolbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v(words: &[&str]) -> Vec<String> {
+        words.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn python_scripts_are_found_in_argv() {
+        for (argv, want) in [
+            (v(&["python3", "s.py", "a"]), Some(1)),
+            (v(&["python3", "-u", "-B", "s.py"]), Some(3)),
+            (v(&["python3", "-uB", "s.py", "-c"]), Some(2)),
+            (v(&["python3", "-W", "ignore", "s.py"]), Some(3)),
+            (v(&["python3", "-Wignore", "-X", "utf8", "s.py"]), Some(4)),
+            (
+                v(&["python3", "--check-hash-based-pycs", "never", "s.py"]),
+                Some(3),
+            ),
+            (v(&["python3", "--", "-s.py"]), Some(2)),
+            (v(&["python3", "-c", "print(1)", "x.py"]), None),
+            (v(&["python3", "-uc", "print(1)"]), None),
+            (v(&["python3", "-m", "json.tool", "f"]), None),
+            (v(&["python3", "-"]), None),
+            (v(&["python3"]), None),
+            (v(&["python3", "-W"]), None),
+        ] {
+            assert_eq!(python_script_index(&argv), want, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn python_calls_get_the_helper_and_absolute_scripts() {
+        let env = vec![("PWD".to_owned(), "/root/d".to_owned())];
+        let (argv, env2) = python_call(v(&["python3", "./s.py", "x"]), env.clone());
+        assert_eq!(argv, v(&["python3", "/root/d/s.py", "x"]));
+        assert!(env2.contains(&("PYTHONPATH".into(), "/usr/lib/msc-python".into())));
+        let (argv, _) = python_call(v(&["python3", "/abs.py"]), env.clone());
+        assert_eq!(argv, v(&["python3", "/abs.py"]));
+        let mut env3 = env;
+        env3.push(("PYTHONPATH".into(), "/lib/mine".into()));
+        let (_, env3) = python_call(v(&["python3", "-c", "1"]), env3);
+        assert!(env3.contains(&("PYTHONPATH".into(), "/usr/lib/msc-python:/lib/mine".into())));
+        let (argv, _) = python_call(v(&["python3", "t.py"]), vec![("PWD".into(), "/".into())]);
+        assert_eq!(argv, v(&["python3", "/t.py"]));
+    }
 
     #[test]
     fn argv_is_quoted_for_the_shell() {

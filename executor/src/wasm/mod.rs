@@ -15,12 +15,18 @@
 //! are removed by their server, or reaped by the next start when that server died.
 //! Background jobs (`&`) live in a per-computer table between calls; restart ends them,
 //! factory reset ends them, empties `fs/` and writes the base's `/etc` again.
+//!
+//! With a CPython WASI module (`--wasm-python`, or `<state-dir>/python.wasm`), the toolbox
+//! shell also runs `python3` and `python` ([`Python`]): one instance of that module a
+//! command, compiled once per machine and cached like the toolbox, loaded in the
+//! background after it.
 
 mod base;
 pub mod capture;
 pub mod engine;
 mod exec;
 mod files;
+mod jobs;
 mod place;
 
 use std::path::{Path, PathBuf};
@@ -87,6 +93,12 @@ pub enum WasmError {
     /// A file tool was refused, changing nothing (the message says why).
     #[error("{0}")]
     File(String),
+    /// No such kept job on the computer (the message names it).
+    #[error("{0}")]
+    NoSuchJob(String),
+    /// A job request was refused (the message says why).
+    #[error("{0}")]
+    Job(String),
 }
 
 /// The toolbox module: embedded, or `msc-toolbox.wasm` beside the binary.
@@ -142,6 +154,9 @@ pub async fn open(
         }
     };
     let mut wasm = Wasm::new(flavor, runtime, source, state_dir, instance, host)?;
+    if matches!(wasm.flavor, Flavor::Toolbox) {
+        wasm.python = cfg.python.clone().map(Python::new);
+    }
     wasm.shell_memory = cfg.shell_memory_bytes;
     wasm.max_memory = cfg.max_memory_bytes as u64;
     if custom.is_some() {
@@ -153,6 +168,10 @@ pub async fn open(
         tokio::spawn(async move {
             if let Err(e) = w.ready().await {
                 tracing::error!(error = %e, "the WebAssembly toolbox cannot be loaded");
+            }
+            // Then python3's module, so its first command does not wait for a compile.
+            if let Some(Err(e)) = w.python_program().await {
+                tracing::error!(error = %e, "the CPython module for python3 cannot be loaded");
             }
         });
     }
@@ -190,6 +209,26 @@ struct Meta {
 /// The program, loaded once (compiling it the first time on this machine).
 type Loaded = Arc<OnceCell<Result<Loaded1, String>>>;
 
+/// The names `python3` answers to in the shell and in `/bin` and `/usr/bin`.
+pub(super) const PYTHON_NAMES: [&str; 2] = ["python3", "python"];
+
+/// `python3` on toolbox computers: the CPython WASI module's path, and its program once
+/// loaded (read, hashed and compiled or taken from the cache, once).
+#[derive(Debug, Clone)]
+pub(super) struct Python {
+    path: PathBuf,
+    loaded: Arc<OnceCell<Result<Program, String>>>,
+}
+
+impl Python {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            loaded: Arc::default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Loaded1 {
     program: Program,
@@ -216,6 +255,10 @@ pub struct Wasm {
     max_memory: u64,
     /// Each computer's background jobs between calls (issue 16), by computer id.
     jobs: JobTables,
+    /// `python3`, when a CPython module is configured (toolbox only).
+    python: Option<Python>,
+    /// The kept jobs (`yield_ms`, SPEC §3.8) of every computer ([`jobs`]).
+    kept: Arc<jobs::KeptJobs>,
 }
 
 /// The background jobs of every computer of this server.
@@ -254,6 +297,8 @@ impl Wasm {
             shell_memory: msc_shell::DEFAULT_MEMORY,
             max_memory: 256 << 20,
             jobs: Arc::default(),
+            python: None,
+            kept: Arc::default(),
         })
     }
 
@@ -302,7 +347,10 @@ impl Wasm {
                     Flavor::Custom(_) => Default::default(),
                 };
                 let state_dir = this.dir.parent().map(Path::to_path_buf).unwrap_or_default();
-                let (names2, max) = (names.clone(), this.max_memory);
+                let (mut names2, max) = (names.clone(), this.max_memory);
+                if this.python.is_some() {
+                    names2.extend(PYTHON_NAMES.map(str::to_owned));
+                }
                 let base = tokio::task::spawn_blocking(move || {
                     base::shared_base(&state_dir, &names2, max)
                 })
@@ -319,6 +367,27 @@ impl Wasm {
         loaded.clone().map_err(WasmError::Module)
     }
 
+    /// `python3`'s program: `None` without a CPython module, else loaded on first use.
+    pub(super) async fn python_program(&self) -> Option<Result<Program, String>> {
+        let python = self.python.as_ref()?;
+        let rt = self.runtime.clone();
+        let path = python.path.clone();
+        let loaded = python
+            .loaded
+            .get_or_init(|| async move {
+                tokio::task::spawn_blocking(move || {
+                    let bytes = std::fs::read(&path)
+                        .map_err(|e| format!("cannot read the CPython module: {e}"))?;
+                    rt.load("python", &bytes, engine::module_key(&bytes))
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| e.to_string())?
+            })
+            .await;
+        Some(loaded.clone())
+    }
+
     /// The job table of computer `id` (made on first use).
     fn jobs_of(&self, id: &str) -> Arc<msc_shell::Jobs> {
         let mut t = self
@@ -328,8 +397,9 @@ impl Wasm {
         t.entry(id.to_owned()).or_default().clone()
     }
 
-    /// Ends the background jobs of computer `id` (restart, factory reset, delete).
+    /// Ends the background and kept jobs of computer `id` (restart, factory reset, delete).
     fn end_jobs(&self, id: &str) {
+        self.kept.end_all(id);
         let table = self
             .jobs
             .lock()

@@ -1,12 +1,14 @@
 //! WebAssembly computers as a [`Place`]; [`WasmError`]s classified once.
 
+use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
 use super::{Wasm, WasmError};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream,
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
+    JobStart, UploadStream,
 };
 
 impl From<WasmError> for BackendError {
@@ -17,6 +19,8 @@ impl From<WasmError> for BackendError {
             WasmError::Storage(_) | WasmError::Engine(_) => Failure::Failed,
             WasmError::NoSuchFile(_) => Failure::NoSuchFile,
             WasmError::File(_) => Failure::File,
+            WasmError::NoSuchJob(_) => Failure::NoSuchJob,
+            WasmError::Job(_) => Failure::Failed,
         };
         BackendError::new(failure, e)
     }
@@ -77,6 +81,28 @@ impl Place for Wasm {
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         Ok(Wasm::exec(self, id, spec).await?)
+    }
+
+    async fn job_start(
+        &self,
+        id: &str,
+        spec: &ExecSpec,
+        job: &JobStart,
+    ) -> Result<(), BackendError> {
+        Ok(Wasm::job_start(self, id, spec, job).await?)
+    }
+
+    async fn job_poll(
+        &self,
+        id: &str,
+        job_id: &str,
+        poll: &JobPoll,
+    ) -> Result<JobOutput, BackendError> {
+        Ok(Wasm::job_poll(self, id, job_id, poll).await?)
+    }
+
+    async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
+        Ok(Wasm::job_list(self, id))
     }
 
     async fn file_read(

@@ -32,21 +32,52 @@ pub fn main_rev(args: Vec<OsString>) -> i32 {
                 }
             }
         };
-        for line in input.split(b'\n') {
-            let Ok(mut line) = line else {
-                status = 1;
-                break;
-            };
-            let text: String = String::from_utf8_lossy(&line).chars().rev().collect();
+        let mut input = input;
+        let mut line = Vec::new();
+        loop {
             line.clear();
-            line.extend_from_slice(text.as_bytes());
-            line.push(b'\n');
-            if out.write_all(&line).is_err() {
+            match input.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => {
+                    status = 1;
+                    break;
+                }
+            }
+            let newline = line.last() == Some(&b'\n');
+            if newline {
+                line.pop();
+            }
+            let mut out_line = reverse_chars(&line);
+            if newline {
+                out_line.push(b'\n');
+            }
+            if out.write_all(&out_line).is_err() {
                 return 1;
             }
         }
     }
     status
+}
+
+/// `line`'s characters in reverse order; a byte that is not part of a valid UTF-8
+/// character is one unit of its own and kept as it is.
+fn reverse_chars(line: &[u8]) -> Vec<u8> {
+    let mut units: Vec<&[u8]> = Vec::with_capacity(line.len());
+    for chunk in line.utf8_chunks() {
+        let valid = chunk.valid();
+        let mut rest = valid.as_bytes();
+        for c in valid.chars() {
+            let (unit, tail) = rest.split_at(c.len_utf8());
+            units.push(unit);
+            rest = tail;
+        }
+        let invalid = chunk.invalid();
+        for i in 0..invalid.len() {
+            units.push(&invalid[i..=i]);
+        }
+    }
+    units.into_iter().rev().flatten().copied().collect()
 }
 
 /// Known magic numbers: (prefix, description).
@@ -135,7 +166,18 @@ pub fn main_file(args: Vec<OsString>) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::describe;
+    use super::{describe, reverse_chars};
+
+    #[test]
+    fn rev_keeps_invalid_bytes_and_whole_characters() {
+        assert_eq!(reverse_chars(b"abc"), b"cba");
+        assert_eq!(
+            reverse_chars("h\u{e9}\u{1f30d}".as_bytes()),
+            "\u{1f30d}\u{e9}h".as_bytes()
+        );
+        assert_eq!(reverse_chars(b"a\xffb\xc3"), b"\xc3b\xffa");
+        assert_eq!(reverse_chars(b""), b"");
+    }
 
     #[test]
     fn file_types() {

@@ -483,3 +483,188 @@ async fn issue_14_live_output_as_progress() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Size in bytes of `path` on computer `id` (0 when missing).
+async fn size_of(c: &Client, id: &str, path: &str) -> anyhow::Result<u64> {
+    let r = exec(
+        c,
+        json!({"command": format!("wc -c < {path} 2>/dev/null || echo 0"), "computer_id": id}),
+    )
+    .await?;
+    Ok(r["stdout"].as_str().unwrap_or("0").trim().parse()?)
+}
+
+#[tokio::test]
+async fn issue_14_jobs_on_wasm() -> anyhow::Result<()> {
+    let t = tag("wasm-jobs");
+    let c = stdio_client(
+        &t,
+        &state_dir(&t),
+        &wasm_opts().arg("--tools=jobs,lifecycle"),
+    )
+    .await?;
+    let id = format!("{t}-w");
+    // Ends within the wait: the plain result; given stdin is the whole input.
+    let r = exec(
+        &c,
+        json!({"command": "echo quick; exit 4", "yield_ms": 10000, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(
+        (r["stdout"].as_str(), r["exit_code"].as_i64()),
+        (Some("quick\n"), Some(4)),
+        "{r}"
+    );
+    assert!(r.get("job_id").is_none(), "{r}");
+    let r = exec(
+        &c,
+        json!({"args": ["wc", "-c"], "stdin": "abc", "yield_ms": 10000, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "3\n", "{r}");
+    // Still running: the output so far and a job id; the rest by polling.
+    let r = exec(
+        &c,
+        json!({"command": "echo start; sleep 1; echo end; exit 3", "yield_ms": 300, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(
+        (r["running"].as_bool(), r["stdout"].as_str()),
+        (Some(true), Some("start\n")),
+        "{r}"
+    );
+    let job_id = r["job_id"].as_str().unwrap().to_owned();
+    let (out, last) = drain(&c, &job_id, &id).await?;
+    assert_eq!(out, "end\n");
+    assert_eq!(last["exit_code"], 3, "{last}");
+    assert!(last["exec_duration_ms"].as_u64().unwrap() >= 1000, "{last}");
+    let e = job_error(&c, json!({"job_id": job_id, "computer_id": id})).await?;
+    assert!(e.contains("no job"), "{e}");
+    // A REPL in the host shell answers two writes; closing stdin ends it.
+    let r = exec(
+        &c,
+        json!({"command": "while read l; do echo \"got $l\"; done; echo bye", "yield_ms": 200, "computer_id": id}),
+    )
+    .await?;
+    let repl = r["job_id"].as_str().unwrap().to_owned();
+    let r = job(&c, json!({"job_id": repl, "stdin": "a\n", "wait_ms": 5000})).await?;
+    assert_eq!(
+        (r["stdout"].as_str(), r["running"].as_bool()),
+        (Some("got a\n"), Some(true)),
+        "{r}"
+    );
+    let r = job(
+        &c,
+        json!({"job_id": repl, "stdin_base64": "Ygo=", "wait_ms": 5000}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "got b\n", "{r}");
+    let r = job(
+        &c,
+        json!({"job_id": repl, "close_stdin": true, "wait_ms": 5000}),
+    )
+    .await?;
+    let (rest, last) = if r["running"] == false {
+        (String::new(), r.clone())
+    } else {
+        drain(&c, &repl, &id).await?
+    };
+    assert_eq!(format!("{}{rest}", r["stdout"].as_str().unwrap()), "bye\n");
+    assert_eq!(last["exit_code"], 0, "{last}");
+    // A signal ends the job and its own `&` commands (the writer stops writing).
+    for (signal, code) in [("TERM", 143), ("KILL", 137), ("INT", 130)] {
+        let r = exec(
+            &c,
+            json!({"command": "rm -f /tmp/bg; while true; do echo x >> /tmp/bg; sleep 0.05; done & echo ready; wait",
+                "yield_ms": 500, "computer_id": id}),
+        )
+        .await?;
+        assert_eq!(r["stdout"], "ready\n", "{r}");
+        let j = r["job_id"].as_str().unwrap().to_owned();
+        let r = job(&c, json!({"job_id": j, "signal": signal, "wait_ms": 5000})).await?;
+        assert_eq!(
+            (r["running"].as_bool(), r["exit_code"].as_i64()),
+            (Some(false), Some(code)),
+            "{signal}: {r}"
+        );
+        let before = size_of(&c, &id, "/tmp/bg").await?;
+        assert!(before > 0, "the background writer never wrote");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            size_of(&c, &id, "/tmp/bg").await?,
+            before,
+            "a background command outlived {signal}"
+        );
+    }
+    // The job's timeout bounds its whole life.
+    let r = exec(
+        &c,
+        json!({"command": "echo t; sleep 100", "timeout": 1, "yield_ms": 100, "computer_id": id}),
+    )
+    .await?;
+    let (out, last) = drain(&c, r["job_id"].as_str().unwrap(), &id).await?;
+    assert_eq!(format!("{}{out}", r["stdout"].as_str().unwrap()), "t\n");
+    assert_eq!(
+        (last["exit_code"].as_i64(), last["timed_out"].as_bool()),
+        (Some(124), Some(true)),
+        "{last}"
+    );
+    // A reader that falls behind loses the oldest bytes, and is told how many.
+    let r = exec(
+        &c,
+        json!({"command": "head -c 20000000 /dev/zero | tr '\\0' x; echo END", "yield_ms": 0,
+            "computer_id": id, "timeout": 120}),
+    )
+    .await?;
+    let j = r["job_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (mut got, mut dropped) = (r["stdout"].as_str().unwrap().len() as u64, 0u64);
+    let mut tail = String::new();
+    loop {
+        let r = job(&c, json!({"job_id": j, "wait_ms": 5000})).await?;
+        let s = r["stdout"].as_str().unwrap();
+        got += s.len() as u64;
+        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
+        tail = format!("{tail}{s}");
+        tail = tail[tail.len().saturating_sub(10)..].to_owned();
+        if r["running"] == false {
+            assert_eq!(r["exit_code"], 0, "{r}");
+            break;
+        }
+    }
+    assert!(dropped > 0, "nothing was dropped");
+    assert_eq!(got + dropped, 20_000_004, "every byte read or counted");
+    assert!(
+        tail.ends_with("xxEND\n"),
+        "the newest bytes are kept: {tail:?}"
+    );
+    // Lists: terminal_job's and computer_list's.
+    let r = exec(
+        &c,
+        json!({"command": "sleep 30", "yield_ms": 0, "computer_id": id}),
+    )
+    .await?;
+    let sleeping = r["job_id"].as_str().unwrap().to_owned();
+    let l = job(&c, json!({"list": true, "computer_id": id})).await?;
+    assert_eq!(l["count"], 1, "{l}");
+    assert_eq!(l["jobs"][0]["job_id"], sleeping.as_str(), "{l}");
+    assert_eq!(l["jobs"][0]["command"], "sleep 30", "{l}");
+    let inv = call(&c, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    let item = listed(&inv, &id).unwrap();
+    assert_eq!(item["jobs"][0]["running"], true, "{item}");
+    // Another computer does not see it; restart ends it.
+    let e = job_error(
+        &c,
+        json!({"job_id": sleeping, "computer_id": format!("{t}-other")}),
+    )
+    .await?;
+    assert!(e.contains("no job"), "{e}");
+    call(&c, "computer_restart", json!({"computer_id": id})).await?;
+    let e = job_error(&c, json!({"job_id": sleeping, "computer_id": id})).await?;
+    assert!(e.contains("no job"), "{e}");
+    c.cancel().await?;
+    Ok(())
+}

@@ -27,6 +27,7 @@
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
 //! - `wasm_budget`: the host shell's own budgets: memory and the deadline in busy loops (issue 19)
 //! - `wasm_linux`: WASM computers that feel like Linux: base layer, devices, utilities, bytes (issue 16)
+//! - `wasm_python`: `python3` on WASM computers from a CPython WASI module (issue 16)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -62,3 +63,4 @@ mod validation;
 mod wasm;
 mod wasm_budget;
 mod wasm_linux;
+mod wasm_python;

@@ -632,14 +632,23 @@ async fn issue_14_env_on_wasm_and_jobs_refused() -> anyhow::Result<()> {
     assert_eq!(r["stdout"], "hi there|/elsewhere\n1\n", "{r}");
     let r = exec(&c, json!({"command": "echo \"[$GREETING]\""})).await?;
     assert_eq!(r["stdout"], "[]\n");
-    let r = call(
+    // A job's command gets the call's `env` too (jobs on WASM: issue 14).
+    let r = exec(
         &c,
-        "terminal_execute",
-        json!({"command": "sleep 5", "yield_ms": 0}),
+        json!({"command": "echo \"$GREETING\"; sleep 5", "yield_ms": 500, "env": {"GREETING": "job"}}),
     )
     .await?;
-    assert_eq!(r.is_error, Some(true));
-    assert!(text(&r).contains("does not keep jobs"), "{}", text(&r));
+    assert_eq!(
+        (r["running"].as_bool(), r["stdout"].as_str()),
+        (Some(true), Some("job\n")),
+        "{r}"
+    );
+    let j = job(
+        &c,
+        json!({"job_id": r["job_id"], "signal": "KILL", "wait_ms": 5000}),
+    )
+    .await?;
+    assert_eq!(j["exit_code"], 137, "{j}");
     c.cancel().await?;
     Ok(())
 }

@@ -233,6 +233,9 @@ async fn issue_16_archives_and_text_utilities() -> anyhow::Result<()> {
     expect(&c, "echo round | gzip -9 | gunzip", "round\n", 0).await?;
     expect(&c, "printf 'a\\nb\\nc\\n' | tac", "c\nb\na\n", 0).await?;
     expect(&c, "echo héllo | rev", "olléh\n", 0).await?;
+    expect(&c, "printf 'ab\\ncd' | rev", "ba\ndc", 0).await?;
+    let r = sh(&c, "printf 'a\\377b\\n' | rev | od -An -tx1").await?;
+    assert_eq!(r["stdout"], " 62 ff 61 0a\n", "{r}");
     expect(&c, "seq 20 | shuf | sort -n | tail -1", "20\n", 0).await?;
     expect(&c, "echo hi | base32", "NBUQU===\n", 0).await?;
     expect(&c, "echo NBUQU=== | base32 -d", "hi\n", 0).await?;

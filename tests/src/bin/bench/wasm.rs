@@ -50,9 +50,16 @@ async fn ping_p50(c: &Client, n: usize) -> Result<f64> {
     Ok(pct(&v, 0.5))
 }
 
-/// Process start → the first exec's result, on a warm compiled-module cache.
-async fn first_exec(t: &str, cache: &std::path::Path) -> Result<f64> {
-    let mut cmd = command(t, &state_dir(t), &wasm_opts());
+/// Process start → the first exec's result (`command`, printing `expect`), on a warm
+/// compiled-module cache.
+async fn first_exec(
+    t: &str,
+    cache: &std::path::Path,
+    opts: &ServerOpts,
+    command_line: &str,
+    expect: &str,
+) -> Result<f64> {
+    let mut cmd = command(t, &state_dir(t), opts);
     cmd.env("MSC_WASM_CACHE_DIR", cache)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -66,13 +73,13 @@ async fn first_exec(t: &str, cache: &std::path::Path) -> Result<f64> {
             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "terminal_execute", "arguments": {"command": "echo hi | tr a-z A-Z"}}}),
+            "params": {"name": "terminal_execute", "arguments": {"command": command_line, "timeout": 300}}}),
     ] {
         stdin.write_all(format!("{l}\n").as_bytes()).await?;
     }
     while let Some(line) = out.next_line().await? {
         if line.contains(r#""id":2"#) {
-            anyhow::ensure!(line.contains("HI\\n"), "{line}");
+            anyhow::ensure!(line.contains(expect), "{line}");
             break;
         }
     }
@@ -207,7 +214,7 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     let cache = wasm_cache_dir();
     let mut firsts = Vec::new();
     for _ in 0..7 {
-        firsts.push(first_exec(t, &cache).await?);
+        firsts.push(first_exec(t, &cache, &wasm_opts(), "echo hi | tr a-z A-Z", "HI\\n").await?);
     }
     firsts.sort_by(f64::total_cmp);
     let first = pct(&firsts, 0.5);
@@ -222,7 +229,7 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     });
     let cold = state_dir(&format!("{t}-cold-cache"));
     let _ = std::fs::remove_dir_all(&cold);
-    let cold_ms = first_exec(t, &cold).await?;
+    let cold_ms = first_exec(t, &cold, &wasm_opts(), "echo hi | tr a-z A-Z", "HI\\n").await?;
     rows.push(Row {
         name: "wasm: first start on a machine (compile)",
         value: cold_ms,
@@ -230,6 +237,45 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         floor: Some(first),
         target: "reported".into(),
         pass: true,
+    });
+    python_rows(t, a50, first, rows).await
+}
+
+/// `python3` (issue 16): warm `python3 -c 'print(1)'` next to one warm toolbox instance
+/// (`seq_p50`), and process start → its first result on a warm compiled cache next to the
+/// toolbox's first exec (`first`).
+async fn python_rows(t: &str, seq_p50: f64, first: f64, rows: &mut Vec<Row>) -> Result<()> {
+    let t = &format!("{t}-py");
+    let opts = python_opts();
+    let c = stdio_client(t, &state_dir(t), &opts).await?;
+    let print1 = json!({"command": "python3 -c 'print(1)'"});
+    for _ in 0..5 {
+        exec(&c, print1.clone()).await?;
+    }
+    let p50 = p50_of(&c, print1, 40).await?;
+    c.cancel().await?;
+    rows.push(Row {
+        name: "wasm: warm python3 -c 'print(1)', p50",
+        value: p50,
+        unit: "ms",
+        floor: Some(seq_p50),
+        target: "<= 100 ms (aim 30)".into(),
+        pass: p50 <= 100.0,
+    });
+    let cache = wasm_cache_dir();
+    let mut firsts = Vec::new();
+    for _ in 0..5 {
+        firsts.push(first_exec(t, &cache, &opts, "python3 -c 'print(6*7)'", "42\\n").await?);
+    }
+    firsts.sort_by(f64::total_cmp);
+    let py_first = pct(&firsts, 0.5);
+    rows.push(Row {
+        name: "wasm: process start -> first python3, p50",
+        value: py_first,
+        unit: "ms",
+        floor: Some(first),
+        target: "<= 1500 ms".into(),
+        pass: py_first <= 1500.0,
     });
     Ok(())
 }
