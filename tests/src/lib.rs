@@ -424,6 +424,19 @@ pub async fn exec(client: &Client, arguments: Value) -> Result<Value> {
     r.structured_content.context("no structuredContent")
 }
 
+/// Runs `command` (the shell) on the session's computer; its structured result.
+pub async fn sh(client: &Client, command: &str) -> Result<Value> {
+    exec(client, serde_json::json!({ "command": command })).await
+}
+
+/// Runs `command` and checks its stdout and exit code.
+pub async fn expect(client: &Client, command: &str, stdout: &str, code: i64) -> Result<()> {
+    let r = sh(client, command).await?;
+    assert_eq!(r["stdout"], stdout, "{command}: {r}");
+    assert_eq!(r["exit_code"], code, "{command}: {r}");
+    Ok(())
+}
+
 /// The names of the tools a client sees, in listing order.
 pub async fn tool_names(client: &Client) -> Result<Vec<String>> {
     Ok(client

@@ -35,6 +35,39 @@ async fn drain(c: &Client, job_id: &str, computer_id: &str) -> anyhow::Result<(S
     }
 }
 
+/// A job writing 20 MB read only every few seconds: the oldest bytes are dropped and
+/// counted (read + dropped = all), the newest kept. Returns the last read.
+async fn slow_reader(c: &Client, id: &str, timeout: u64) -> anyhow::Result<Value> {
+    let r = exec(
+        c,
+        json!({"command": "head -c 20000000 /dev/zero | tr '\\0' x; echo END", "yield_ms": 0,
+            "computer_id": id, "timeout": timeout}),
+    )
+    .await?;
+    let j = r["job_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (mut got, mut dropped) = (r["stdout"].as_str().unwrap().len() as u64, 0u64);
+    let mut tail = String::new();
+    let last = loop {
+        let r = job(c, json!({"job_id": j, "wait_ms": 5000})).await?;
+        let s = r["stdout"].as_str().unwrap();
+        got += s.len() as u64;
+        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
+        tail = format!("{tail}{s}");
+        tail = tail[tail.len().saturating_sub(10)..].to_owned();
+        if r["running"] == false {
+            break r;
+        }
+    };
+    assert!(dropped > 0, "nothing was dropped");
+    assert_eq!(got + dropped, 20_000_004, "every byte read or counted");
+    assert!(
+        tail.ends_with("xxEND\n"),
+        "the newest bytes are kept: {tail:?}"
+    );
+    Ok(last)
+}
+
 /// How many processes in computer `id` run `sleep` (the pattern does not match itself).
 async fn sleepers(c: &Client, id: &str) -> anyhow::Result<String> {
     let r = exec(
@@ -208,32 +241,7 @@ async fn issue_14_jobs_on_docker() -> anyhow::Result<()> {
     );
 
     // A reader that falls behind loses the oldest bytes, and is told how many.
-    let r = exec(
-        &c,
-        json!({"command": "head -c 20000000 /dev/zero | tr '\\0' x; echo END", "yield_ms": 0, "computer_id": id}),
-    )
-    .await?;
-    let j = r["job_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (mut got, mut dropped) = (r["stdout"].as_str().unwrap().len() as u64, 0u64);
-    let mut tail = String::new();
-    loop {
-        let r = job(&c, json!({"job_id": j, "wait_ms": 5000})).await?;
-        let s = r["stdout"].as_str().unwrap();
-        got += s.len() as u64;
-        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
-        tail = format!("{tail}{s}");
-        tail = tail[tail.len().saturating_sub(10)..].to_owned();
-        if r["running"] == false {
-            break;
-        }
-    }
-    assert!(dropped > 0, "nothing was dropped");
-    assert_eq!(got + dropped, 20_000_004, "every byte read or counted");
-    assert!(
-        tail.ends_with("xxEND\n"),
-        "the newest bytes are kept: {tail:?}"
-    );
+    slow_reader(&c, &id, 120).await?;
 
     // Lists: terminal_job's and computer_list's.
     let r = exec(
@@ -610,34 +618,8 @@ async fn issue_14_jobs_on_wasm() -> anyhow::Result<()> {
         "{last}"
     );
     // A reader that falls behind loses the oldest bytes, and is told how many.
-    let r = exec(
-        &c,
-        json!({"command": "head -c 20000000 /dev/zero | tr '\\0' x; echo END", "yield_ms": 0,
-            "computer_id": id, "timeout": 120}),
-    )
-    .await?;
-    let j = r["job_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (mut got, mut dropped) = (r["stdout"].as_str().unwrap().len() as u64, 0u64);
-    let mut tail = String::new();
-    loop {
-        let r = job(&c, json!({"job_id": j, "wait_ms": 5000})).await?;
-        let s = r["stdout"].as_str().unwrap();
-        got += s.len() as u64;
-        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
-        tail = format!("{tail}{s}");
-        tail = tail[tail.len().saturating_sub(10)..].to_owned();
-        if r["running"] == false {
-            assert_eq!(r["exit_code"], 0, "{r}");
-            break;
-        }
-    }
-    assert!(dropped > 0, "nothing was dropped");
-    assert_eq!(got + dropped, 20_000_004, "every byte read or counted");
-    assert!(
-        tail.ends_with("xxEND\n"),
-        "the newest bytes are kept: {tail:?}"
-    );
+    let last = slow_reader(&c, &id, 120).await?;
+    assert_eq!(last["exit_code"], 0, "{last}");
     // Lists: terminal_job's and computer_list's.
     let r = exec(
         &c,

@@ -8,18 +8,6 @@ use serde_json::{Value, json};
 use tests::*;
 
 /// Runs `command` and returns the result.
-async fn sh(c: &Client, command: &str) -> anyhow::Result<Value> {
-    exec(c, json!({ "command": command })).await
-}
-
-/// Runs `command` and checks its stdout and exit code.
-async fn expect(c: &Client, command: &str, stdout: &str, code: i64) -> anyhow::Result<()> {
-    let r = sh(c, command).await?;
-    assert_eq!(r["stdout"], stdout, "{command}: {r}");
-    assert_eq!(r["exit_code"], code, "{command}: {r}");
-    Ok(())
-}
-
 /// The computers' directory of a WASM server.
 fn computers(state: &Path) -> PathBuf {
     state.join("wasm")

@@ -6,19 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tests::*;
-
-async fn sh(c: &Client, command: &str) -> anyhow::Result<Value> {
-    exec(c, json!({ "command": command })).await
-}
-
-async fn expect(c: &Client, command: &str, stdout: &str, code: i64) -> anyhow::Result<()> {
-    let r = sh(c, command).await?;
-    assert_eq!(r["stdout"], stdout, "{command}: {r}");
-    assert_eq!(r["exit_code"], code, "{command}: {r}");
-    Ok(())
-}
 
 async fn client(name: &str) -> anyhow::Result<Client> {
     let t = tag(name);
