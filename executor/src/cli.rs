@@ -236,6 +236,12 @@ pub struct Cli {
         help_heading = "docker backend options"
     )]
     pub docker_run_flags: Vec<String>,
+    /// Started computers to keep ready for new computers whose id the server picks (a call
+    /// without computer_id, computer_create without one): one is handed out in
+    /// milliseconds instead of being created and started. Each costs an idle container
+    /// (a few MiB). At most 64; 0 turns it off.
+    #[arg(long, env = "MSC_WARM_POOL", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=64), help_heading = "docker backend options")]
+    pub warm_pool: u64,
 
     // ---- fly backend options ----
     /// flyctl/fly executable (used only to print the exact login command).

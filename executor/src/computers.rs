@@ -192,7 +192,15 @@ impl Computers {
         Ok(record.temporary)
     }
 
-    fn new_slug(&self) -> String {
+    /// A fresh id for a new computer of kind `temporary` made for `team`: a warm-pool
+    /// member's when one is ready (a team's computer is never one: its team is a label).
+    fn new_slug(&self, temporary: bool, team: Option<&str>) -> String {
+        if team.is_none()
+            && let Backend::Docker(d) = &self.backend
+            && let Some(slug) = d.pool_slug(temporary)
+        {
+            return slug;
+        }
         slug_from_random(rand::random::<u64>())
     }
 
@@ -434,11 +442,21 @@ impl Computers {
     /// Removes every temporary computer this server made (shutdown).
     pub async fn shutdown(&self) {
         let Ok(temporaries) = self.registry().temporaries();
-        self.remove_ids(Self::ids(temporaries)).await;
+        let pool = async {
+            if let Backend::Docker(d) = &self.backend {
+                d.close_pool().await;
+            }
+        };
+        tokio::join!(self.remove_ids(Self::ids(temporaries)), pool);
     }
 
     /// Removes temporaries left on this host by servers that are no longer running.
     pub async fn reap_orphans(&self) -> Result<usize, ComputerError> {
+        if let Backend::Docker(d) = &self.backend
+            && let Err(e) = d.reap_pool_leftovers().await
+        {
+            tracing::warn!(error = %e, "could not look for warm-pool computers of dead servers");
+        }
         let list = self.backend.list().await?;
         let orphans: Vec<String> = list
             .into_iter()
@@ -637,7 +655,8 @@ impl SessionHost {
             computer_id,
             temporary,
             slot.as_ref().and_then(|d| d.as_deref()),
-            || c.new_slug(),
+            // A new id is a permanent computer's only with `temporary: false` (SPEC §3.6).
+            || c.new_slug(temporary != Some(false), self.team()),
         );
         let attached = self
             .attach(target.id(), target.requested(temporary), progress)
@@ -683,7 +702,7 @@ impl SessionHost {
         progress: &Progress,
     ) -> Result<serde_json::Value, ComputerError> {
         let c = &self.computers;
-        let id = computer_id.unwrap_or_else(|| c.new_slug());
+        let id = computer_id.unwrap_or_else(|| c.new_slug(temporary.unwrap_or(true), self.team()));
         self.attach(&id, temporary, progress).await?;
         let r = c
             .backend

@@ -33,6 +33,14 @@ pub enum ConfigError {
     )]
     WasmPathMissing,
     #[error(
+        "--warm-pool keeps Docker/Podman computers ready; {0} computers are not kept in a pool (drop --warm-pool, or use --backend docker)"
+    )]
+    WarmPoolBackend(&'static str),
+    #[error(
+        "--warm-pool serves a local server's new computers; an executor's are made for the gateway's teams on demand (drop --warm-pool in executor mode)"
+    )]
+    WarmPoolExecutor,
+    #[error(
         "--backend fly needs a Fly API token: run `{0}` (the token is then read from ~/.fly/config.yml), or pass --fly-token / set FLY_API_TOKEN (e.g. from `fly tokens create org`)"
     )]
     FlyToken(String),
@@ -116,6 +124,20 @@ pub enum BackendChoice {
     E2b(Box<crate::e2b::E2bConfig>),
     /// Modal sandboxes.
     Modal(Box<crate::modal::client::ModalSettings>),
+}
+
+impl BackendChoice {
+    /// Its `--backend` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Auto | Self::Docker => "docker",
+            Self::Toolbox => "go_busybox",
+            Self::Custom(_) => "wasm",
+            Self::Fly(_) => "fly",
+            Self::E2b(_) => "e2b",
+            Self::Modal(_) => "modal",
+        }
+    }
 }
 
 /// Everything the server runs with.
@@ -595,6 +617,14 @@ impl Config {
         // Only Docker computers are described by the built-in text about the default image;
         // Modal's description names the image it runs.
         let on_docker = matches!(backend, BackendChoice::Auto | BackendChoice::Docker);
+        if cli.warm_pool > 0 {
+            if !on_docker {
+                return Err(ConfigError::WarmPoolBackend(backend.name()));
+            }
+            if matches!(cli.mode, Some(crate::cli::ModeArg::Executor)) {
+                return Err(ConfigError::WarmPoolExecutor);
+            }
+        }
         let custom = (on_docker && image != DEFAULT_IMAGE).then_some(image.as_str());
         let exec_description = assemble_description(
             &backend_description(
@@ -659,6 +689,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             memory_bytes: cli.memory.as_deref().map(parse_memory).transpose()?,
             network,
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
+            warm_pool: usize::try_from(cli.warm_pool).unwrap_or(0),
         };
         let supervisor = supervisor_source(cli.supervisor.as_deref())?;
         let executor = match cli.mode {
@@ -811,6 +842,22 @@ mod tests {
         assert!(matches!(
             cfg(&["--backend", "go_busybox", "--wasm-fuel", "0"]),
             Err(ConfigError::BadWasmFuel)
+        ));
+    }
+
+    #[test]
+    fn the_warm_pool_is_for_docker_computers_of_a_local_server() {
+        assert_eq!(cfg(&[]).unwrap().docker.warm_pool, 0);
+        assert_eq!(cfg(&["--warm-pool", "8"]).unwrap().docker.warm_pool, 8);
+        assert!(Cli::try_parse_from(["x", "--warm-pool", "65"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--warm-pool", "-1"]).is_err());
+        assert!(matches!(
+            cfg(&["--backend", "go_busybox", "--warm-pool", "2"]),
+            Err(ConfigError::WarmPoolBackend("go_busybox"))
+        ));
+        assert!(matches!(
+            cfg(&["--backend", "docker", "--warm-pool", "2", "executor"]),
+            Err(ConfigError::WarmPoolExecutor)
         ));
         // Issue 19: the shell's memory budget, 64 MiB by default; MiB or a size.
         let shell = |v: &str| cfg(&["--backend", "go_busybox", "--wasm-shell-memory", v]);

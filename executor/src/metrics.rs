@@ -90,6 +90,12 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandoutLabel {
+    /// `hit`: a warm-pool member was ready; `miss`: made on demand.
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabel {
     server: Server,
 }
@@ -118,6 +124,8 @@ struct Metrics {
     computers: Family<StateLabels, Gauge>,
     auth_refusals: Family<ServerLabel, Counter>,
     requests: Family<RequestLabels, Counter>,
+    pool_ready: Gauge,
+    pool_handouts: Family<HandoutLabel, Counter>,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: Mutex<()>,
 }
@@ -172,8 +180,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "HTTP requests answered, by server and status code",
         requests.clone(),
     );
+    let pool_ready = Gauge::default();
+    registry.register(
+        "warm_pool_ready",
+        "Warm-pool computers started and not handed out (--warm-pool)",
+        pool_ready.clone(),
+    );
+    let pool_handouts = Family::<HandoutLabel, Counter>::default();
+    registry.register(
+        "warm_pool_handouts",
+        "New computers with a server-chosen id, by whether a warm-pool member was ready (hit) or not (miss)",
+        pool_handouts.clone(),
+    );
     Metrics {
         registry,
+        pool_ready,
+        pool_handouts,
         execs,
         exec_seconds,
         jobs_started,
@@ -251,6 +273,21 @@ pub fn job_started(backend: &str) {
         .jobs_started
         .get_or_create(&BackendLabel {
             backend: backend.to_owned(),
+        })
+        .inc();
+}
+
+/// The warm pool now holds `n` ready members.
+pub fn pool_ready(n: usize) {
+    METRICS.pool_ready.set(i64::try_from(n).unwrap_or(i64::MAX));
+}
+
+/// A new computer with a server-chosen id was asked of the warm pool.
+pub fn pool_handout(hit: bool) {
+    METRICS
+        .pool_handouts
+        .get_or_create(&HandoutLabel {
+            result: if hit { "hit" } else { "miss" },
         })
         .inc();
 }

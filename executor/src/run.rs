@@ -146,6 +146,11 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
             }
         }
     };
+    if config.docker.warm_pool > 0 && !matches!(backend, Backend::Docker(_)) {
+        eprintln!(
+            "mcp-sandbox-computer-vm-for-ai: --warm-pool is ignored: there is no container engine, and WebAssembly computers start in microseconds without one."
+        );
+    }
     if matches!(
         backend,
         Backend::Wasm(_) | Backend::Fly(_) | Backend::E2b(_) | Backend::Modal(_)
@@ -176,7 +181,8 @@ async fn docker_backend(config: &Config) -> Result<Docker, RunError> {
     Ok(
         Docker::connect(config.docker.clone(), instance::current(), host_name())
             .await?
-            .with_supervisor(supervisor),
+            .with_supervisor(supervisor)
+            .with_pool(config.docker.warm_pool),
     )
 }
 
@@ -197,6 +203,9 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
         tokio::spawn(async move {
             if let Err(e) = c.reap_orphans().await {
                 tracing::warn!(error = %e, "could not look for temporaries of dead servers");
+            }
+            if let Backend::Docker(d) = c.backend() {
+                d.start_pool();
             }
         });
     }

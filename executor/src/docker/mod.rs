@@ -14,6 +14,7 @@ mod files;
 pub mod flags;
 mod jobs;
 mod place;
+pub mod pool;
 pub mod settings;
 pub mod supervised;
 
@@ -146,6 +147,8 @@ pub struct Docker {
     /// The volume holding the supervisor once it is ready (`Ok`), or why this engine
     /// cannot run it at all (`Err`, e.g. another architecture); `None` until first use.
     supervisor_volume: Arc<tokio::sync::Mutex<Option<Result<String, String>>>>,
+    /// Started computers kept ready for new slugs (`--warm-pool`).
+    pool: Option<Arc<pool::Pool>>,
 }
 
 /// Does this error say the engine cannot provide `--init`?
@@ -180,6 +183,18 @@ pub fn rfc3339(secs: i64) -> String {
         (rem % 3600) / 60,
         rem % 60
     )
+}
+
+/// A container to create, and what it is for.
+#[derive(Debug, Clone, Copy)]
+struct Making<'a> {
+    /// Its container name (a warm-pool member's is not yet its computer's).
+    name: &'a str,
+    computer_id: &'a str,
+    temporary: bool,
+    team: Option<&'a str>,
+    /// A warm-pool member ([`pool`]).
+    pooled: bool,
 }
 
 /// The container name of a computer.
@@ -257,7 +272,15 @@ impl Docker {
             connections: Arc::default(),
             supervised_cache: Arc::default(),
             supervisor_volume: Arc::default(),
+            pool: None,
         })
+    }
+
+    /// Keeps `size` started computers ready for new slugs (0: none); [`Docker::start_pool`]
+    /// starts filling it.
+    pub fn with_pool(mut self, size: usize) -> Self {
+        self.pool = (size > 0).then(|| Arc::new(pool::Pool::new(size)));
+        self
     }
 
     /// Places `binary` (the static supervisor) in computers created from now on.
@@ -315,7 +338,17 @@ impl Docker {
 
     /// Finds a computer's container. `Err(NotOurs)` when the name is held by something else.
     pub async fn find(&self, computer_id: &str) -> Result<Option<ContainerRecord>, DockerError> {
-        let name = container_name(computer_id);
+        self.find_named(&container_name(computer_id), computer_id)
+            .await
+    }
+
+    /// [`Docker::find`] of container `name` (a warm-pool member's is not the computer's).
+    async fn find_named(
+        &self,
+        name: &str,
+        computer_id: &str,
+    ) -> Result<Option<ContainerRecord>, DockerError> {
+        let name = name.to_owned();
         match self.client.inspect_container(&name, None).await {
             Ok(c) => {
                 let labels = c
@@ -362,6 +395,13 @@ impl Docker {
             .map_err(DockerError::from_bollard)?;
         Ok(list
             .into_iter()
+            .filter(|c| {
+                // A warm-pool member is not a computer until it is handed out.
+                !c.names
+                    .iter()
+                    .flatten()
+                    .any(|n| n.trim_start_matches('/').starts_with(pool::NAME_PREFIX))
+            })
             .filter_map(|c| {
                 let labels = c.labels.unwrap_or_default();
                 let state = c
@@ -379,11 +419,11 @@ impl Docker {
             .collect())
     }
 
-    /// Makes sure the image exists locally, pulling it if needed.
-    pub async fn ensure_image(&self, progress: &Progress) -> Result<(), DockerError> {
+    /// Makes sure the image exists locally, pulling it if needed. Returns its id.
+    pub async fn ensure_image(&self, progress: &Progress) -> Result<String, DockerError> {
         let image = &self.cfg.image;
         match self.client.inspect_image(image).await {
-            Ok(_) => return Ok(()),
+            Ok(i) => return Ok(i.id.unwrap_or_default()),
             Err(e) if status_of(&e) == Some(404) => {}
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
@@ -414,17 +454,27 @@ impl Docker {
                 }
             }
         }
-        Ok(())
+        let pulled = self
+            .client
+            .inspect_image(image)
+            .await
+            .map_err(DockerError::from_bollard)?;
+        Ok(pulled.id.unwrap_or_default())
     }
 
     fn create_body(
         &self,
-        computer_id: &str,
-        temporary: bool,
-        team: Option<&str>,
+        m: Making<'_>,
         init: bool,
         supervisor_volume: Option<&str>,
     ) -> ContainerCreateBody {
+        let Making {
+            computer_id,
+            temporary,
+            team,
+            pooled,
+            ..
+        } = m;
         let supervised = supervisor_volume.is_some();
         let f = &self.cfg.run_flags;
         let mut labels: HashMap<String, String> = f.labels.iter().cloned().collect();
@@ -438,9 +488,13 @@ impl Docker {
         if let Some(team) = team {
             labels.insert(LABEL_TEAM.into(), team.into());
         }
-        if temporary {
+        // A pool member, permanent ones too, says whose it is until it is handed out.
+        if temporary || pooled {
             labels.insert(LABEL_INSTANCE.into(), self.instance.clone());
             labels.insert(LABEL_HOST.into(), self.host.clone());
+        }
+        if pooled {
+            labels.insert(pool::LABEL_POOL.into(), "1".into());
         }
         let network_mode = if !self.cfg.network {
             Some("none".to_owned())
@@ -544,7 +598,32 @@ impl Docker {
         team: Option<&str>,
         progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
-        self.ensure_image(progress).await?;
+        let image_id = self.ensure_image(progress).await?;
+        if team.is_none()
+            && let Some(r) = self.hand_out(computer_id, temporary, &image_id).await
+        {
+            return Ok(r);
+        }
+        let name = container_name(computer_id);
+        let m = Making {
+            name: &name,
+            computer_id,
+            temporary,
+            team,
+            pooled: false,
+        };
+        self.create_named(m, progress).await
+    }
+
+    /// Creates and starts the container `m` says (the image is there).
+    async fn create_named(
+        &self,
+        m: Making<'_>,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, DockerError> {
+        let Making {
+            name, computer_id, ..
+        } = m;
         progress.report(&format!(
             "creating computer {computer_id} from {}",
             self.cfg.image
@@ -556,15 +635,12 @@ impl Docker {
             && !f.read_only
         {
             match self.supervisor_volume(&binary).await {
-                Ok(volume) => match self
-                    .create_with(computer_id, temporary, team, progress, Some(&volume))
-                    .await
-                {
+                Ok(volume) => match self.create_with(m, progress, Some(&volume)).await {
                     Ok(r) => return Ok(r),
                     Err(e @ DockerError::ImageUnavailable { .. }) => return Err(e),
                     Err(e) => {
                         tracing::warn!(computer_id, error = %e, "the supervisor cannot run in this computer; using plain Engine API exec");
-                        let _ = self.remove(computer_id).await;
+                        let _ = self.remove_container(name).await;
                     }
                 },
                 // Said once when it was learnt (another architecture).
@@ -574,22 +650,24 @@ impl Docker {
                 }
             }
         }
-        self.create_with(computer_id, temporary, team, progress, None)
-            .await
+        self.create_with(m, progress, None).await
     }
 
     async fn create_with(
         &self,
-        computer_id: &str,
-        temporary: bool,
-        team: Option<&str>,
+        m: Making<'_>,
         progress: &Progress,
         supervisor_volume: Option<&str>,
     ) -> Result<ContainerRecord, DockerError> {
+        let Making {
+            name,
+            computer_id,
+            pooled,
+            ..
+        } = m;
         let supervised = supervisor_volume.is_some();
-        let name = container_name(computer_id);
         let opts = CreateContainerOptions {
-            name: Some(name.clone()),
+            name: Some(name.to_owned()),
             ..Default::default()
         };
         let init =
@@ -598,7 +676,7 @@ impl Docker {
             .client
             .create_container(
                 Some(opts.clone()),
-                self.create_body(computer_id, temporary, team, init, supervisor_volume),
+                self.create_body(m, init, supervisor_volume),
             )
             .await;
         if init
@@ -611,15 +689,12 @@ impl Docker {
             self.init_available.store(false, Ordering::Relaxed);
             result = self
                 .client
-                .create_container(
-                    Some(opts),
-                    self.create_body(computer_id, temporary, team, false, supervisor_volume),
-                )
+                .create_container(Some(opts), self.create_body(m, false, supervisor_volume))
                 .await;
         }
         match result {
             Ok(_) => {}
-            Err(e) if status_of(&e) == Some(409) => {
+            Err(e) if status_of(&e) == Some(409) && !pooled => {
                 // Lost a race with another creator: use what is there (the caller re-checks policy).
                 return self
                     .find(computer_id)
@@ -635,22 +710,27 @@ impl Docker {
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
         progress.report(&format!("starting computer {computer_id}"));
-        if let Err(e) = self.start(computer_id).await {
+        if let Err(e) = self.start_named(name, computer_id).await {
             // Leave nothing behind for a computer that never ran.
-            let _ = self.remove(computer_id).await;
+            let _ = self.remove_container(name).await;
             return Err(e);
         }
-        self.remember_supervised(&name, supervised);
-        self.find(computer_id)
+        self.remember_supervised(name, supervised);
+        self.find_named(name, computer_id)
             .await?
             .ok_or_else(|| DockerError::NotFound(computer_id.into()))
     }
 
     /// Starts a stopped computer (e.g. after the engine restarted).
     pub async fn start(&self, computer_id: &str) -> Result<(), DockerError> {
+        self.start_named(&container_name(computer_id), computer_id)
+            .await
+    }
+
+    async fn start_named(&self, name: &str, computer_id: &str) -> Result<(), DockerError> {
         match self
             .client
-            .start_container(&container_name(computer_id), None::<StartContainerOptions>)
+            .start_container(name, None::<StartContainerOptions>)
             .await
         {
             Ok(()) => Ok(()),
@@ -680,17 +760,17 @@ impl Docker {
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
     pub async fn remove(&self, computer_id: &str) -> Result<bool, DockerError> {
-        self.forget(&container_name(computer_id));
+        self.remove_container(&container_name(computer_id)).await
+    }
+
+    async fn remove_container(&self, name: &str) -> Result<bool, DockerError> {
+        self.forget(name);
         let opts = RemoveContainerOptions {
             force: true,
             v: true,
             ..Default::default()
         };
-        match self
-            .client
-            .remove_container(&container_name(computer_id), Some(opts))
-            .await
-        {
+        match self.client.remove_container(name, Some(opts)).await {
             Ok(()) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             // 409: removal already in progress.

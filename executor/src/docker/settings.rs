@@ -21,4 +21,6 @@ pub struct DockerConfig {
     pub memory_bytes: Option<i64>,
     pub network: bool,
     pub run_flags: DockerRunFlags,
+    /// `--warm-pool`: started computers kept ready for new slugs.
+    pub warm_pool: usize,
 }

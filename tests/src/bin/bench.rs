@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|jobs|files|gateway|wasm|cloud` runs one part.
+//! `MSC_BENCH_ONLY=warm|jobs|files|pool|gateway|wasm|cloud` runs one part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -23,6 +23,8 @@ mod cloud;
 mod files;
 #[path = "bench/jobs.rs"]
 mod jobs;
+#[path = "bench/pool.rs"]
+mod pool;
 #[path = "bench/wasm.rs"]
 mod wasm;
 
@@ -645,6 +647,12 @@ async fn main() -> Result<()> {
         print_rows(&rows);
         return Ok(());
     }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("pool") {
+        pool::rows(&t, &mut rows).await?;
+        remove_all(&t).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("gateway") {
         gateway_rows(&t, &mut rows).await?;
         remove_all(&t).await?;
@@ -836,6 +844,9 @@ async fn main() -> Result<()> {
         target: "<= 1.10x floor".into(),
         pass: gone <= 1.10 * floor_gone,
     });
+
+    // ---- the warm pool (issue 18) ----
+    pool::rows(&t, &mut rows).await?;
 
     // ---- the gateway Worker under wrangler dev (issue 6) ----
     gateway_rows(&t, &mut rows).await?;

@@ -19,6 +19,7 @@
 //! - `tasks`: the MCP Tasks extension over jobs (raw 2026-07-28 HTTP)
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `podman`: the same over Podman's Docker-compatible API
+//! - `pool`: the warm pool (issue 18): hand-out, refill, kinds, out of sight, shutdown, a killed server's reaped, another image never handed out
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
 //! - `files_full`: a full disk on Docker (both paths, tools and /v1/files): a clear error, the old file kept
 //! - `files_http`: GET/PUT /v1/files streams (1 GiB each way), ranges, limits, auth, ownership
@@ -54,6 +55,7 @@ mod metrics;
 mod modal;
 mod parity;
 mod podman;
+mod pool;
 mod registry;
 mod security;
 mod startup;
