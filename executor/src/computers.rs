@@ -158,7 +158,13 @@ impl Computers {
             return Ok(known.temporary);
         }
         let place = self.backend.name();
-        let record = match self.backend.find(id).await? {
+        // A slug reserved for a warm-pool member names no computer yet: no need to look.
+        let reserved = matches!(&self.backend, Backend::Docker(d) if d.pool_reserved(id));
+        let found = match reserved {
+            true => None,
+            false => self.backend.find(id).await?,
+        };
+        let record = match found {
             Some(r) => r,
             None => {
                 let r = self

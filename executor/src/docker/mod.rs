@@ -604,6 +604,7 @@ impl Docker {
         {
             return Ok(r);
         }
+        let _counted = self.on_demand();
         let name = container_name(computer_id);
         let m = Making {
             name: &name,

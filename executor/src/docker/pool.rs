@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bollard::query_parameters::{ListContainersOptions, RenameContainerOptions};
@@ -47,6 +47,8 @@ struct Member {
     temporary: bool,
     /// The image id it was created from.
     image_id: String,
+    /// As created (its labels already name its computer).
+    record: ContainerRecord,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +71,18 @@ pub struct Pool {
     closed: AtomicBool,
     /// Held while a member is being made, so shutdown waits for it instead of leaking it.
     making: tokio::sync::Mutex<()>,
+    /// Computers being made on demand right now: the filler waits for them, so a burst
+    /// of new computers never queues behind members at the engine.
+    demand: AtomicUsize,
+}
+
+/// Counts one computer being made on demand while it lives.
+pub(super) struct Demand<'a>(&'a AtomicUsize);
+
+impl Drop for Demand<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
@@ -86,7 +100,14 @@ impl Pool {
             wake: tokio::sync::Notify::new(),
             closed: AtomicBool::new(false),
             making: tokio::sync::Mutex::new(()),
+            demand: AtomicUsize::new(0),
         }
+    }
+
+    /// Marks a computer being made on demand until the guard drops.
+    pub(super) fn on_demand(&self) -> Demand<'_> {
+        self.demand.fetch_add(1, Ordering::SeqCst);
+        Demand(&self.demand)
     }
 
     /// Members started and not handed out.
@@ -135,6 +156,18 @@ impl Pool {
 }
 
 impl Docker {
+    /// Is `slug` reserved for a member (so no computer has it yet: no need to look)?
+    pub fn pool_reserved(&self, slug: &str) -> bool {
+        self.pool
+            .as_ref()
+            .is_some_and(|p| lock(&p.state).reserved.contains_key(slug))
+    }
+
+    /// Counts a computer made on demand (the filler waits), if there is a pool.
+    pub(super) fn on_demand(&self) -> Option<Demand<'_>> {
+        self.pool.as_ref().map(|p| p.on_demand())
+    }
+
     /// A slug for a new computer of kind `temporary` whose member is ready (reserved for
     /// it until [`Docker::create`] renames it), or `None`: make one from scratch.
     pub fn pool_slug(&self, temporary: bool) -> Option<String> {
@@ -185,18 +218,9 @@ impl Docker {
             return None;
         }
         self.renamed(&from, &to);
-        match self.find(slug).await {
-            Ok(Some(r)) if r.state == "running" => Some(r),
-            Ok(Some(_)) => match self.start(slug).await {
-                Ok(()) => self.find(slug).await.ok().flatten(),
-                Err(e) => {
-                    tracing::warn!(slug, error = %e, "a warm-pool member had stopped and would not start; creating the computer instead");
-                    let _ = self.remove(slug).await;
-                    None
-                }
-            },
-            _ => None,
-        }
+        // As made: no engine round trip (a member that stopped meanwhile is started again
+        // by the first exec, as any computer whose PID 1 died).
+        Some(member.record)
     }
 
     /// Keeps the relay and what is known of a container across its rename.
@@ -244,6 +268,10 @@ impl Docker {
                     continue;
                 };
                 drop(woken);
+                while pool.demand.load(Ordering::SeqCst) > 0 && !pool.closed.load(Ordering::SeqCst)
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 match d.make_member(temporary).await {
                     Ok(()) => backoff = Duration::from_millis(500),
                     Err(e) => {
@@ -287,7 +315,7 @@ impl Docker {
             team: None,
             pooled: true,
         };
-        self.create_named(m, &Progress::default()).await?;
+        let record = self.create_named(m, &Progress::default()).await?;
         // The relay is opened now, so the first command pays nothing for it.
         if self.is_supervised(&name).await
             && let Err(e) = self.connection(&name).await
@@ -298,6 +326,7 @@ impl Docker {
             slug,
             temporary,
             image_id,
+            record,
         })
     }
 
@@ -384,6 +413,17 @@ mod tests {
             slug: slug.into(),
             temporary,
             image_id: image.into(),
+            record: ContainerRecord {
+                computer_id: slug.into(),
+                provider_id: "c".into(),
+                temporary,
+                instance: None,
+                host: None,
+                image: "img".into(),
+                state: "running".into(),
+                created_at: "t".into(),
+                team: None,
+            },
         }
     }
 
