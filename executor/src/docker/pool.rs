@@ -380,14 +380,9 @@ impl Docker {
             };
             if unclaimed && here && dead {
                 let Some(id) = c.id else { continue };
-                let opts = bollard::query_parameters::RemoveContainerOptions {
-                    force: true,
-                    v: true,
-                    ..Default::default()
-                };
-                match self.client.remove_container(&id, Some(opts)).await {
-                    Ok(()) => gone += 1,
-                    Err(e) if super::status_of(&e) == Some(404) => {}
+                match self.remove_container(&id).await {
+                    Ok(true) => gone += 1,
+                    Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "could not remove a warm-pool computer of a server that is gone")
                     }
