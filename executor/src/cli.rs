@@ -67,6 +67,16 @@ pub enum TransportArg {
     Http,
 }
 
+/// `--supervisor-channel`: how the server reaches a computer's supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChannelArg {
+    /// A unix socket in a per-computer host directory when the engine is on this host,
+    /// else the relay.
+    Auto,
+    /// Always one long-lived exec through the engine.
+    Relay,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FlyCpuKind {
     Shared,
@@ -242,6 +252,13 @@ pub struct Cli {
     /// (a few MiB). At most 64; 0 turns it off.
     #[arg(long, env = "MSC_WARM_POOL", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=64), help_heading = "docker backend options")]
     pub warm_pool: u64,
+    /// How execs reach a computer's supervisor: `auto` uses a unix socket in a per-computer
+    /// directory under <state-dir>/run, bind-mounted into the computer, when the engine is
+    /// a local socket (an exec then never crosses the engine), and falls back to `relay`
+    /// (one long-lived exec through the engine) wherever that cannot work: a remote
+    /// --docker-host, a server inside a container, a user namespace.
+    #[arg(long, env = "MSC_SUPERVISOR_CHANNEL", value_enum, default_value_t = ChannelArg::Auto, help_heading = "docker backend options")]
+    pub supervisor_channel: ChannelArg,
 
     // ---- fly backend options ----
     /// flyctl/fly executable (used only to print the exact login command).

@@ -485,6 +485,16 @@ impl Computers {
             );
         }
         self.remove_ids(orphans).await;
+        if let Backend::Docker(d) = &self.backend {
+            match d.sweep_channels().await {
+                Ok(0) => {}
+                Ok(swept) => tracing::info!(
+                    count = swept,
+                    "removed direct-channel directories of computers that are gone"
+                ),
+                Err(e) => tracing::warn!(error = %e, "could not sweep direct-channel directories"),
+            }
+        }
         Ok(n)
     }
 }

@@ -681,9 +681,15 @@ Files persist between calls on the same computer and across computer_restart (a 
                 .clone()
                 .unwrap_or_else(|| state_dir.join("cache")),
         };
+        let endpoint = parse_endpoint(cli.docker_host.as_deref())?;
+        // A host directory is only the engine's too when the engine is a local socket.
+        let channel_dir = (cli.supervisor_channel == crate::cli::ChannelArg::Auto
+            && !matches!(endpoint, DockerEndpoint::Http(_)))
+        .then(|| state_dir.join("run"));
         let docker = DockerConfig {
             podman,
-            endpoint: parse_endpoint(cli.docker_host.as_deref())?,
+            endpoint,
+            channel_dir,
             image,
             nano_cpus: cli.cpu.as_deref().map(parse_cpu).transpose()?,
             memory_bytes: cli.memory.as_deref().map(parse_memory).transpose()?,

@@ -96,6 +96,13 @@ struct HandoutLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelLabel {
+    /// `direct`: the socket in the computer's host directory; `relay`: an exec through the
+    /// engine.
+    channel: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabel {
     server: Server,
 }
@@ -126,6 +133,7 @@ struct Metrics {
     requests: Family<RequestLabels, Counter>,
     pool_ready: Gauge,
     pool_handouts: Family<HandoutLabel, Counter>,
+    supervisor_connections: Family<ChannelLabel, Counter>,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: Mutex<()>,
 }
@@ -192,8 +200,15 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "New computers with a server-chosen id, by whether a warm-pool member was ready (hit) or not (miss)",
         pool_handouts.clone(),
     );
+    let supervisor_connections = Family::<ChannelLabel, Counter>::default();
+    registry.register(
+        "supervisor_connections",
+        "Connections opened to computers' supervisors, by channel (direct or relay)",
+        supervisor_connections.clone(),
+    );
     Metrics {
         registry,
+        supervisor_connections,
         pool_ready,
         pool_handouts,
         execs,
@@ -288,6 +303,16 @@ pub fn pool_handout(hit: bool) {
         .pool_handouts
         .get_or_create(&HandoutLabel {
             result: if hit { "hit" } else { "miss" },
+        })
+        .inc();
+}
+
+/// A connection to a computer's supervisor was opened, over the direct channel or the relay.
+pub fn supervisor_connection(direct: bool) {
+    METRICS
+        .supervisor_connections
+        .get_or_create(&ChannelLabel {
+            channel: if direct { "direct" } else { "relay" },
         })
         .inc();
 }

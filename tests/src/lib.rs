@@ -424,6 +424,20 @@ pub async fn exec(client: &Client, arguments: Value) -> Result<Value> {
     r.structured_content.context("no structuredContent")
 }
 
+/// The value of one series (`name{labels}`, as printed) on a server's `/metrics`; 0 when
+/// it is not there yet.
+pub async fn metric(base: &str, series: &str) -> Result<f64> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let v = text
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or("0");
+    Ok(v.parse()?)
+}
+
 /// Runs `command` (the shell) on the session's computer; its structured result.
 pub async fn sh(client: &Client, command: &str) -> Result<Value> {
     exec(client, serde_json::json!({ "command": command })).await

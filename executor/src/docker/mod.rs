@@ -9,6 +9,7 @@
 mod archive;
 mod archive_stream;
 mod archive_write;
+pub mod channel;
 pub mod exec;
 mod files;
 pub mod flags;
@@ -19,6 +20,7 @@ pub mod settings;
 pub mod supervised;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -149,6 +151,13 @@ pub struct Docker {
     supervisor_volume: Arc<tokio::sync::Mutex<Option<Result<String, String>>>>,
     /// Started computers kept ready for new slugs (`--warm-pool`).
     pool: Option<Arc<pool::Pool>>,
+    /// The supervisor understands `--host-socket … --host-owner` (the direct channel,
+    /// [`channel`]).
+    supervisor_has_channel: bool,
+    /// Whether the direct channel works with this engine, as learnt.
+    channel_learnt: Arc<channel::Learnt>,
+    /// Each container's host directory of the direct channel, by container name.
+    channels: Arc<std::sync::Mutex<HashMap<String, PathBuf>>>,
 }
 
 /// Does this error say the engine cannot provide `--init`?
@@ -273,6 +282,9 @@ impl Docker {
             supervised_cache: Arc::default(),
             supervisor_volume: Arc::default(),
             pool: None,
+            supervisor_has_channel: false,
+            channel_learnt: Arc::default(),
+            channels: Arc::default(),
         })
     }
 
@@ -285,6 +297,11 @@ impl Docker {
 
     /// Places `binary` (the static supervisor) in computers created from now on.
     pub fn with_supervisor(mut self, binary: Option<Vec<u8>>) -> Self {
+        // A supervisor given with --supervisor may predate the direct channel: one that
+        // does not know the flag would refuse to start as PID 1.
+        self.supervisor_has_channel = binary
+            .as_ref()
+            .is_some_and(|b| b.windows(12).any(|w| w == b"--host-owner"));
         self.supervisor = binary.map(Arc::new);
         self
     }
@@ -294,6 +311,31 @@ impl Docker {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(container.to_owned(), yes);
+    }
+
+    /// Remembers what a container's labels say of its supervisor and its direct channel.
+    fn remember_labels(&self, container: &str, labels: &HashMap<String, String>) {
+        let yes = labels.get(supervised::LABEL_SUPERVISOR).map(String::as_str) == Some("1");
+        self.remember_supervised(container, yes);
+        let dir = self.cfg.channel_dir.as_deref().and_then(|base| {
+            labels
+                .get(channel::LABEL_CHANNEL)
+                .and_then(|l| channel::dir_from_label(base, l))
+        });
+        let mut channels = supervised::lock(&self.channels);
+        match dir {
+            Some(d) if yes => channels.insert(container.to_owned(), d),
+            _ => channels.remove(container),
+        };
+    }
+
+    /// The host directory of `container`'s direct channel, when it has one that is worth
+    /// trying (known from its creation or its labels).
+    pub(super) fn channel_of(&self, container: &str) -> Option<PathBuf> {
+        if !self.channel_learnt.worth_trying() {
+            return None;
+        }
+        supervised::lock(&self.channels).get(container).cloned()
     }
 
     fn forget(&self, container: &str) {
@@ -314,14 +356,17 @@ impl Docker {
         {
             return *v;
         }
-        let yes = match self.client.inspect_container(container, None).await {
-            Ok(c) => c.config.and_then(|c| c.labels).is_some_and(|l| {
-                l.get(supervised::LABEL_SUPERVISOR).map(String::as_str) == Some("1")
-            }),
-            Err(_) => false,
-        };
-        self.remember_supervised(container, yes);
-        yes
+        match self.client.inspect_container(container, None).await {
+            Ok(c) => {
+                let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+                self.remember_labels(container, &labels);
+                labels.get(supervised::LABEL_SUPERVISOR).map(String::as_str) == Some("1")
+            }
+            Err(_) => {
+                self.remember_supervised(container, false);
+                false
+            }
+        }
     }
 
     pub fn client(&self) -> &bollard::Docker {
@@ -363,6 +408,10 @@ impl Docker {
                     .map(|s| s.to_string())
                     .unwrap_or_else(|| "unknown".into());
                 let created = c.created.clone().unwrap_or_default();
+                if labels.get(LABEL_OURS).map(String::as_str) == Some("true") {
+                    // What the first exec would inspect for: learnt here for free.
+                    self.remember_labels(&name, &labels);
+                }
                 record_from_labels(
                     &labels,
                     c.id.unwrap_or_default(),
@@ -379,20 +428,26 @@ impl Docker {
         }
     }
 
+    /// Every container (running or not) with all of `labels` (`key` or `key=value`).
+    pub(super) async fn list_labelled(
+        &self,
+        labels: Vec<String>,
+    ) -> Result<Vec<bollard::models::ContainerSummary>, DockerError> {
+        self.client
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([("label".to_owned(), labels)])),
+                ..Default::default()
+            }))
+            .await
+            .map_err(DockerError::from_bollard)
+    }
+
     /// Lists all our containers.
     pub async fn list(&self) -> Result<Vec<ContainerRecord>, DockerError> {
-        let mut filters = HashMap::new();
-        filters.insert("label".to_owned(), vec![format!("{LABEL_OURS}=true")]);
-        let opts = ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        };
         let list = self
-            .client
-            .list_containers(Some(opts))
-            .await
-            .map_err(DockerError::from_bollard)?;
+            .list_labelled(vec![format!("{LABEL_OURS}=true")])
+            .await?;
         Ok(list
             .into_iter()
             .filter(|c| {
@@ -467,6 +522,7 @@ impl Docker {
         m: Making<'_>,
         init: bool,
         supervisor_volume: Option<&str>,
+        channel: Option<&Path>,
     ) -> ContainerCreateBody {
         let Making {
             computer_id,
@@ -484,6 +540,12 @@ impl Docker {
         labels.insert(LABEL_IMAGE.into(), self.cfg.image.clone());
         if supervised {
             labels.insert(supervised::LABEL_SUPERVISOR.into(), "1".into());
+        }
+        if let Some(dir) = channel {
+            labels.insert(
+                channel::LABEL_CHANNEL.into(),
+                dir.to_string_lossy().into_owned(),
+            );
         }
         if let Some(team) = team {
             labels.insert(LABEL_TEAM.into(), team.into());
@@ -531,13 +593,24 @@ impl Docker {
             }),
             runtime: f.runtime.clone(),
             mounts: supervisor_volume.map(|v| {
-                vec![Mount {
+                let mut mounts = vec![Mount {
                     target: Some(supervised::VOLUME_TARGET.into()),
                     source: Some(v.into()),
                     typ: Some(MountType::VOLUME),
                     read_only: Some(true),
                     ..Default::default()
-                }]
+                }];
+                // A bind mount, not `binds`: a source the engine cannot see fails the
+                // create (and the relay serves) instead of being made on its host.
+                if let Some(dir) = channel {
+                    mounts.push(Mount {
+                        target: Some(channel::MOUNT_TARGET.into()),
+                        source: Some(dir.to_string_lossy().into_owned()),
+                        typ: Some(MountType::BIND),
+                        ..Default::default()
+                    });
+                }
+                mounts
             }),
             devices: (!f.devices.is_empty()).then(|| {
                 f.devices
@@ -569,12 +642,22 @@ impl Docker {
             })),
             labels: Some(labels),
             entrypoint: Some(if supervised {
-                vec![
+                let mut argv: Vec<String> = vec![
                     supervised::SUPERVISOR_PATH.into(),
                     "init".into(),
                     "--socket".into(),
                     supervised::SOCKET_PATH.into(),
-                ]
+                ];
+                if channel.is_some() {
+                    argv.extend([
+                        "--host-socket".into(),
+                        channel::SOCKET_IN_COMPUTER.into(),
+                        // Ours, so this server (and only a peer outside the computer) connects.
+                        "--host-owner".into(),
+                        rustix::process::geteuid().as_raw().to_string(),
+                    ]);
+                }
+                argv
             } else {
                 vec!["/bin/sh".into(), "-c".into(), KEEPALIVE.into()]
             }),
@@ -673,13 +756,33 @@ impl Docker {
         };
         let init =
             !supervised && self.cfg.run_flags.init && self.init_available.load(Ordering::Relaxed);
+        let mut channel = self.new_channel_dir(supervised, computer_id);
         let mut result = self
             .client
             .create_container(
                 Some(opts.clone()),
-                self.create_body(m, init, supervisor_volume),
+                self.create_body(m, init, supervisor_volume, channel.as_deref()),
             )
             .await;
+        // Refused for a reason other than the name or the image: the engine may not be
+        // able to mount this host's directory (its host is not ours). Try without.
+        let refused = match &result {
+            Err(e) if !matches!(status_of(e), Some(404 | 409)) => Some(e.to_string()),
+            _ => None,
+        };
+        if let Some(why) = refused
+            && let Some(dir) = channel.take()
+        {
+            channel::remove_dir(&dir);
+            self.channel_learnt.failed(&why);
+            result = self
+                .client
+                .create_container(
+                    Some(opts.clone()),
+                    self.create_body(m, init, supervisor_volume, None),
+                )
+                .await;
+        }
         if init
             && let Err(e) = &result
             && init_missing(e)
@@ -690,8 +793,19 @@ impl Docker {
             self.init_available.store(false, Ordering::Relaxed);
             result = self
                 .client
-                .create_container(Some(opts), self.create_body(m, false, supervisor_volume))
+                .create_container(
+                    Some(opts),
+                    self.create_body(m, false, supervisor_volume, None),
+                )
                 .await;
+        }
+        if result.is_err()
+            && let Some(dir) = channel.take()
+        {
+            channel::remove_dir(&dir);
+        }
+        if let Some(dir) = &channel {
+            supervised::lock(&self.channels).insert(name.to_owned(), dir.clone());
         }
         match result {
             Ok(_) => {}
@@ -771,13 +885,58 @@ impl Docker {
             v: true,
             ..Default::default()
         };
-        match self.client.remove_container(name, Some(opts)).await {
+        let removed = match self.client.remove_container(name, Some(opts)).await {
             Ok(()) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             // 409: removal already in progress.
             Err(e) if status_of(&e) == Some(409) => Ok(true),
             Err(e) => Err(DockerError::from_bollard(e)),
+        };
+        // Its host directory goes with it (one this server never saw goes in a sweep).
+        if removed.is_ok()
+            && let Some(dir) = supervised::lock(&self.channels).remove(name)
+        {
+            channel::remove_dir(&dir);
         }
+        removed
+    }
+
+    /// A fresh host directory for a new computer's direct channel, when it is worth one.
+    fn new_channel_dir(&self, supervised: bool, computer_id: &str) -> Option<PathBuf> {
+        let base = self.cfg.channel_dir.as_deref()?;
+        if !supervised || !self.supervisor_has_channel || !self.channel_learnt.worth_trying() {
+            return None;
+        }
+        match channel::make_dir(base, computer_id) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                self.channel_learnt.failed(&format!(
+                    "cannot make a directory in {}: {e}",
+                    base.display()
+                ));
+                None
+            }
+        }
+    }
+
+    /// Removes direct-channel directories that no container names (their computers were
+    /// removed while no server of this state directory watched). Returns how many.
+    pub async fn sweep_channels(&self) -> Result<usize, DockerError> {
+        let Some(base) = self.cfg.channel_dir.clone() else {
+            return Ok(0);
+        };
+        let list = self
+            .list_labelled(vec![channel::LABEL_CHANNEL.to_owned()])
+            .await?;
+        let in_use: Vec<PathBuf> = list
+            .into_iter()
+            .filter_map(|c| c.labels?.get(channel::LABEL_CHANNEL).map(PathBuf::from))
+            .collect();
+        Ok(
+            tokio::task::spawn_blocking(move || channel::sweep(&base, &in_use))
+                .await
+                .unwrap_or(0),
+        )
     }
 
     /// Erases the writable filesystem: remove, then create again from the image.

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bollard::query_parameters::{ListContainersOptions, RenameContainerOptions};
+use bollard::query_parameters::RenameContainerOptions;
 
 use super::{Docker, DockerError, LABEL_HOST, LABEL_INSTANCE, LABEL_OURS, container_name};
 use crate::progress::Progress;
@@ -229,6 +229,10 @@ impl Docker {
         if let Some(yes) = supervised {
             self.remember_supervised(to, yes);
         }
+        let dir = super::supervised::lock(&self.channels).remove(from);
+        if let Some(dir) = dir {
+            super::supervised::lock(&self.channels).insert(to.to_owned(), dir);
+        }
         let conn = super::supervised::lock(&self.connections).remove(from);
         if let Some(c) = conn {
             super::supervised::lock(&self.connections).insert(to.to_owned(), c);
@@ -351,19 +355,12 @@ impl Docker {
     /// Removes members left on this host by servers that are no longer running. Returns
     /// how many.
     pub async fn reap_pool_leftovers(&self) -> Result<usize, DockerError> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![format!("{LABEL_OURS}=true"), format!("{LABEL_POOL}=1")],
-        )]);
         let list = self
-            .client
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filters),
-                ..Default::default()
-            }))
-            .await
-            .map_err(DockerError::from_bollard)?;
+            .list_labelled(vec![
+                format!("{LABEL_OURS}=true"),
+                format!("{LABEL_POOL}=1"),
+            ])
+            .await?;
         let mut gone = 0;
         for c in list {
             let labels = c.labels.unwrap_or_default();

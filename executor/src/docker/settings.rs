@@ -1,5 +1,7 @@
 //! The Docker backend's settings (built by `config` from the command line).
 
+use std::path::PathBuf;
+
 use super::flags::DockerRunFlags;
 
 /// Where the Engine API is.
@@ -23,4 +25,8 @@ pub struct DockerConfig {
     pub run_flags: DockerRunFlags,
     /// `--warm-pool`: started computers kept ready for new slugs.
     pub warm_pool: usize,
+    /// Where the direct supervisor channel's per-computer host directories are made
+    /// (`<state-dir>/run`); `None`: the relay only (`--supervisor-channel relay`, or an
+    /// engine that is not a local socket).
+    pub channel_dir: Option<PathBuf>,
 }

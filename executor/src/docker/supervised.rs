@@ -2,10 +2,11 @@
 //!
 //! A computer created with the supervisor runs `/.msc/msc-supervisor init` as PID 1 (the
 //! binary is uploaded with the archive API before start, so it works with remote engines).
-//! The first exec on a computer opens one long-lived `relay` exec (stdio ↔ the supervisor's
-//! unix socket) for this server process; every later exec is a few frames on it. Several
-//! server processes attached to one permanent computer each have their own relay, so their
-//! frames never mix. Frames from the computer are hostile input: bounded, and a malformed
+//! The first exec on a computer opens one connection to it for this server process: the
+//! direct channel (a unix socket in the computer's host directory, [`super::channel`]) when
+//! the computer has one, else one long-lived `relay` exec (stdio ↔ the supervisor's unix
+//! socket); every later exec is a few frames on it. Several server processes attached to
+//! one permanent computer each have their own connection, so their frames never mix. Frames from the computer are hostile input: bounded, and a malformed
 //! one ends the connection (the next exec opens a new one). When placement or the relay
 //! fails, the caller falls back to plain Engine API exec.
 
@@ -84,6 +85,68 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Connection {
+    fn new(input: Input) -> Self {
+        Self {
+            input: tokio::sync::Mutex::new(input),
+            jobs: Mutex::new(HashMap::new()),
+            next_job: AtomicU32::new(1),
+            alive: AtomicBool::new(true),
+            serves_jobs: AtomicBool::new(false),
+            serves_files: AtomicBool::new(false),
+        }
+    }
+
+    /// Hands the complete frames in `buf` + `bytes` to their requests. `false`: a
+    /// malformed frame, and the connection must end.
+    fn dispatch(&self, container: &str, buf: &mut Vec<u8>, bytes: &[u8]) -> bool {
+        buf.extend_from_slice(bytes);
+        match take_frames(buf) {
+            Ok(frames) => {
+                for f in frames {
+                    let tx = lock(&self.jobs).get(&f.job).cloned();
+                    if let Some(tx) = tx {
+                        let _ = tx.send(f);
+                    }
+                }
+                true
+            }
+            Err(why) => {
+                tracing::warn!(
+                    container,
+                    why,
+                    "malformed frame from the supervisor; closing the connection"
+                );
+                false
+            }
+        }
+    }
+
+    /// Proves the supervisor answers before any command is trusted to this connection,
+    /// and learns what it serves.
+    async fn handshake(&self) -> Result<(), DockerError> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        lock(&self.jobs).insert(0, tx);
+        self.send(&Frame::new(Kind::Ping, 0, b"hello".to_vec()))
+            .await?;
+        let pong = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        lock(&self.jobs).remove(&0);
+        match pong {
+            Ok(Some(f)) if f.kind == Kind::Pong => {
+                self.serves_jobs
+                    .store(pong_serves_jobs(&f.payload), Ordering::SeqCst);
+                self.serves_files
+                    .store(pong_serves_files(&f.payload), Ordering::SeqCst);
+                Ok(())
+            }
+            _ => {
+                self.close();
+                Err(DockerError::Supervisor(
+                    "the supervisor did not answer".into(),
+                ))
+            }
+        }
+    }
+
     pub(super) async fn send(&self, frame: &Frame) -> Result<(), DockerError> {
         let mut input = self.input.lock().await;
         let r = async {
@@ -248,13 +311,77 @@ impl Docker {
         Ok(name)
     }
 
-    /// The relay connection to `container`'s supervisor, opened on first use.
+    /// The connection to `container`'s supervisor, opened on first use: the direct channel
+    /// when the computer has one ([`super::channel`]), else the relay.
     pub(super) async fn connection(&self, container: &str) -> Result<Arc<Connection>, DockerError> {
         if let Some(c) = lock(&self.connections).get(container)
             && c.alive.load(Ordering::SeqCst)
         {
             return Ok(c.clone());
         }
+        let mut direct_failed = None;
+        if let Some(dir) = self.channel_of(container) {
+            match self.open_direct(container, &dir).await {
+                Ok(conn) => {
+                    self.channel_learnt.works();
+                    crate::metrics::supervisor_connection(true);
+                    lock(&self.connections).insert(container.to_owned(), conn.clone());
+                    return Ok(conn);
+                }
+                Err(why) => direct_failed = Some(why),
+            }
+        }
+        let conn = self.open_relay(container).await?;
+        // Only a relay that works proves the direct channel was at fault (and not a
+        // computer that is down).
+        if let Some(why) = direct_failed {
+            self.channel_learnt.failed(&why);
+        }
+        crate::metrics::supervisor_connection(false);
+        lock(&self.connections).insert(container.to_owned(), conn.clone());
+        Ok(conn)
+    }
+
+    /// Connects to the socket in `container`'s host directory. `Err`: why not.
+    async fn open_direct(
+        &self,
+        container: &str,
+        dir: &std::path::Path,
+    ) -> Result<Arc<Connection>, String> {
+        let stream = super::channel::connect_soon(dir)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::debug!(container, "opening the direct supervisor channel");
+        let (mut read, write) = stream.into_split();
+        let conn = Arc::new(Connection::new(Box::pin(write)));
+        let reader = conn.clone();
+        let name = container.to_owned();
+        let task = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = Vec::new();
+            let mut chunk = vec![0u8; 256 * 1024];
+            loop {
+                match read.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if !reader.dispatch(&name, &mut buf, &chunk[..n]) {
+                            break;
+                        }
+                    }
+                }
+            }
+            reader.close();
+        });
+        if let Err(e) = conn.handshake().await {
+            // Whatever listens there is not a supervisor: hang up on it.
+            task.abort();
+            return Err(e.to_string());
+        }
+        Ok(conn)
+    }
+
+    /// Opens one long-lived `relay` exec (stdio to the supervisor's socket in the computer).
+    async fn open_relay(&self, container: &str) -> Result<Arc<Connection>, DockerError> {
         let opts = CreateExecOptions {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
@@ -290,39 +417,16 @@ impl Docker {
                 "the engine did not attach to the relay".into(),
             ));
         };
-        let conn = Arc::new(Connection {
-            input: tokio::sync::Mutex::new(input),
-            jobs: Mutex::new(HashMap::new()),
-            next_job: AtomicU32::new(1),
-            alive: AtomicBool::new(true),
-            serves_jobs: AtomicBool::new(false),
-            serves_files: AtomicBool::new(false),
-        });
+        let conn = Arc::new(Connection::new(input));
         let reader = conn.clone();
         let name = container.to_owned();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut buf = Vec::new();
             while let Some(item) = output.next().await {
                 match item {
                     Ok(LogOutput::StdOut { message }) => {
-                        buf.extend_from_slice(&message);
-                        match take_frames(&mut buf) {
-                            Ok(frames) => {
-                                for f in frames {
-                                    let tx = lock(&reader.jobs).get(&f.job).cloned();
-                                    if let Some(tx) = tx {
-                                        let _ = tx.send(f);
-                                    }
-                                }
-                            }
-                            Err(why) => {
-                                tracing::warn!(
-                                    container = name,
-                                    why,
-                                    "malformed frame from the supervisor; closing the relay"
-                                );
-                                break;
-                            }
+                        if !reader.dispatch(&name, &mut buf, &message) {
+                            break;
                         }
                     }
                     Ok(LogOutput::StdErr { message }) => {
@@ -334,28 +438,10 @@ impl Docker {
             }
             reader.close();
         });
-        // Prove the supervisor answers before any command is trusted to this channel.
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        lock(&conn.jobs).insert(0, tx);
-        conn.send(&Frame::new(Kind::Ping, 0, b"hello".to_vec()))
-            .await?;
-        let pong = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
-        lock(&conn.jobs).remove(&0);
-        match pong {
-            Ok(Some(f)) if f.kind == Kind::Pong => {
-                conn.serves_jobs
-                    .store(pong_serves_jobs(&f.payload), Ordering::SeqCst);
-                conn.serves_files
-                    .store(pong_serves_files(&f.payload), Ordering::SeqCst);
-            }
-            _ => {
-                conn.close();
-                return Err(DockerError::Supervisor(
-                    "the supervisor did not answer the relay".into(),
-                ));
-            }
+        if let Err(e) = conn.handshake().await {
+            task.abort();
+            return Err(e);
         }
-        lock(&self.connections).insert(container.to_owned(), conn.clone());
         Ok(conn)
     }
 

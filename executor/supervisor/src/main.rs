@@ -1,23 +1,45 @@
-//! `msc-supervisor init --socket PATH` (PID 1 in a computer) or
-//! `msc-supervisor relay --socket PATH` (pipes stdio to the socket).
+//! `msc-supervisor init --socket PATH [--host-socket PATH --host-owner UID]` (PID 1 in a
+//! computer) or
+//! `msc-supervisor relay --socket PATH` (pipes stdio to the socket), or
+//! `msc-supervisor spawn-floor N` (the benchmark's floor: N spawns of `true`, timed here).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: msc-supervisor (init|relay) --socket PATH";
+const USAGE: &str = "usage: msc-supervisor init --socket PATH [--host-socket PATH --host-owner UID] | relay --socket PATH | spawn-floor N";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mode, socket) = match args.as_slice() {
-        [mode, flag, path] if flag == "--socket" => (mode.as_str(), PathBuf::from(path)),
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
+    let result = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["init", "--socket", path] => supervisor::server::run(&PathBuf::from(path), None),
+        [
+            "init",
+            "--socket",
+            path,
+            "--host-socket",
+            host,
+            "--host-owner",
+            uid,
+        ] => {
+            let Ok(uid) = uid.parse::<u32>() else {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            };
+            supervisor::server::run(&PathBuf::from(path), Some((&PathBuf::from(host), uid)))
         }
-    };
-    let result = match mode {
-        "init" => supervisor::server::run(&socket),
-        "relay" => supervisor::server::relay(&socket),
+        ["relay", "--socket", path] => supervisor::server::relay(&PathBuf::from(path)),
+        ["spawn-floor", n] => match n.parse::<usize>() {
+            Ok(n) if (1..=100_000).contains(&n) => supervisor::server::spawn_floor(n),
+            _ => {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            }
+        },
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

@@ -575,13 +575,64 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
     }
 }
 
-/// Runs the supervisor on `socket` until SIGTERM/SIGINT/SIGHUP.
-pub fn run(socket: &Path) -> io::Result<()> {
+/// Binds the direct channel's socket in the host directory mounted at `path`'s parent,
+/// owned by `owner` (the server's uid on the host) and 0600. The directory (0700, the
+/// server's, one per computer) keeps every other computer out; [`from_outside`] keeps out
+/// every process of this one, whatever its uid. `None` (said on stderr) when it cannot be
+/// made, e.g. a user namespace that does not map the directory's owner: the server then
+/// uses the relay.
+fn bind_host_socket(path: &Path, owner: u32) -> Option<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    let made = UnixListener::bind(path).and_then(|l| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        std::os::unix::fs::chown(path, Some(owner), None)?;
+        Ok(l)
+    });
+    match made {
+        Ok(l) => Some(l),
+        Err(e) => {
+            eprintln!(
+                "msc-supervisor: no direct channel at {} ({e}); the server will relay",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// The peer is outside this computer: the kernel reports its pid as 0 when the peer's
+/// process is not in our pid namespace. A process in the computer (even root, even with the
+/// server's uid number) has a pid here, and is hung up on.
+fn from_outside(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(stream, PeerCredentials).is_ok_and(|c| c.pid() == 0)
+}
+
+/// Serves every connection of `listener`, each on its own thread; `outside_only`: only
+/// peers outside the computer ([`from_outside`]).
+fn serve(state: &Arc<State>, listener: &UnixListener, outside_only: bool) {
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) if outside_only && !from_outside(&stream) => drop(stream),
+            Ok(stream) => {
+                let state = state.clone();
+                thread::spawn(move || serve_connection(state, stream));
+            }
+            Err(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// Runs the supervisor on `socket` (and, for the server's direct channel, on
+/// `host_socket`, owned by the given uid) until SIGTERM/SIGINT/SIGHUP.
+pub fn run(socket: &Path, host_socket: Option<(&Path, u32)>) -> io::Result<()> {
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket)?;
+    let host_listener = host_socket.and_then(|(path, owner)| bind_host_socket(path, owner));
     // PID 1 reaps every orphan anyway; anywhere else (tests, a nested init), become the
     // subreaper so a job's orphaned children are still ours to reap.
     if rustix::process::getpid().as_raw_nonzero().get() != 1 {
@@ -595,6 +646,10 @@ pub fn run(socket: &Path) -> io::Result<()> {
     {
         let state = state.clone();
         let socket = socket.to_owned();
+        let host_socket = host_listener
+            .as_ref()
+            .and(host_socket)
+            .map(|(path, _)| path.to_owned());
         let mut signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
@@ -612,19 +667,33 @@ pub fn run(socket: &Path) -> io::Result<()> {
                     }
                 }
                 let _ = std::fs::remove_file(&socket);
+                if let Some(host_socket) = &host_socket {
+                    let _ = std::fs::remove_file(host_socket);
+                }
                 std::process::exit(0);
             }
         });
     }
-    for conn in listener.incoming() {
-        match conn {
-            Ok(stream) => {
-                let state = state.clone();
-                thread::spawn(move || serve_connection(state, stream));
-            }
-            Err(_) => thread::sleep(Duration::from_millis(10)),
-        }
+    if let Some(host_listener) = host_listener {
+        let state = state.clone();
+        thread::spawn(move || serve(&state, &host_listener, true));
     }
+    serve(&state, &listener, false);
+    Ok(())
+}
+
+/// The benchmark's floor for an exec: `n` spawns of `true` (fork, exec, wait) from this
+/// process, inside the computer; prints their median in microseconds.
+pub fn spawn_floor(n: usize) -> io::Result<()> {
+    let program = resolve("true").map_err(|(_, why)| io::Error::other(why))?;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = std::time::Instant::now();
+        Command::new(&program).status()?;
+        times.push(started.elapsed().as_micros());
+    }
+    times.sort_unstable();
+    println!("{}", times[n / 2]);
     Ok(())
 }
 

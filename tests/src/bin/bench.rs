@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|jobs|files|pool|gateway|wasm|cloud` runs one part.
+//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|gateway|wasm|cloud` runs one part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -17,6 +17,8 @@ use serde_json::json;
 use tests::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+#[path = "bench/channel.rs"]
+mod channel;
 #[path = "bench/cloud.rs"]
 mod cloud;
 #[path = "bench/files.rs"]
@@ -647,6 +649,12 @@ async fn main() -> Result<()> {
         print_rows(&rows);
         return Ok(());
     }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("channel") {
+        channel::rows(&t, &mut rows).await?;
+        remove_all(&t).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("pool") {
         pool::rows(&t, &mut rows).await?;
         remove_all(&t).await?;
@@ -734,6 +742,7 @@ async fn main() -> Result<()> {
         });
     }
     cp.cancel().await?;
+    channel::rows(&t, &mut rows).await?;
 
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("warm") {
         c.cancel().await?;

@@ -63,7 +63,7 @@ async fn sh(c: &Client, id: &str, command: &str) -> anyhow::Result<String> {
 }
 
 /// Everything but the cross-session check, on one computer.
-async fn files_on(c: &Client, id: &str) -> anyhow::Result<()> {
+pub(crate) async fn files_on(c: &Client, id: &str) -> anyhow::Result<()> {
     // Every byte value, NUL runs and invalid UTF-8, through base64.
     let mut bytes: Vec<u8> = (0..=255u8).collect();
     bytes.extend([0u8; 300]);

@@ -18,6 +18,7 @@
 //! - `jobs`: long-running commands as jobs (`yield_ms`, `terminal_job`) and per-call `env`
 //! - `tasks`: the MCP Tasks extension over jobs (raw 2026-07-28 HTTP)
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
+//! - `channel`: the direct channel to the supervisor and the relay give the same results; a computer reaches no other's (issue 18)
 //! - `podman`: the same over Podman's Docker-compatible API
 //! - `pool`: the warm pool (issue 18): hand-out, refill, kinds, out of sight, shutdown, a killed server's reaped, another image never handed out
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
@@ -32,6 +33,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+mod channel;
 mod cleanup;
 mod dashboard;
 mod e2b;

@@ -38,18 +38,6 @@ async fn labels(name: &str) -> anyhow::Result<std::collections::HashMap<String, 
     Ok(c.config.and_then(|c| c.labels).unwrap_or_default())
 }
 
-async fn metric(base: &str, series: &str) -> anyhow::Result<f64> {
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await?
-        .text()
-        .await?;
-    let v = text
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or("0");
-    Ok(v.parse()?)
-}
-
 /// Waits until the server's ready gauge says `n` (a member runs a moment before it is
 /// ready: its relay is opened first).
 async fn wait_ready(base: &str, n: usize) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ async fn pid1(c: &Client, id: &str) -> anyhow::Result<String> {
 }
 
 /// The behaviours that must be identical on both exec paths.
-async fn same_results(c: &Client, id: &str) -> anyhow::Result<()> {
+pub(crate) async fn same_results(c: &Client, id: &str) -> anyhow::Result<()> {
     let r = exec(
         c,
         json!({"command": "echo out; echo err >&2; exit 3", "computer_id": id}),

@@ -1,0 +1,166 @@
+//! Issue 18: a warm exec of `true` over the direct supervisor channel and over the relay,
+//! each a raw round trip (JSON-RPC lines on the server's stdio, no SDK in the way), next to
+//! the floor: a fork+exec of `true` inside the same container, timed by the supervisor
+//! (`msc-supervisor spawn-floor`).
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use serde_json::json;
+use tests::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::{Row, ms, pct};
+
+const RUNS: usize = 500;
+
+/// A server on stdio driven with raw JSON-RPC lines.
+struct Raw {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    out: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    next: u64,
+}
+
+impl Raw {
+    async fn start(t: &str, opts: &ServerOpts) -> Result<Self> {
+        let mut cmd = command(t, &state_dir(t), opts);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log_file(t));
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let out = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        let mut raw = Self {
+            child,
+            stdin,
+            out,
+            next: 1,
+        };
+        raw.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}),
+        )
+        .await?;
+        raw.stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await?;
+        Ok(raw)
+    }
+
+    async fn request(&mut self, method: &str, params: serde_json::Value) -> Result<String> {
+        let id = self.next;
+        self.next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        loop {
+            let answer = self
+                .out
+                .next_line()
+                .await?
+                .context("the server closed stdout")?;
+            // Notifications (progress, logs) may come first.
+            if answer.contains(&format!("\"id\":{id}")) {
+                return Ok(answer);
+            }
+        }
+    }
+
+    async fn exec_true(&mut self, computer_id: &str) -> Result<()> {
+        let answer = self
+            .request(
+                "tools/call",
+                json!({"name": "terminal_execute", "arguments": {"args": ["true"], "computer_id": computer_id}}),
+            )
+            .await?;
+        anyhow::ensure!(answer.contains("\"exit_code\":0"), "{answer}");
+        Ok(())
+    }
+
+    async fn stop(mut self) -> Result<()> {
+        drop(self.stdin);
+        self.child.wait().await?;
+        Ok(())
+    }
+}
+
+/// The supervisor's own timing of `true` spawned inside `container` (ms, median).
+async fn spawn_floor(d: &bollard::Docker, container: &str) -> Result<f64> {
+    let opts = CreateExecOptions::<String> {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec![
+            "/.msc/msc-supervisor".into(),
+            "spawn-floor".into(),
+            "500".into(),
+        ]),
+        ..Default::default()
+    };
+    let exec = d.create_exec(container, opts).await?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } = d.start_exec(&exec.id, None).await? {
+        while let Some(item) = output.next().await {
+            text.push_str(&item?.to_string());
+        }
+    }
+    let us: f64 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("spawn-floor said {text:?}"))?;
+    Ok(us / 1000.0)
+}
+
+pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
+    let d = docker()?;
+    let mut direct = Raw::start(t, &ServerOpts::default()).await?;
+    let mut relay = Raw::start(t, &ServerOpts::default().arg("--supervisor-channel=relay")).await?;
+    let (di, ri) = (format!("{t}-chand"), format!("{t}-chanr"));
+    for _ in 0..50 {
+        direct.exec_true(&di).await?;
+        relay.exec_true(&ri).await?;
+    }
+    let (mut dv, mut rv) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
+    for i in 0..RUNS * 2 {
+        let s = Instant::now();
+        if i % 2 == 0 {
+            direct.exec_true(&di).await?;
+            dv.push(ms(s.elapsed()));
+        } else {
+            relay.exec_true(&ri).await?;
+            rv.push(ms(s.elapsed()));
+        }
+    }
+    let floor = spawn_floor(&d, &format!("kilntainer-{di}")).await?;
+    dv.sort_by(f64::total_cmp);
+    rv.sort_by(f64::total_cmp);
+    let (d50, d99, r50) = (pct(&dv, 0.5), pct(&dv, 0.99), pct(&rv, 0.5));
+    rows.push(Row {
+        name: "warm exec `true`, direct channel, raw stdio, p50",
+        value: d50,
+        unit: "ms",
+        floor: Some(floor),
+        target: "<= 1.0 ms".into(),
+        pass: d50 <= 1.0,
+    });
+    rows.push(Row {
+        name: "warm exec `true`, direct channel, raw stdio, p99",
+        value: d99,
+        unit: "ms",
+        floor: Some(floor),
+        target: "(reported)".into(),
+        pass: true,
+    });
+    rows.push(Row {
+        name: "warm exec `true`, relay, raw stdio, p50",
+        value: r50,
+        unit: "ms",
+        floor: Some(floor),
+        target: "direct <= relay".into(),
+        pass: d50 <= r50,
+    });
+    direct.stop().await?;
+    relay.stop().await?;
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! Issue 18: the direct channel to the supervisor (a unix socket in a per-computer host
+//! directory) and the relay give the same results; a computer sees only its own directory,
+//! and what it plants there never leads the server to another computer.
+
+use serde_json::json;
+use tests::*;
+
+/// The uid this test (and so the server it starts) runs as.
+fn my_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0)
+}
+
+async fn sh(c: &Client, id: &str, command: &str) -> anyhow::Result<String> {
+    let r = exec(c, json!({"command": command, "computer_id": id})).await?;
+    Ok(r["stdout"].as_str().unwrap_or_default().to_owned())
+}
+
+/// The computer's host directory, as its label names it.
+async fn channel_dir(id: &str) -> anyhow::Result<Option<String>> {
+    let c = docker()?
+        .inspect_container(&format!("kilntainer-{id}"), None)
+        .await?;
+    Ok(c.config
+        .and_then(|c| c.labels)
+        .and_then(|l| l.get("mcp-sandbox.channel").cloned()))
+}
+
+/// Processes in the computer that are a supervisor relay.
+async fn relays(c: &Client, id: &str) -> anyhow::Result<usize> {
+    let out = sh(
+        c,
+        id,
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^/.msc/msc-supervisor relay' || true",
+    )
+    .await?;
+    Ok(out.trim().parse()?)
+}
+
+/// A job started, fed, and read to its end: the job frames on this channel.
+async fn a_job(c: &Client, id: &str) -> anyhow::Result<()> {
+    let r = exec(
+        c,
+        json!({"command": "read l; echo \"got $l\"; sleep 0.3; echo done", "yield_ms": 100, "computer_id": id}),
+    )
+    .await?;
+    assert_eq!(r["running"], true, "{r}");
+    let job = r["job_id"].as_str().unwrap_or_default().to_owned();
+    let mut out = String::new();
+    let mut args = json!({"job_id": job, "computer_id": id, "stdin": "x\n", "close_stdin": true});
+    for _ in 0..50 {
+        let r = call(c, "terminal_job", args).await?;
+        assert_eq!(r.is_error, Some(false), "{r:?}");
+        let r = r.structured_content.unwrap_or_default();
+        args = json!({"job_id": job, "computer_id": id, "wait_ms": 2000});
+        out.push_str(r["stdout"].as_str().unwrap_or_default());
+        if r["running"] == false {
+            assert_eq!(r["exit_code"], 0, "{r}");
+            break;
+        }
+    }
+    assert_eq!(out, "got x\ndone\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_18_direct_channel_and_relay_give_the_same_results() -> anyhow::Result<()> {
+    let t = tag("chan");
+    let all = ServerOpts::default().arg("--tools=all");
+    let direct = HttpServer::start(&t, &state_dir(&t), &all).await?;
+    let relay = HttpServer::start(
+        &t,
+        &state_dir(&t),
+        &all.clone().arg("--supervisor-channel=relay"),
+    )
+    .await?;
+    let (cd, cr) = (
+        direct.legacy_client(None).await?,
+        relay.legacy_client(None).await?,
+    );
+    let (d, r) = (format!("{t}-d"), format!("{t}-r"));
+    for (c, id) in [(&cd, &d), (&cr, &r)] {
+        crate::supervisor::same_results(c, id).await?;
+        crate::files::files_on(c, id).await?;
+        a_job(c, id).await?;
+    }
+    // Each took the path it says: no relay process in the direct one's computer, one in
+    // the other's, and the counters agree.
+    assert_eq!(relays(&cd, &d).await?, 0);
+    assert_eq!(relays(&cr, &r).await?, 1);
+    let series = |ch: &str| format!("msc_supervisor_connections_total{{channel=\"{ch}\"}}");
+    assert!(metric(&direct.base, &series("direct")).await? >= 1.0);
+    assert_eq!(metric(&direct.base, &series("relay")).await?, 0.0);
+    assert_eq!(metric(&relay.base, &series("direct")).await?, 0.0);
+    assert!(metric(&relay.base, &series("relay")).await? >= 1.0);
+    // A relay server's computers have no host directory; a direct one's is under the
+    // state directory, 0700, and goes with its computer.
+    assert_eq!(channel_dir(&r).await?, None);
+    let dir = channel_dir(&d).await?.expect("a host directory");
+    let run = state_dir(&t).join("run");
+    assert!(dir.starts_with(run.to_str().unwrap_or_default()), "{dir}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dir)?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    // Restarted, the computer is reached directly again (the supervisor binds anew).
+    let res = call(&cd, "computer_restart", json!({"computer_id": d})).await?;
+    assert_eq!(res.is_error, Some(false));
+    assert_eq!(sh(&cd, &d, "echo back").await?, "back\n");
+    assert_eq!(relays(&cd, &d).await?, 0);
+    let res = call(&cd, "computer_delete", json!({"computer_id": d})).await?;
+    assert_eq!(res.is_error, Some(false), "{res:?}");
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} outlived its computer"
+    );
+    cd.cancel().await?;
+    cr.cancel().await?;
+    direct.terminate().await?;
+    relay.terminate().await?;
+    remove_all(&t).await
+}
+
+#[tokio::test]
+async fn issue_18_a_computer_cannot_reach_another_computers_channel() -> anyhow::Result<()> {
+    let t = tag("chansec");
+    let opts = ServerOpts::lifecycle();
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let (a, b) = (format!("{t}-a"), format!("{t}-b"));
+    for id in [&a, &b] {
+        exec(
+            &c,
+            json!({"command": "true", "computer_id": id, "temporary": false}),
+        )
+        .await?;
+    }
+    let dir_b = channel_dir(&b).await?.expect("b's host directory");
+    // A sees its own socket only: not B's directory, not the state directory.
+    assert_eq!(sh(&c, &a, "ls -A /run/msc-host").await?, "sup.sock\n");
+    let probe = format!(
+        "test -e {dir_b} && echo B; test -e {run} && echo RUN; echo checked",
+        run = state_dir(&t).join("run").display()
+    );
+    assert_eq!(sh(&c, &a, &probe).await?, "checked\n");
+    // Root in A can reach its own supervisor's socket (it could anyway), but the host
+    // socket answers no process inside the computer: a ping gets a pong on the one and
+    // nothing on the other.
+    let ping = |socket: &str| {
+        format!(
+            "(printf '\\005\\000\\000\\000\\005\\000\\000\\000\\000'; sleep 1) | timeout 5 /.msc/msc-supervisor relay --socket {socket} | wc -c"
+        )
+    };
+    let inside = sh(&c, &a, &ping("/run/msc/sup.sock")).await?;
+    assert_ne!(inside.trim(), "0", "no pong from the computer's own socket");
+    assert_eq!(sh(&c, &a, &ping("/run/msc-host/sup.sock")).await?, "0\n");
+    let mode = sh(&c, &a, "stat -c '%a %u' /run/msc-host/sup.sock").await?;
+    assert_eq!(mode, format!("600 {}\n", my_uid()));
+    // Root in A plants a symlink to B's socket (a host path) where its own socket was,
+    // then a regular file. A new server must still reach A itself: it never follows what
+    // the computer put there, and it relays instead.
+    c.cancel().await?;
+    let plant = [
+        format!("rm -f /run/msc-host/sup.sock && ln -s {dir_b}/sup.sock /run/msc-host/sup.sock"),
+        "rm -f /run/msc-host/sup.sock && echo x > /run/msc-host/sup.sock".to_owned(),
+    ];
+    for step in plant {
+        let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+        sh(&c, &a, &step).await?;
+        c.cancel().await?;
+        let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+        assert_eq!(sh(&c, &a, "hostname").await?, format!("{a}\n"), "{step}");
+        assert_eq!(sh(&c, &b, "hostname").await?, format!("{b}\n"));
+        c.cancel().await?;
+    }
+    // Deleted through a server, both directories go (A's held a planted file).
+    let dir_a = channel_dir(&a).await?.expect("a's host directory");
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    for id in [&a, &b] {
+        let r = call(&c, "computer_delete", json!({"computer_id": id})).await?;
+        assert_eq!(r.is_error, Some(false), "{r:?}");
+    }
+    c.cancel().await?;
+    for dir in [dir_a, dir_b] {
+        assert!(
+            !std::path::Path::new(&dir).exists(),
+            "{dir} outlived its computer"
+        );
+    }
+    remove_all(&t).await
+}
