@@ -47,44 +47,6 @@ fn owner() -> Owner {
     }
 }
 
-/// Where new computers go. `wanted` (`PLACEMENT`) names a provider (`fly`, `e2b`), an
-/// executor, or a backend (the first executor offering it); unset, the first executor
-/// offering Docker, else Fly, else E2B, whichever is configured. `executors`: each
-/// executor's name and backends.
-pub fn placement(
-    wanted: Option<&str>,
-    executors: &[(&str, &[String])],
-    fly: bool,
-    e2b: bool,
-) -> Result<String, String> {
-    if let Some((name, _)) = executors.iter().find(|(n, _)| *n == FLY || *n == E2B) {
-        return Err(format!(
-            "the executor name {name:?} is reserved for the provider the gateway reaches directly: rename it in EXECUTORS"
-        ));
-    }
-    let offering = |backend: &str| {
-        executors
-            .iter()
-            .find(|(_, backends)| backends.iter().any(|b| b == backend))
-            .map(|(n, _)| (*n).to_owned())
-    };
-    match wanted.map(str::trim).filter(|w| !w.is_empty()) {
-        Some(p @ (FLY | E2B)) => Ok(p.to_owned()),
-        Some(p) if executors.iter().any(|(n, _)| *n == p) => Ok(p.to_owned()),
-        Some(p) => offering(p).ok_or_else(|| {
-            format!(
-                "PLACEMENT {p:?} is neither `fly`, `e2b`, an executor name nor a backend of a configured executor (EXECUTORS)"
-            )
-        }),
-        None => offering("docker")
-            .or_else(|| fly.then(|| FLY.to_owned()))
-            .or_else(|| e2b.then(|| E2B.to_owned()))
-            .ok_or_else(|| {
-                "nowhere to put computers: configure EXECUTORS (with the docker backend), or Fly (FLY_API_TOKEN and FLY_APP_NAME), or E2B (E2B_API_KEY)".to_owned()
-            }),
-    }
-}
-
 /// Fly settings from the Worker's vars (`var(name)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlyCfg {
@@ -538,42 +500,6 @@ mod tests {
             e2b_cfg(vars(&[("E2B_API_KEY", "k"), ("E2B_SANDBOX_TIMEOUT", "0")]))
                 .unwrap_err()
                 .contains("E2B_SANDBOX_TIMEOUT")
-        );
-    }
-
-    #[test]
-    fn placement_follows_placement_then_docker_then_fly_then_e2b() {
-        let docker = vec!["docker".to_owned()];
-        let modal = vec!["modal".to_owned()];
-        let both: Vec<(&str, &[String])> = vec![("m", &modal), ("d", &docker)];
-        assert_eq!(placement(None, &both, true, true), Ok("d".into()));
-        assert_eq!(
-            placement(Some("modal"), &both, false, false),
-            Ok("m".into())
-        );
-        assert_eq!(placement(Some("m"), &both, false, false), Ok("m".into()));
-        assert_eq!(
-            placement(Some(" fly "), &both, false, false),
-            Ok("fly".into())
-        );
-        assert_eq!(placement(None, &[], true, true), Ok("fly".into()));
-        assert_eq!(placement(None, &[], false, true), Ok("e2b".into()));
-        assert_eq!(placement(Some(""), &[], false, true), Ok("e2b".into()));
-        assert!(
-            placement(None, &[], false, false)
-                .unwrap_err()
-                .contains("nowhere")
-        );
-        assert!(
-            placement(Some("gpu"), &both, true, true)
-                .unwrap_err()
-                .contains("PLACEMENT")
-        );
-        let reserved: Vec<(&str, &[String])> = vec![("fly", &docker)];
-        assert!(
-            placement(None, &reserved, false, false)
-                .unwrap_err()
-                .contains("reserved")
         );
     }
 

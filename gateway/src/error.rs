@@ -25,6 +25,14 @@ pub enum GatewayError {
     /// The gateway's configuration cannot serve the request (said with what to set).
     #[error("{0}")]
     Config(String),
+    /// The executor holding the computer does not answer (its process or host is down).
+    #[error(
+        "executor {executor:?} is unreachable ({detail}): its computers answer again when it does; new computers go to other executors"
+    )]
+    Unreachable { executor: String, detail: String },
+    /// No executor can take a new computer now (all down, draining or refused).
+    #[error("{0}")]
+    Placement(String),
     /// Talking to the Durable Object or an executor failed below HTTP.
     #[error("{0}")]
     Transport(String),
@@ -41,6 +49,7 @@ impl GatewayError {
             GatewayError::Inventory { .. } | GatewayError::Transport(_) => ErrorCode::Internal,
             GatewayError::Scope { .. } => ErrorCode::Unauthorized,
             GatewayError::Config(_) => ErrorCode::Internal,
+            GatewayError::Unreachable { .. } | GatewayError::Placement(_) => ErrorCode::Engine,
         }
     }
 }

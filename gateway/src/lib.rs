@@ -13,6 +13,7 @@ pub mod cloud;
 pub mod error;
 pub mod exec_token;
 pub mod origins;
+pub mod placement;
 pub mod schema;
 
 #[cfg(target_arch = "wasm32")]

@@ -72,7 +72,7 @@ fn open_regular(path: &str, flags: OFlags, mode: Mode, op: Op) -> Result<File, F
 
 /// Serves a read on its own thread: `Data` frames, then `Done`.
 fn read(w: Writer, job: u32, path: String, offset: u64, length: u64) {
-    thread::spawn(move || match read_file(&w, job, &path, offset, length) {
+    crate::workers::spawn(move || match read_file(&w, job, &path, offset, length) {
         Ok(meta) => answer(&w, job, &FileAnswer::Ok(meta)),
         Err(f) => answer_error(&w, job, f),
     });

@@ -8,7 +8,6 @@
 //! whoever holds it may reach the job, and the server decides who may learn it.
 
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::process::Signal;
@@ -246,7 +245,7 @@ pub(crate) fn control(state: &Arc<State>, w: &Writer, req: u32, control: JobCont
             };
             let (w, state) = (w.clone(), state.clone());
             // A read may wait: never on the connection's own thread.
-            thread::spawn(move || {
+            crate::workers::spawn(move || {
                 let max = usize::try_from(max_bytes.max(1)).unwrap_or(usize::MAX);
                 let (stdout, stderr, status) =
                     kept.read(Duration::from_millis(wait_ms), until_exit, max);

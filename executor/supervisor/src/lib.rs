@@ -14,3 +14,4 @@ mod jobs;
 mod oom;
 pub mod ring;
 pub mod server;
+mod workers;

@@ -361,7 +361,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         let (sink, used, truncated) = (sink.clone(), used.clone(), truncated.clone());
         let read_done = read_tx.clone();
         readers += 1;
-        thread::spawn(move || {
+        crate::workers::spawn(move || {
             // Says when this stream ended, whichever way the loop below is left.
             struct Done(Sender<()>);
             impl Drop for Done {
@@ -394,7 +394,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     drop(read_tx);
     let stdin_tx = child.stdin.take().map(|mut stdin| {
         let (tx, rx): (StdinTx, Receiver<Option<Vec<u8>>>) = mpsc::channel();
-        thread::spawn(move || {
+        crate::workers::spawn(move || {
             while let Ok(Some(bytes)) = rx.recv() {
                 // A job that never reads its stdin is not an error.
                 if stdin.write_all(&bytes).is_err() {
@@ -420,7 +420,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     {
         let timed_out = timed_out.clone();
         let timeout = Duration::from_millis(spec.timeout_ms.max(1));
-        thread::spawn(move || {
+        crate::workers::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(timeout) {
                 timed_out.store(true, Ordering::SeqCst);
                 kill_group(pgid, Signal::KILL);
@@ -429,7 +429,7 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     }
     {
         let state = state.clone();
-        thread::spawn(move || {
+        crate::workers::spawn(move || {
             // Output ends when every holder of the pipes is gone. Once the job was killed,
             // a holder that escaped even the tag (it cleared its environment) gets a second
             // to go, and is then left to itself: the answer does not wait for it.
@@ -467,6 +467,8 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
             );
             let oom_killed = !timed_out
                 && !truncated
+                // Read the count again only for a SIGKILL: a warm exec reads it once.
+                && status == 128 + 9
                 && crate::oom::killed(status, oom_before, crate::oom::kills());
             sink.exit(ExitInfo {
                 code: if timed_out { 124 } else { status },

@@ -15,6 +15,9 @@ pub(crate) struct ExecutorCfg {
     /// What it can run computers on (default: docker).
     #[serde(default = "docker_only")]
     pub(crate) backends: Vec<String>,
+    /// Takes no new computers (an operator is emptying it); its computers still answer.
+    #[serde(default)]
+    pub(crate) draining: bool,
 }
 
 pub(crate) fn docker_only() -> Vec<String> {
@@ -31,8 +34,9 @@ pub(crate) struct Gateway {
     /// Fly Machines and E2B, reached directly (`cloud`).
     pub(crate) fly: CloudSlot<FlyComputers<FetchTransport>>,
     e2b: CloudSlot<E2bComputers<FetchTransport>>,
-    /// Where new computers go (`PLACEMENT`), or why that cannot be decided.
-    pub(crate) placement: std::result::Result<String, String>,
+    /// Where new computers go (`PLACEMENT`, [`crate::placement`]), or why that cannot be
+    /// decided.
+    pub(crate) placement: std::result::Result<crate::placement::Placement, String>,
     pub(crate) executor_secret: String,
     pub(crate) executor_audience: String,
     /// `SESSION_TIMEOUT_SECS`, in ms.
@@ -64,15 +68,15 @@ impl Gateway {
             .iter()
             .map(|e| (e.name.as_str(), e.backends.as_slice()))
             .collect();
-        let placement = cloud::placement(
+        let placement = crate::placement::parse(
             var(env, "PLACEMENT").as_deref(),
             &offers,
             matches!(fly, Ok(Some(_))),
             matches!(e2b, Ok(Some(_))),
         );
-        let what = match placement.as_deref() {
-            Ok(cloud::FLY) => "a Fly Machine",
-            Ok(cloud::E2B) => "an E2B sandbox",
+        let what = match placement.as_ref().ok().and_then(|p| p.fixed()) {
+            Some(cloud::FLY) => "a Fly Machine",
+            Some(cloud::E2B) => "an E2B sandbox",
             _ => "a container on a self-hosted executor",
         };
         let exec_description = format!(
@@ -199,12 +203,17 @@ impl Gateway {
             request.path
         );
         let req = Request::new_with_init(&url, &init).map_err(transport)?;
-        let mut resp = Fetch::Request(req).send().await.map_err(|e| {
-            GatewayError::Api(ApiError::new(
-                ErrorCode::Engine,
-                format!("executor {executor:?} unreachable: {e}"),
-            ))
-        })?;
+        let mut resp = match Fetch::Request(req).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let detail = e.to_string();
+                self.unreachable(executor, &detail);
+                return Err(GatewayError::Unreachable {
+                    executor: executor.to_owned(),
+                    detail,
+                });
+            }
+        };
         let status = resp.status_code();
         let text = resp.text().await.map_err(transport)?;
         if status == 200 {

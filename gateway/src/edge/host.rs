@@ -82,6 +82,10 @@ pub(crate) struct Record {
     pub(crate) id: String,
     pub(crate) executor: String,
     pub(crate) temporary: bool,
+    /// Recorded by this very claim: nothing exists at its place yet, so a place that
+    /// does not answer can be traded for another ([`Host::fail_over`]).
+    #[serde(default)]
+    pub(crate) new: bool,
 }
 
 pub(crate) fn record_of(v: Value) -> std::result::Result<Record, GatewayError> {
@@ -95,9 +99,29 @@ impl Host {
         id: &str,
         temporary: Option<bool>,
     ) -> std::result::Result<Record, GatewayError> {
-        // New computers go where PLACEMENT says; a computer then stays where it was made
-        // (its record names the executor or provider).
-        let executor = self.gw.placement.clone().map_err(GatewayError::Config)?;
+        self.claim_avoiding(id, temporary, &[]).await
+    }
+
+    /// [`Host::claim`], placing a new computer anywhere but on `avoid`.
+    async fn claim_avoiding(
+        &self,
+        id: &str,
+        temporary: Option<bool>,
+        avoid: &[String],
+    ) -> std::result::Result<Record, GatewayError> {
+        // New computers go where PLACEMENT says (by strategy, over the executors that
+        // answer); a computer then stays where it was made (its record names the place).
+        let executor = match self.gw.place(avoid).await {
+            Ok(e) => e,
+            // Nowhere for a new one: a computer that exists still answers where it is.
+            Err(e @ GatewayError::Placement(_)) => {
+                return match self.visible(id).await {
+                    Ok(r) => Ok(r),
+                    Err(_) => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
         // A provider without (valid) credentials: say so before recording anything.
         if let Some(e) = self.gw.unusable(&executor) {
             return Err(e);
@@ -116,6 +140,63 @@ impl Host {
         )
         .await?;
         record_of(v)
+    }
+
+    /// Runs `op` (made by `make` for the record) where `rec` says. A computer this call
+    /// just placed on an executor that turns out unreachable is placed again elsewhere
+    /// (its record forgotten and re-made), until one answers or none is left: a new
+    /// computer is never lost to an executor that died since its last health check.
+    async fn fail_over(
+        &self,
+        id: &str,
+        mut rec: Record,
+        make: impl Fn() -> Op,
+    ) -> std::result::Result<(Record, Value), GatewayError> {
+        let team = self.caller.team.clone();
+        let mut avoid = Vec::new();
+        loop {
+            match self
+                .gw
+                .op(&rec.executor, &team, &self.scope(), make())
+                .await
+            {
+                Err(e @ GatewayError::Unreachable { .. }) if rec.new => {
+                    avoid.push(rec.executor.clone());
+                    team_call(&self.env, &team, "/forget", &json!({"id": id})).await?;
+                    forget_cached(&team, id);
+                    let next = match self.claim_avoiding(id, Some(rec.temporary), &avoid).await {
+                        Ok(r) if r.new => r,
+                        Ok(_) => return Err(e),
+                        // Nowhere else: the placement error names every executor and why.
+                        Err(nowhere) => return Err(nowhere),
+                    };
+                    tracing::warn!(
+                        computer_id = id,
+                        from = rec.executor.as_str(),
+                        to = next.executor.as_str(),
+                        "a new computer's executor did not answer; placed it elsewhere"
+                    );
+                    let mut cached = next.clone();
+                    cached.new = false;
+                    cache_placement(&team, id, &self.owner, &cached, self.gw.idle_ms / 4);
+                    // The forget cleared session defaults naming it: this one names it again.
+                    if self.default.borrow().as_deref() == Some(id)
+                        && let Some(sid) = &self.session
+                    {
+                        team_call(
+                            &self.env,
+                            &team,
+                            "/session/default",
+                            &json!({"sid": sid, "id": id}),
+                        )
+                        .await?;
+                    }
+                    rec = next;
+                }
+                Err(e) => return Err(e),
+                Ok(v) => return Ok((rec, v)),
+            }
+        }
     }
 
     pub(crate) async fn visible(&self, id: &str) -> std::result::Result<Record, GatewayError> {
@@ -226,7 +307,9 @@ impl Host {
             Some(r) => r,
             None => {
                 let r = self.claim(&id, requested).await?;
-                cache_placement(team, &id, &self.owner, &r, self.gw.idle_ms / 4);
+                let mut cached = r.clone();
+                cached.new = false;
+                cache_placement(team, &id, &self.owner, &cached, self.gw.idle_ms / 4);
                 r
             }
         };
@@ -266,11 +349,10 @@ impl Host {
                 // running (a command left running as a job is recorded below).
                 let mark = self.mark_busy(&id, timeout_ms).await;
                 let v = self
-                    .gw
-                    .op(&rec.executor, &team, &self.scope(), Op::exec(&id, req))
+                    .fail_over(&id, rec, || Op::exec(&id, req.clone()))
                     .await;
                 self.end_busy(&id, mark).await;
-                let v = v?;
+                let (_, v) = v?;
                 // A command left running is a job: the DO keeps where it runs and until
                 // when it may, so terminal_job needs no id and idle reaping waits for it.
                 if v["running"] == true
@@ -304,12 +386,9 @@ impl Host {
                 let mark = self
                     .mark_busy(&id, cloud::DEFAULT_TIMEOUT_SECS * 1000)
                     .await;
-                let v = self
-                    .gw
-                    .op(&rec.executor, &team, &self.scope(), Op::File(call))
-                    .await;
+                let v = self.fail_over(&id, rec, || Op::File(call.clone())).await;
                 self.end_busy(&id, mark).await;
-                v
+                v.map(|(_, v)| v)
             }
             ToolCall::Job(call) => {
                 if !self.caller.can_exec {
@@ -376,7 +455,23 @@ impl Host {
                 places.dedup();
                 let mut items = Vec::new();
                 for place in places {
-                    let listed = self.gw.op(&place, &team, &self.scope(), Op::List).await?;
+                    let listed = match self.gw.op(&place, &team, &self.scope(), Op::List).await {
+                        Ok(v) => v,
+                        // One executor down does not hide the rest: its computers are
+                        // listed from the inventory, as unreachable, with why.
+                        Err(e @ GatewayError::Unreachable { .. }) => {
+                            let why = e.to_string();
+                            for r in records.iter().filter(|r| r.executor == place) {
+                                items.push(json!({
+                                    "computer_id": r.id, "sandbox_id": "", "backend": "unknown",
+                                    "state": "unreachable", "temporary": r.temporary,
+                                    "image": "", "created_at": "", "error": why,
+                                }));
+                            }
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
                     for item in listed["computers"].as_array().cloned().unwrap_or_default() {
                         let id = item["computer_id"].as_str().unwrap_or_default();
                         // The place shows the team's computers; the DO says which of them
@@ -397,11 +492,12 @@ impl Host {
                 self.manage()?;
                 let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
                 let rec = self.claim(&id, temporary).await?;
-                let op = Op::Create {
-                    computer_id: id,
-                    temporary: rec.temporary,
+                let temporary = rec.temporary;
+                let op = || Op::Create {
+                    computer_id: id.clone(),
+                    temporary,
                 };
-                self.gw.op(&rec.executor, &team, &self.scope(), op).await
+                Ok(self.fail_over(&id, rec, op).await?.1)
             }
             ToolCall::Restart { computer_id } => {
                 self.manage()?;

@@ -7,6 +7,7 @@ mod config;
 mod files;
 mod host;
 mod log;
+mod place;
 mod routes;
 mod store;
 mod team;

@@ -97,6 +97,26 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
                 }),
             )
         }
+        // Placement counters and executor health, for any valid caller token (per isolate).
+        (Method::Get, "/metrics") => {
+            let auth = match &gw.auth {
+                Ok(a) => a,
+                Err(e) => {
+                    return json_response(
+                        500,
+                        &json!({"error": format!("gateway configuration: {e}")}),
+                    );
+                }
+            };
+            let authorization = req.headers().get("authorization")?;
+            if let Err(e) = auth.check(authorization.as_deref(), now_ms() / 1000) {
+                return unauthorized(&origin, &e.to_string());
+            }
+            let r = Response::ok(gw.metrics_text())?;
+            r.headers()
+                .set("content-type", "text/plain; version=0.0.4; charset=utf-8")?;
+            Ok(r)
+        }
         #[cfg(feature = "bench")]
         (Method::Get, "/__bench/jwt") if var(&env, "BENCH_ROUTES").as_deref() == Some("true") => {
             json_response(200, &jwt_bench(&url))

@@ -230,7 +230,9 @@ impl DurableObject for Team {
                         if new && e.temporary {
                             self.arm().await?;
                         }
-                        json_response(200, &Self::record(&e))
+                        let mut r = Self::record(&e);
+                        r["new"] = json!(new);
+                        json_response(200, &r)
                     }
                     // The same policy as the local server, in the same words.
                     Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),

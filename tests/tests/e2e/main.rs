@@ -20,6 +20,7 @@
 //! - `supervisor`: exec through the in-computer supervisor, and the fallback
 //! - `channel`: the direct channel to the supervisor and the relay give the same results; a computer reaches no other's (issue 18)
 //! - `podman`: the same over Podman's Docker-compatible API
+//! - `placement`: the gateway over three executors: spread by load, failover when one dies (none lost, clear errors), draining, metrics (issue 18)
 //! - `pool`: the warm pool (issue 18): hand-out, refill, kinds, out of sight, shutdown, a killed server's reaped, another image never handed out
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
 //! - `files_full`: a full disk on Docker (both paths, tools and /v1/files): a clear error, the old file kept
@@ -56,6 +57,7 @@ mod lifecycle;
 mod metrics;
 mod modal;
 mod parity;
+mod placement;
 mod podman;
 mod pool;
 mod registry;

@@ -1,0 +1,502 @@
+//! Where the gateway puts new computers when several executors could take them: the
+//! strategy `PLACEMENT` names, each executor's health and load as its `/v1/health` says
+//! (cached a few seconds per isolate), backoff for executors that fail, and `draining`.
+//!
+//! Pure rules, tested natively: the Worker (`edge`) fetches the health documents and
+//! feeds them in with [`Health::checked`] and [`Health::failed`], and asks [`Health::choose`].
+//! A computer, once placed, stays where it was made (the team's Durable Object records the
+//! place); this module decides only for new ones.
+
+use std::collections::HashMap;
+
+/// How long a health document is trusted (ms): the health-check interval.
+pub const HEALTH_TTL_MS: u64 = 3_000;
+/// The first backoff after a failure (ms); it doubles with each failure after it.
+pub const BACKOFF_FIRST_MS: u64 = 1_000;
+/// The longest backoff (ms): an executor that is down is asked again at least this often.
+pub const BACKOFF_MAX_MS: u64 = 30_000;
+
+/// How a computer's place is chosen among executors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// The executor with the least load per CPU (ties: the first in `EXECUTORS`).
+    LeastLoaded,
+    /// The first healthy executor that is not draining, in `EXECUTORS` order.
+    First,
+    /// Exactly this one executor.
+    Pinned,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::LeastLoaded => "least-loaded",
+            Strategy::First => "first",
+            Strategy::Pinned => "pinned",
+        }
+    }
+}
+
+/// Where new computers go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// A provider the Worker reaches itself (`fly`, `e2b`).
+    Provider(String),
+    /// One of these executors (in `EXECUTORS` order), by `strategy`.
+    Executors {
+        strategy: Strategy,
+        pool: Vec<String>,
+    },
+}
+
+impl Placement {
+    /// The only place, when there is no choice to make.
+    pub fn fixed(&self) -> Option<&str> {
+        match self {
+            Placement::Provider(p) => Some(p),
+            Placement::Executors { pool, .. } if pool.len() == 1 => Some(&pool[0]),
+            Placement::Executors { .. } => None,
+        }
+    }
+}
+
+/// What `/v1/health` said of an executor's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Load {
+    pub computers: u64,
+    pub execs: u64,
+    pub cpus: u64,
+}
+
+impl Load {
+    /// Reads the executor API's health document (`{status, load: {computers, execs},
+    /// capacity: {cpus}}`); `Err` says what is wrong with it.
+    pub fn from_health(v: &serde_json::Value) -> Result<Self, String> {
+        if v["status"] != "ok" {
+            return Err(format!("its health says {}", v["status"]));
+        }
+        let n = |x: &serde_json::Value| x.as_u64().ok_or("a health document without its load");
+        Ok(Self {
+            computers: n(&v["load"]["computers"])?,
+            execs: n(&v["load"]["execs"])?,
+            cpus: v["capacity"]["cpus"].as_u64().unwrap_or(1),
+        })
+    }
+
+    /// Work per CPU, in thousandths (computers count, and commands running count again).
+    fn per_cpu(&self) -> u64 {
+        (self.computers + self.execs).saturating_mul(1000) / self.cpus.max(1)
+    }
+}
+
+/// What this isolate knows of one executor.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    load: Option<Load>,
+    /// When `load` was read (ms).
+    checked_ms: u64,
+    /// Failures in a row, and not to be asked again before `retry_ms`.
+    failures: u32,
+    retry_ms: u64,
+    why: String,
+}
+
+/// Why no executor can take a new computer; said to the caller as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NoPlace(pub String);
+
+/// The health of every executor, as this isolate last saw it.
+#[derive(Debug, Default)]
+pub struct Health {
+    known: HashMap<String, Known>,
+}
+
+impl Health {
+    /// The executors of `pool` whose health should be fetched before choosing: never
+    /// checked, or checked longer ago than [`HEALTH_TTL_MS`], and not waiting out a backoff.
+    pub fn due<'a>(&self, pool: &'a [String], draining: &[String], now_ms: u64) -> Vec<&'a str> {
+        pool.iter()
+            .filter(|name| !draining.contains(name))
+            .filter(|name| match self.known.get(name.as_str()) {
+                None => true,
+                Some(k) if k.failures > 0 => now_ms >= k.retry_ms,
+                Some(k) => now_ms >= k.checked_ms + HEALTH_TTL_MS,
+            })
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// `name` answered its health check with `load`.
+    pub fn checked(&mut self, name: &str, load: Load, now_ms: u64) {
+        let k = self.known.entry(name.to_owned()).or_default();
+        *k = Known {
+            load: Some(load),
+            checked_ms: now_ms,
+            ..Known::default()
+        };
+    }
+
+    /// `name` failed (its health check, or a call to it): it takes no new computers until
+    /// it answers again, asked after a backoff that doubles with each failure. Returns
+    /// `true` when it was thought healthy until now (a failover).
+    pub fn failed(&mut self, name: &str, why: &str, now_ms: u64) -> bool {
+        let k = self.known.entry(name.to_owned()).or_default();
+        let was_up = k.failures == 0;
+        k.failures = k.failures.saturating_add(1);
+        let backoff = BACKOFF_FIRST_MS
+            .saturating_mul(1u64 << (k.failures - 1).min(16))
+            .min(BACKOFF_MAX_MS);
+        k.retry_ms = now_ms + backoff;
+        k.load = None;
+        k.why = why.to_owned();
+        was_up
+    }
+
+    /// A computer was just placed on `name`: its load counts it until the next check, so a
+    /// burst between two checks spreads too.
+    pub fn placed(&mut self, name: &str) {
+        if let Some(load) = self.known.get_mut(name).and_then(|k| k.load.as_mut()) {
+            load.computers += 1;
+        }
+    }
+
+    /// Is `name` taken for up (answered its last check)?
+    pub fn up(&self, name: &str) -> Option<bool> {
+        self.known
+            .get(name)
+            .map(|k| k.failures == 0 && k.load.is_some())
+    }
+
+    /// Its load as last read.
+    pub fn load(&self, name: &str) -> Option<Load> {
+        self.known.get(name).and_then(|k| k.load)
+    }
+
+    /// Chooses an executor of `pool` for a new computer by `strategy`, never one that is
+    /// draining, down, or in `exclude` (failed for this very computer already).
+    pub fn choose(
+        &self,
+        strategy: Strategy,
+        pool: &[String],
+        draining: &[String],
+        exclude: &[String],
+    ) -> Result<String, NoPlace> {
+        let usable = |name: &&String| {
+            !draining.contains(name)
+                && !exclude.contains(name)
+                && self.up(name.as_str()) == Some(true)
+        };
+        let chosen = match strategy {
+            Strategy::First | Strategy::Pinned => pool.iter().find(usable),
+            Strategy::LeastLoaded => pool
+                .iter()
+                .filter(usable)
+                .enumerate()
+                .min_by_key(|(i, name)| (self.load(name).map_or(u64::MAX, |l| l.per_cpu()), *i))
+                .map(|(_, name)| name),
+        };
+        chosen.cloned().ok_or_else(|| self.why_none(pool, draining))
+    }
+
+    fn why_none(&self, pool: &[String], draining: &[String]) -> NoPlace {
+        let each: Vec<String> = pool
+            .iter()
+            .map(|name| {
+                if draining.contains(name) {
+                    format!("executor {name:?} is draining")
+                } else {
+                    match self.known.get(name) {
+                        Some(k) if k.failures > 0 => {
+                            format!("executor {name:?} is unreachable ({})", k.why)
+                        }
+                        _ => format!("executor {name:?} has not answered yet"),
+                    }
+                }
+            })
+            .collect();
+        NoPlace(format!(
+            "no executor can take a new computer now: {}. Computers that exist answer where they are; try again when an executor is back, or set `draining: false` in EXECUTORS",
+            each.join("; ")
+        ))
+    }
+}
+
+/// Reads `PLACEMENT`. `wanted` is one of: unset (least-loaded over the executors offering
+/// Docker, else Fly, else E2B, whichever is configured); `fly` or `e2b`; an executor's name
+/// (pinned there; `pinned:NAME` says the same); a backend (`docker`, `wasm`, `modal`: the
+/// executors offering it, least-loaded); or `least-loaded` or `first`, alone (over the
+/// Docker executors) or with a backend (`first:wasm`). `executors`: each executor's name
+/// and backends, in `EXECUTORS` order.
+pub fn parse(
+    wanted: Option<&str>,
+    executors: &[(&str, &[String])],
+    fly: bool,
+    e2b: bool,
+) -> Result<Placement, String> {
+    use crate::cloud::{E2B, FLY};
+    if let Some((name, _)) = executors.iter().find(|(n, _)| *n == FLY || *n == E2B) {
+        return Err(format!(
+            "the executor name {name:?} is reserved for the provider the gateway reaches directly: rename it in EXECUTORS"
+        ));
+    }
+    let offering = |backend: &str| -> Vec<String> {
+        executors
+            .iter()
+            .filter(|(_, backends)| backends.iter().any(|b| b == backend))
+            .map(|(n, _)| (*n).to_owned())
+            .collect()
+    };
+    let over = |strategy: Strategy, backend: &str| -> Result<Placement, String> {
+        let pool = offering(backend);
+        if pool.is_empty() {
+            return Err(format!(
+                "PLACEMENT: no executor in EXECUTORS offers the {backend:?} backend"
+            ));
+        }
+        Ok(Placement::Executors { strategy, pool })
+    };
+    let pinned = |name: &str| -> Result<Placement, String> {
+        if executors.iter().any(|(n, _)| *n == name) {
+            Ok(Placement::Executors {
+                strategy: Strategy::Pinned,
+                pool: vec![name.to_owned()],
+            })
+        } else {
+            Err(format!(
+                "PLACEMENT pins {name:?}, which is not an executor in EXECUTORS"
+            ))
+        }
+    };
+    let wanted = wanted.map(str::trim).filter(|w| !w.is_empty());
+    let (strategy, target) = match wanted {
+        Some(w) => match w.split_once(':') {
+            Some((s, t)) => (Some(s.trim()), Some(t.trim())),
+            None if matches!(w, "least-loaded" | "first") => (Some(w), None),
+            None => (None, Some(w)),
+        },
+        None => (None, None),
+    };
+    let strategy = match strategy {
+        None => None,
+        Some("least-loaded") => Some(Strategy::LeastLoaded),
+        Some("first") => Some(Strategy::First),
+        Some("pinned") => Some(Strategy::Pinned),
+        Some(other) => {
+            return Err(format!(
+                "PLACEMENT strategy {other:?} is not `least-loaded`, `first` or `pinned`"
+            ));
+        }
+    };
+    match (strategy, target) {
+        (Some(Strategy::Pinned), Some(name)) => pinned(name),
+        (Some(Strategy::Pinned), None) => {
+            Err("PLACEMENT `pinned` needs the executor: `pinned:NAME`".to_owned())
+        }
+        (_, Some(p @ (FLY | E2B))) if strategy.is_none() => Ok(Placement::Provider(p.to_owned())),
+        (None, Some(name)) if executors.iter().any(|(n, _)| *n == name) => pinned(name),
+        (None, Some(backend)) => {
+            if offering(backend).is_empty() {
+                return Err(format!(
+                    "PLACEMENT {backend:?} is neither `fly`, `e2b`, a strategy (`least-loaded`, `first`, `pinned:NAME`), an executor name nor a backend of a configured executor (EXECUTORS)"
+                ));
+            }
+            over(Strategy::LeastLoaded, backend)
+        }
+        (Some(s), Some(backend)) => over(s, backend),
+        (Some(s), None) => over(s, "docker"),
+        (None, None) => {
+            if !offering("docker").is_empty() {
+                over(Strategy::LeastLoaded, "docker")
+            } else if fly {
+                Ok(Placement::Provider(FLY.to_owned()))
+            } else if e2b {
+                Ok(Placement::Provider(E2B.to_owned()))
+            } else {
+                Err("nowhere to put computers: configure EXECUTORS (with the docker backend), or Fly (FLY_API_TOKEN and FLY_APP_NAME), or E2B (E2B_API_KEY)".to_owned())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn load(computers: u64) -> Load {
+        Load {
+            computers,
+            execs: 0,
+            cpus: 2,
+        }
+    }
+
+    #[test]
+    fn placement_is_parsed_with_its_strategy() {
+        let d = names(&["docker"]);
+        let w = names(&["wasm"]);
+        let ex: Vec<(&str, &[String])> = vec![("a", &d), ("b", &d), ("w", &w)];
+        let exec = |s, p: &[&str]| Placement::Executors {
+            strategy: s,
+            pool: names(p),
+        };
+        assert_eq!(
+            parse(None, &ex, true, true),
+            Ok(exec(Strategy::LeastLoaded, &["a", "b"]))
+        );
+        assert_eq!(
+            parse(Some("docker"), &ex, false, false),
+            Ok(exec(Strategy::LeastLoaded, &["a", "b"]))
+        );
+        assert_eq!(
+            parse(Some("first"), &ex, false, false),
+            Ok(exec(Strategy::First, &["a", "b"]))
+        );
+        assert_eq!(
+            parse(Some("first:wasm"), &ex, false, false),
+            Ok(exec(Strategy::First, &["w"]))
+        );
+        assert_eq!(
+            parse(Some(" b "), &ex, false, false),
+            Ok(exec(Strategy::Pinned, &["b"]))
+        );
+        assert_eq!(
+            parse(Some("pinned:a"), &ex, false, false),
+            Ok(exec(Strategy::Pinned, &["a"]))
+        );
+        assert_eq!(
+            parse(Some("fly"), &ex, false, false),
+            Ok(Placement::Provider("fly".into()))
+        );
+        assert_eq!(
+            parse(None, &[], false, true),
+            Ok(Placement::Provider("e2b".into()))
+        );
+        for bad in [
+            "gpu",
+            "pinned:zz",
+            "pinned",
+            "fastest:docker",
+            "first:modal",
+            "least-loaded:fly",
+        ] {
+            assert!(parse(Some(bad), &ex, true, true).is_err(), "{bad}");
+        }
+        assert!(parse(None, &[], false, false).is_err());
+        let reserved: Vec<(&str, &[String])> = vec![("fly", &d)];
+        assert!(
+            parse(None, &reserved, false, false)
+                .unwrap_err()
+                .contains("reserved")
+        );
+        assert_eq!(exec(Strategy::Pinned, &["b"]).fixed(), Some("b"));
+        assert_eq!(exec(Strategy::First, &["a", "b"]).fixed(), None);
+    }
+
+    #[test]
+    fn least_loaded_spreads_a_burst_and_skips_draining_and_down() {
+        let pool = names(&["a", "b", "c"]);
+        let mut h = Health::default();
+        assert_eq!(h.due(&pool, &[], 0), ["a", "b", "c"]);
+        h.checked("a", load(2), 0);
+        h.checked("b", load(0), 0);
+        h.checked("c", load(0), 0);
+        assert!(h.due(&pool, &[], 100).is_empty());
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            let n = h.choose(Strategy::LeastLoaded, &pool, &[], &[]).unwrap();
+            h.placed(&n);
+            got.push(n);
+        }
+        assert_eq!(got, ["b", "c", "b", "c", "a", "b"]);
+        // Draining and excluded executors take nothing; `first` takes the first usable.
+        let draining = names(&["b"]);
+        assert_eq!(
+            h.choose(Strategy::LeastLoaded, &pool, &draining, &names(&["c"])),
+            Ok("a".into())
+        );
+        assert_eq!(
+            h.choose(Strategy::First, &pool, &names(&["a"]), &[]),
+            Ok("b".into())
+        );
+        // Load per CPU: a bigger host takes more.
+        h.checked(
+            "a",
+            Load {
+                computers: 3,
+                execs: 0,
+                cpus: 8,
+            },
+            0,
+        );
+        h.checked("b", load(1), 0);
+        assert_eq!(
+            h.choose(Strategy::LeastLoaded, &pool, &[], &[]),
+            Ok("a".into())
+        );
+    }
+
+    #[test]
+    fn a_failed_executor_is_skipped_with_backoff_until_it_answers() {
+        let pool = names(&["a", "b"]);
+        let mut h = Health::default();
+        h.checked("a", load(0), 0);
+        h.checked("b", load(5), 0);
+        assert!(h.failed("a", "connection refused", 10), "a failover");
+        assert!(!h.failed("a", "connection refused", 20), "already down");
+        assert_eq!(
+            h.choose(Strategy::LeastLoaded, &pool, &[], &[]),
+            Ok("b".into())
+        );
+        // Two failures: asked again after 2 s, not before; b is due after its TTL.
+        assert_eq!(h.due(&pool, &[], 2_000), Vec::<&str>::new());
+        assert_eq!(h.due(&pool, &[], 2_020), ["a"]);
+        assert_eq!(h.due(&pool, &[], HEALTH_TTL_MS), ["a", "b"]);
+        for i in 0..40 {
+            h.failed("a", "still refused", i);
+        }
+        assert_eq!(h.due(&pool, &[], 39 + BACKOFF_MAX_MS - 1), ["b"]);
+        // Back: it answers, and takes computers again.
+        h.checked("a", load(0), 50_000);
+        assert_eq!(
+            h.choose(Strategy::LeastLoaded, &pool, &[], &[]),
+            Ok("a".into())
+        );
+        // Nobody usable: the error names each executor and why.
+        h.failed("a", "connection refused", 60_000);
+        let e = h
+            .choose(Strategy::First, &pool, &names(&["b"]), &[])
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("\"a\" is unreachable (connection refused)"),
+            "{e}"
+        );
+        assert!(e.contains("\"b\" is draining"), "{e}");
+    }
+
+    #[test]
+    fn health_documents_are_read_strictly() {
+        let ok = serde_json::json!({"status": "ok", "load": {"computers": 3, "execs": 1}, "capacity": {"cpus": 4}});
+        assert_eq!(
+            Load::from_health(&ok),
+            Ok(Load {
+                computers: 3,
+                execs: 1,
+                cpus: 4
+            })
+        );
+        for bad in [
+            serde_json::json!({"status": "starting"}),
+            serde_json::json!({"status": "ok"}),
+            serde_json::json!({"status": "ok", "load": {"computers": "3", "execs": 0}}),
+            serde_json::json!([]),
+        ] {
+            assert!(Load::from_health(&bad).is_err(), "{bad}");
+        }
+    }
+}
