@@ -57,6 +57,30 @@ pub(crate) fn unauthorized(origin: &str, why: &str) -> Result<Response> {
     Ok(r)
 }
 
+/// The caller of `req` by its token, or the answer that refuses it (401, or 500 when the
+/// gateway's auth settings are broken).
+fn authenticated(
+    gw: &Gateway,
+    req: &Request,
+    origin: &str,
+) -> Result<std::result::Result<Caller, Response>> {
+    let auth = match &gw.auth {
+        Ok(a) => a,
+        Err(e) => {
+            return json_response(
+                500,
+                &json!({"error": format!("gateway configuration: {e}")}),
+            )
+            .map(Err);
+        }
+    };
+    let authorization = req.headers().get("authorization")?;
+    match auth.check(authorization.as_deref(), now_ms() / 1000) {
+        Ok(c) => Ok(Ok(c)),
+        Err(e) => unauthorized(origin, &e.to_string()).map(Err),
+    }
+}
+
 #[event(fetch)]
 pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
     super::log::init(|| var(&env, "LOG_LEVEL"));
@@ -99,18 +123,8 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
         }
         // Placement counters and executor health, for any valid caller token (per isolate).
         (Method::Get, "/metrics") => {
-            let auth = match &gw.auth {
-                Ok(a) => a,
-                Err(e) => {
-                    return json_response(
-                        500,
-                        &json!({"error": format!("gateway configuration: {e}")}),
-                    );
-                }
-            };
-            let authorization = req.headers().get("authorization")?;
-            if let Err(e) = auth.check(authorization.as_deref(), now_ms() / 1000) {
-                return unauthorized(&origin, &e.to_string());
+            if let Err(refused) = authenticated(&gw, &req, &origin)? {
+                return Ok(refused);
             }
             let r = Response::ok(gw.metrics_text())?;
             r.headers()
@@ -127,19 +141,9 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             {
                 return json_response(403, &json!({"error": why}));
             }
-            let auth = match &gw.auth {
-                Ok(a) => a,
-                Err(e) => {
-                    return json_response(
-                        500,
-                        &json!({"error": format!("gateway configuration: {e}")}),
-                    );
-                }
-            };
-            let authorization = req.headers().get("authorization")?;
-            let caller = match auth.check(authorization.as_deref(), now_ms() / 1000) {
+            let caller = match authenticated(&gw, &req, &origin)? {
                 Ok(c) => c,
-                Err(e) => return unauthorized(&origin, &e.to_string()),
+                Err(refused) => return Ok(refused),
             };
             if req.method() == Method::Delete {
                 return mcp_delete(&req, &env, &caller).await;
