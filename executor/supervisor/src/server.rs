@@ -336,62 +336,21 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         Sink::Kept(_) => u64::MAX,
     };
 
-    let used = Arc::new(AtomicU64::new(0));
     let truncated = Arc::new(AtomicBool::new(false));
     let timed_out = Arc::new(AtomicBool::new(false));
-    let (read_tx, read_rx) = mpsc::channel::<()>();
-    let mut readers = 0usize;
-    for (kind, pipe) in [
+    let pipes: Vec<(Kind, std::fs::File)> = [
         (
             Kind::Stdout,
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child.stdout.take().map(std::os::fd::OwnedFd::from),
         ),
         (
             Kind::Stderr,
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child.stderr.take().map(std::os::fd::OwnedFd::from),
         ),
-    ] {
-        let Some(mut pipe) = pipe else { continue };
-        let (sink, used, truncated) = (sink.clone(), used.clone(), truncated.clone());
-        let read_done = read_tx.clone();
-        readers += 1;
-        crate::workers::spawn(move || {
-            // Says when this stream ended, whichever way the loop below is left.
-            struct Done(Sender<()>);
-            impl Drop for Done {
-                fn drop(&mut self) {
-                    let _ = self.0.send(());
-                }
-            }
-            let _done = Done(read_done);
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                let n = match pipe.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let before = used.fetch_add(n as u64, Ordering::SeqCst);
-                let room = limit.saturating_sub(before) as usize;
-                let keep = n.min(room);
-                if keep > 0 {
-                    sink.output(kind, &buf[..keep]);
-                }
-                if keep < n {
-                    // The limit is enforced here: stop reading and stop the job.
-                    truncated.store(true, Ordering::SeqCst);
-                    kill_group(pgid, Signal::KILL);
-                    break;
-                }
-            }
-        });
-    }
-    drop(read_tx);
+    ]
+    .into_iter()
+    .filter_map(|(kind, pipe)| pipe.map(|p| (kind, std::fs::File::from(p))))
+    .collect();
     let stdin_tx = child.stdin.take().map(|mut stdin| {
         let (tx, rx): (StdinTx, Receiver<Option<Vec<u8>>>) = mpsc::channel();
         crate::workers::spawn(move || {
@@ -416,41 +375,30 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         }
         Sink::Kept(_) => Some(ctl),
     };
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    {
-        let timed_out = timed_out.clone();
-        let timeout = Duration::from_millis(spec.timeout_ms.max(1));
-        crate::workers::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(timeout) {
-                timed_out.store(true, Ordering::SeqCst);
-                kill_group(pgid, Signal::KILL);
-            }
-        });
-    }
+    let deadline = std::time::Instant::now() + Duration::from_millis(spec.timeout_ms.max(1));
     {
         let state = state.clone();
         crate::workers::spawn(move || {
-            // Output ends when every holder of the pipes is gone. Once the job was killed,
-            // a holder that escaped even the tag (it cleared its environment) gets a second
-            // to go, and is then left to itself: the answer does not wait for it.
-            let mut left = readers;
-            let mut killed_at: Option<std::time::Instant> = None;
-            while left > 0 {
-                match read_rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(()) => left -= 1,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if timed_out.load(Ordering::SeqCst) || truncated.load(Ordering::SeqCst) {
-                            let at = killed_at.get_or_insert_with(std::time::Instant::now);
-                            if at.elapsed() >= Duration::from_secs(1) {
-                                break;
-                            }
-                        }
-                    }
+            // One task reads both streams, keeps the deadline and reports the end: the
+            // fewest wake-ups between the command's exit and its Exit frame.
+            let out = Ends {
+                pgid,
+                deadline,
+                truncated: &truncated,
+                timed_out: &timed_out,
+            };
+            pump(pipes, &sink, limit, &out);
+            // Output closed; the deadline still holds until it exits.
+            let status = loop {
+                if out.timed_out.load(Ordering::SeqCst) {
+                    break exit_rx.recv().unwrap_or(255);
                 }
-            }
-            let status = exit_rx.recv().unwrap_or(255);
-            let _ = done_tx.send(());
+                match exit_rx.recv_timeout(out.left()) {
+                    Ok(code) => break code,
+                    Err(mpsc::RecvTimeoutError::Timeout) => out.check_deadline(),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break 255,
+                }
+            };
             // The group may still hold children (e.g. `cmd &` whose output was closed).
             if timed_out.load(Ordering::SeqCst) || truncated.load(Ordering::SeqCst) {
                 kill_group(pgid, Signal::KILL);
@@ -480,6 +428,112 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     }
     drop(child);
     ctl
+}
+
+/// How a running job can end early: its group, its deadline, and what ended it.
+struct Ends<'a> {
+    pgid: i32,
+    deadline: std::time::Instant,
+    truncated: &'a AtomicBool,
+    timed_out: &'a AtomicBool,
+}
+
+impl Ends<'_> {
+    /// Time left before the deadline.
+    fn left(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(std::time::Instant::now())
+    }
+
+    /// Past the deadline: the job timed out, and its group is killed (once).
+    fn check_deadline(&self) {
+        if self.left().is_zero() && !self.timed_out.swap(true, Ordering::SeqCst) {
+            kill_group(self.pgid, Signal::KILL);
+        }
+    }
+
+    fn killed(&self) -> bool {
+        self.timed_out.load(Ordering::SeqCst) || self.truncated.load(Ordering::SeqCst)
+    }
+}
+
+/// Reads a job's `pipes` until each is closed, handing their bytes to `sink` as they come,
+/// `limit` bytes in all: past it the job is `truncated`, its group killed and reading
+/// stops (the limit is enforced here, at the source). Output ends when every holder of the
+/// pipes is gone; once the job was killed (timeout or limit), a holder that escaped even
+/// the tag (it cleared its environment) gets a second to go, and is then left to itself:
+/// the answer does not wait for it.
+fn pump(mut pipes: Vec<(Kind, std::fs::File)>, sink: &Sink, limit: u64, out: &Ends<'_>) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut used = 0u64;
+    let mut buf = vec![0u8; CHUNK];
+    let mut killed_at: Option<std::time::Instant> = None;
+    while !pipes.is_empty() {
+        out.check_deadline();
+        // Wake at the deadline, and every 100 ms once killed (the escape below).
+        let tenth = Duration::from_millis(100);
+        let wait = if out.killed() {
+            tenth
+        } else {
+            out.left().min(tenth)
+        };
+        let tick = Timespec {
+            tv_sec: 0,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd<'_>> = pipes
+                .iter()
+                .map(|(_, f)| PollFd::new(f, PollFlags::IN))
+                .collect();
+            match rustix::event::poll(&mut fds, Some(&tick)) {
+                Ok(_) => fds.iter().map(|f| !f.revents().is_empty()).collect(),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return,
+            }
+        };
+        if !ready.contains(&true) {
+            if out.killed() {
+                let at = killed_at.get_or_insert_with(std::time::Instant::now);
+                if at.elapsed() >= Duration::from_secs(1) {
+                    return;
+                }
+            }
+            continue;
+        }
+        let mut closed = Vec::new();
+        for (i, (kind, pipe)) in pipes.iter_mut().enumerate() {
+            if !ready[i] {
+                continue;
+            }
+            let n = match pipe.read(&mut buf) {
+                Ok(0) => {
+                    closed.push(i);
+                    continue;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    closed.push(i);
+                    continue;
+                }
+            };
+            let room = usize::try_from(limit.saturating_sub(used)).unwrap_or(usize::MAX);
+            used = used.saturating_add(n as u64);
+            let keep = n.min(room);
+            if keep > 0 {
+                sink.output(*kind, &buf[..keep]);
+            }
+            if keep < n {
+                out.truncated.store(true, Ordering::SeqCst);
+                kill_group(out.pgid, Signal::KILL);
+                return;
+            }
+        }
+        for i in closed.into_iter().rev() {
+            pipes.remove(i);
+        }
+    }
 }
 
 fn serve_connection(state: Arc<State>, stream: UnixStream) {
