@@ -12,7 +12,6 @@ use serde_json::Value;
 use shared::mcp::{
     Dispatcher, Era, Incoming, MODERN_VERSION, negotiate, parse_message, success_response,
 };
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -27,47 +26,82 @@ fn key(id: &Value) -> String {
     id.to_string()
 }
 
+/// One line of stdin, read on the reader thread.
+enum Line {
+    Read(Vec<u8>),
+    /// Over [`MAX_LINE`]; the rest of it was skipped.
+    TooLarge,
+}
+
+/// Reads stdin lines on a thread of its own and hands them over (the channel closes at
+/// EOF). A thread, not tokio's stdin: that one hands every read to the blocking pool,
+/// which costs a warm exec two wake-ups more.
+fn read_lines(tx: mpsc::UnboundedSender<std::io::Result<Line>>) {
+    use std::io::{BufRead, Read};
+    let stdin = std::io::stdin();
+    let mut reader = std::io::BufReader::with_capacity(64 * 1024, stdin.lock());
+    loop {
+        let mut line = Vec::new();
+        let read = (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line);
+        let item = match read {
+            Ok(0) => return,
+            Ok(_) if line.len() > MAX_LINE => {
+                // Skip the rest of the oversized line.
+                if !line.ends_with(b"\n") {
+                    let mut sink = Vec::new();
+                    if let Err(e) = reader.read_until(b'\n', &mut sink) {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+                Ok(Line::TooLarge)
+            }
+            Ok(_) => Ok(Line::Read(line)),
+            Err(e) => Err(e),
+        };
+        let failed = item.is_err();
+        if tx.send(item).is_err() || failed {
+            return;
+        }
+    }
+}
+
 /// Serves until stdin closes. Returns after the in-flight commands were stopped.
 pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(msg) = rx.recv().await {
+    // Answers are written by a thread of its own, for the same reason as the reader.
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let stdout = std::io::stdout();
+        while let Some(msg) = rx.blocking_recv() {
             let mut line = shared::json::to_vec(&msg);
             line.push(b'\n');
-            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+            let mut out = stdout.lock();
+            if out.write_all(&line).and_then(|()| out.flush()).is_err() {
                 break;
             }
         }
     });
+    let (lines_tx, mut lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || read_lines(lines_tx));
     let host = host.with_notifier(tx.clone());
     let inflight: InFlight = Arc::default();
     let mut era: Option<Era> = None;
-    let mut reader = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await?;
-        if n == 0 {
-            break;
-        }
-        if line.len() > MAX_LINE {
-            let _ = tx.send(shared::mcp::error_response(
-                Value::Null,
-                shared::mcp::codes::INVALID_REQUEST,
-                "message too large (16 MiB at most)",
-                None,
-            ));
-            // Skip the rest of the oversized line.
-            if !line.ends_with(b"\n") {
-                let mut sink = Vec::new();
-                reader.read_until(b'\n', &mut sink).await?;
+    while let Some(item) = lines.recv().await {
+        let line = match item? {
+            Line::Read(line) => line,
+            Line::TooLarge => {
+                let _ = tx.send(shared::mcp::error_response(
+                    Value::Null,
+                    shared::mcp::codes::INVALID_REQUEST,
+                    "message too large (16 MiB at most)",
+                    None,
+                ));
+                continue;
             }
-            continue;
-        }
+        };
         let trimmed = line.trim_ascii();
         if trimmed.is_empty() {
             continue;
@@ -140,7 +174,7 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
     }
     drop(host);
     drop(tx);
-    let _ = writer.await;
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
     Ok(())
 }
 
