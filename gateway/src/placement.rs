@@ -75,11 +75,17 @@ impl Load {
         if v["status"] != "ok" {
             return Err(format!("its health says {}", v["status"]));
         }
-        let n = |x: &serde_json::Value| x.as_u64().ok_or("a health document without its load");
+        // An executor older than the load figures is healthy with an unknown load (0).
+        let n = |x: &serde_json::Value| match x {
+            serde_json::Value::Null => Ok(0),
+            x => x
+                .as_u64()
+                .ok_or("a health document whose load is not a count"),
+        };
         Ok(Self {
             computers: n(&v["load"]["computers"])?,
             execs: n(&v["load"]["execs"])?,
-            cpus: v["capacity"]["cpus"].as_u64().unwrap_or(1),
+            cpus: n(&v["capacity"]["cpus"])?.max(1),
         })
     }
 
@@ -480,6 +486,41 @@ mod tests {
     }
 
     #[test]
+    fn any_placement_string_is_parsed_or_refused_with_a_reason() {
+        // Every sequence of up to three of these pieces: no panic, and a refusal says why.
+        let pieces = [
+            "",
+            "pinned",
+            "first",
+            "least-loaded",
+            ":",
+            "a",
+            "docker",
+            "fly",
+            " ",
+            "::",
+            "é",
+            "\0",
+            "wasm:",
+            ":a",
+        ];
+        let d = names(&["docker"]);
+        let ex: Vec<(&str, &[String])> = vec![("a", &d)];
+        for x in pieces {
+            for y in pieces {
+                for z in pieces {
+                    let wanted = format!("{x}{y}{z}");
+                    match parse(Some(&wanted), &ex, true, false) {
+                        Ok(Placement::Executors { pool, .. }) => assert!(!pool.is_empty()),
+                        Ok(Placement::Provider(p)) => assert!(p == "fly" || p == "e2b"),
+                        Err(e) => assert!(e.contains("PLACEMENT"), "{wanted:?}: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn health_documents_are_read_strictly() {
         let ok = serde_json::json!({"status": "ok", "load": {"computers": 3, "execs": 1}, "capacity": {"cpus": 4}});
         assert_eq!(
@@ -490,10 +531,19 @@ mod tests {
                 cpus: 4
             })
         );
+        // An older executor, without the load: healthy, load unknown.
+        assert_eq!(
+            Load::from_health(&serde_json::json!({"status": "ok"})),
+            Ok(Load {
+                computers: 0,
+                execs: 0,
+                cpus: 1
+            })
+        );
         for bad in [
             serde_json::json!({"status": "starting"}),
-            serde_json::json!({"status": "ok"}),
             serde_json::json!({"status": "ok", "load": {"computers": "3", "execs": 0}}),
+            serde_json::json!({"status": "ok", "capacity": {"cpus": -1}}),
             serde_json::json!([]),
         ] {
             assert!(Load::from_health(&bad).is_err(), "{bad}");

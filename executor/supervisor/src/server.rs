@@ -375,7 +375,11 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         }
         Sink::Kept(_) => Some(ctl),
     };
-    let deadline = std::time::Instant::now() + Duration::from_millis(spec.timeout_ms.max(1));
+    // A timeout past what an Instant can hold is no deadline at all (a year will do).
+    let now = std::time::Instant::now();
+    let deadline = now
+        .checked_add(Duration::from_millis(spec.timeout_ms.max(1)))
+        .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
     {
         let state = state.clone();
         crate::workers::spawn(move || {

@@ -1,7 +1,8 @@
 //! WASM computers (issue 4): warm exec and pipelines through MCP stdio next to the stdio
 //! round-trip floor (`ping`) and the reference implementation's WebAssembly backend (the
 //! upstream Python package, when installed), first exec after start, cold compile, and
-//! the memory of 100 idle computers.
+//! the memory of 100 idle computers, and 500 (issue 18's soak: RSS per computer, each
+//! still answering).
 
 use std::time::Instant;
 
@@ -208,6 +209,51 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         floor: None,
         target: "<= 40 MiB".into(),
         pass: rss <= 40.0,
+    });
+    // Issue 18's soak: 500 computers in one server, each still answering.
+    for i in 100..500 {
+        exec(
+            &c,
+            json!({"computer_id": format!("{t}-idle{i}"), "command": "echo hi > /tmp/f"}),
+        )
+        .await?;
+    }
+    let mut wrong = 0;
+    for i in 0..500 {
+        let r = exec(
+            &c,
+            json!({"computer_id": format!("{t}-idle{i}"), "command": "cat /tmp/f"}),
+        )
+        .await;
+        if !r.is_ok_and(|r| r["stdout"] == "hi\n") {
+            wrong += 1;
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let rss500 = rss_mib(server_pid);
+    rows.push(Row {
+        name: "wasm soak: RSS with 500 computers",
+        value: rss500,
+        unit: "MiB",
+        floor: Some(rss),
+        target: "reported".into(),
+        pass: true,
+    });
+    rows.push(Row {
+        name: "wasm soak: RSS per computer (100 -> 500)",
+        value: (rss500 - rss) * 1024.0 / 400.0,
+        unit: "KiB",
+        floor: None,
+        target: "reported".into(),
+        pass: true,
+    });
+    rows.push(Row {
+        name: "wasm soak: 500 computers, wrong answers",
+        value: f64::from(wrong),
+        unit: "",
+        floor: None,
+        target: "0".into(),
+        pass: wrong == 0,
     });
     c.cancel().await?;
     // First exec after start (warm cache), and a cold compile for reference.
