@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use shared::providers::computers::{
-    CloudComputers, ComputersError, Program, ProviderExec, program_argv,
-};
+use shared::providers::computers::{CloudComputers, ComputersError, ProviderExec};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::ExecOutcome;
 
@@ -95,6 +93,7 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
     }
 
     async fn restart(&self, id: &str) -> Result<(), BackendError> {
+        crate::place::over_exec::end_jobs(self, id).await;
         Ok(self.inner.restart(id).await?)
     }
 
@@ -148,15 +147,8 @@ impl<C: CloudComputers + Send + Sync + 'static> Drop for KillOnDrop<C> {
 
 /// A command for a cloud computer.
 fn provider_exec(spec: &ExecSpec) -> ProviderExec {
-    let program = match &spec.shell_command {
-        Some((shell, command)) => Program::Shell {
-            shell: shell.as_deref(),
-            command,
-        },
-        None => Program::Argv(&spec.argv),
-    };
     ProviderExec {
-        argv: program_argv(spec.working_directory.as_deref(), &spec.env, program),
+        argv: spec.provider_argv(),
         stdin: spec.stdin.clone(),
         timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
         output_limit: spec.output_limit,

@@ -18,16 +18,6 @@ use crate::spec::{
 
 pub mod over_exec;
 
-/// The answer of a backend that does not keep jobs.
-fn no_jobs(backend: &str) -> BackendError {
-    BackendError::new(
-        Failure::Unsupported,
-        format!(
-            "the {backend} backend does not keep jobs yet: run the command in the foreground (without `yield_ms`), or use the Docker backend for long-running commands"
-        ),
-    )
-}
-
 /// What kind of failure a backend's error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -101,15 +91,13 @@ pub trait Place {
     ) -> Result<ContainerRecord, BackendError>;
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError>;
     /// Starts `spec` on computer `id` as a job (SPEC §3.8) that outlives this call; its
-    /// stdin stays open until closed.
-    async fn job_start(
-        &self,
-        id: &str,
-        spec: &ExecSpec,
-        job: &JobStart,
-    ) -> Result<(), BackendError> {
-        let _ = (id, spec, job);
-        Err(no_jobs(self.name()))
+    /// stdin stays open until closed. By default through the computer's exec
+    /// (`shared::jobs::over_exec`, the job runner kept on the computer).
+    async fn job_start(&self, id: &str, spec: &ExecSpec, job: &JobStart) -> Result<(), BackendError>
+    where
+        Self: Sized + Sync,
+    {
+        over_exec::job_start(self, id, spec, job).await
     }
     /// Writes, closes, signals, then waits and reads job `job_id`, as `poll` says.
     async fn job_poll(
@@ -117,14 +105,18 @@ pub trait Place {
         id: &str,
         job_id: &str,
         poll: &JobPoll,
-    ) -> Result<JobOutput, BackendError> {
-        let _ = (id, job_id, poll);
-        Err(no_jobs(self.name()))
+    ) -> Result<JobOutput, BackendError>
+    where
+        Self: Sized + Sync,
+    {
+        over_exec::job_poll(self, id, job_id, poll).await
     }
     /// The jobs computer `id` keeps, oldest first.
-    async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError> {
-        let _ = id;
-        Err(no_jobs(self.name()))
+    async fn job_list(&self, id: &str) -> Result<Vec<JobInfo>, BackendError>
+    where
+        Self: Sized + Sync,
+    {
+        over_exec::job_list(self, id).await
     }
     /// Reads at most `length` bytes of regular file `path` from `offset` (an offset at or
     /// past the end gives an empty slice). Paths resolve inside the computer.

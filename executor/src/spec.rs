@@ -30,6 +30,20 @@ impl ExecSpec {
         self.env.iter().map(|(k, v)| format!("{k}={v}")).collect()
     }
 
+    /// The argv a provider's computer runs (Fly, E2B, Modal): the shared cd wrapper for
+    /// the working directory, `env` for the call's environment, then the program.
+    pub fn provider_argv(&self) -> Vec<String> {
+        use shared::providers::computers::{Program, program_argv};
+        let program = match &self.shell_command {
+            Some((shell, command)) => Program::Shell {
+                shell: shell.as_deref(),
+                command,
+            },
+            None => Program::Argv(&self.argv),
+        };
+        program_argv(self.working_directory.as_deref(), &self.env, program)
+    }
+
     /// The argv to start: `args`, or `[shell, "-c", command]` with `auto_shell` standing
     /// for "bash if the image has it, else /bin/sh".
     pub fn program(&self, auto_shell: &str) -> Vec<String> {
@@ -54,17 +68,7 @@ pub struct JobStart {
 }
 
 /// What one read of a job does: write, close, signal (in that order), then wait and read.
-#[derive(Debug, Clone, Default)]
-pub struct JobPoll {
-    pub stdin: Option<Vec<u8>>,
-    pub close_stdin: bool,
-    pub signal: Option<i32>,
-    pub wait: Duration,
-    /// Wait for the exit (a `yield_ms` start), not just for news.
-    pub until_exit: bool,
-    /// Most output bytes to take.
-    pub max_bytes: usize,
-}
+pub use shared::jobs::over_exec::Poll as JobPoll;
 
 /// WASM backend settings.
 #[derive(Debug, Clone)]

@@ -18,6 +18,9 @@ use serde_json::{Value, json};
 use shared::executor_api::{ApiError, ErrorCode};
 use shared::files::over_exec::{self, OverExec, Shell, WriteHow};
 use shared::files::{self, FileCall};
+use shared::history::describe;
+use shared::jobs::over_exec::{self as over_jobs, JobsOverExec};
+use shared::jobs::{JobPoll, job_id_from, job_list_structured, job_structured, yielded_structured};
 use shared::op::{Op, OpHandler};
 use shared::providers::HttpTransport;
 use shared::providers::computers::e2b::{E2bComputers, E2bSettings};
@@ -239,7 +242,7 @@ impl<C: CloudComputers> Cloud<C> {
                 c.remove(&k).await?;
                 Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
             }
-            // Refused in `handle` before anything runs.
+            // Served in `handle`.
             Op::Job(_) | Op::Jobs { .. } | Op::File(_) => Ok(json!({})),
         }
     }
@@ -286,24 +289,22 @@ impl<C: CloudComputers> Cloud<C> {
 
 impl<C: CloudComputers> OpHandler for Cloud<C> {
     async fn handle(&self, team: &str, op: Op) -> Result<Value, ApiError> {
-        let starts_job = matches!(&op, Op::Exec(r) if r.yield_ms.is_some());
-        if starts_job || matches!(op, Op::Job(_) | Op::Jobs { .. }) {
-            return Err(ApiError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "{} computers reached from the gateway do not keep jobs yet: run the command in the foreground (without `yield_ms`)",
-                    self.computers.kind()
-                ),
-            ));
+        match op {
+            Op::File(call) => self.file(team, call).await,
+            Op::Exec(req) if req.yield_ms.is_some() => self.start_job(team, req).await,
+            Op::Job(poll) => self.job(team, poll).await,
+            Op::Jobs { computer_id } => {
+                let k = teams::key(Some(team), &computer_id);
+                let jobs = over_jobs::list(&self.shell(&k)).await.map_err(job_error)?;
+                Ok(job_list_structured(&computer_id, &jobs))
+            }
+            op => self.run(team, op).await.map_err(computers_error),
         }
-        if let Op::File(call) = op {
-            return self.file(team, call).await;
-        }
-        self.run(team, op).await.map_err(computers_error)
     }
 }
 
-/// A cloud computer's exec as the shell of `shared::files::over_exec`.
+/// A cloud computer's exec as the shell of `shared::files::over_exec` and
+/// `shared::jobs::over_exec`.
 struct CloudShell<'a, C> {
     computers: &'a C,
     key: &'a str,
@@ -340,6 +341,15 @@ fn file_error(e: OverExec<ComputersError>) -> ApiError {
     }
 }
 
+fn job_error(e: JobsOverExec<ComputersError>) -> ApiError {
+    match e {
+        JobsOverExec::Shell(e) => computers_error(e),
+        JobsOverExec::NoSuchJob(m) => ApiError::new(ErrorCode::NotFound, m),
+        JobsOverExec::Refused(m) => ApiError::new(ErrorCode::BadRequest, m),
+        JobsOverExec::Failed(m) => ApiError::new(ErrorCode::Engine, m),
+    }
+}
+
 fn computers_error(e: ComputersError) -> ApiError {
     let code = match e {
         ComputersError::NotFound(_) => ErrorCode::NotFound,
@@ -349,6 +359,73 @@ fn computers_error(e: ComputersError) -> ApiError {
 }
 
 impl<C: CloudComputers> Cloud<C> {
+    fn shell<'a>(&'a self, key: &'a str) -> CloudShell<'a, C> {
+        CloudShell {
+            computers: &self.computers,
+            key,
+        }
+    }
+
+    /// A `yield_ms` exec: the command starts as a job (through the computer's exec, kept by
+    /// the runner on the computer) and the first read waits up to `yield_ms` for its end.
+    async fn start_job(&self, team: &str, req: ExecRequest) -> Result<Value, ApiError> {
+        let id = req.computer_id.clone().unwrap_or_default();
+        let k = teams::key(Some(team), &id);
+        self.computers.prepare().await.map_err(computers_error)?;
+        let temporary = self
+            .ensure(&k, req.temporary.unwrap_or(true), team)
+            .await
+            .map_err(computers_error)?;
+        let ex = provider_exec(&req);
+        let command = match &req.program {
+            ValidProgram::Shell(c) => describe(Some(c), None),
+            ValidProgram::Argv(a) => describe(None, Some(a)),
+        };
+        let job_id = job_id_from(random_bytes(&k));
+        let start = over_jobs::Start {
+            job_id: &job_id,
+            command: &command,
+            program: &ex.argv,
+            timeout_ms: ex.timeout_ms,
+        };
+        let sh = self.shell(&k);
+        if let Err(e) = over_jobs::start(&sh, &start).await {
+            self.ready().remove(&k);
+            return Err(job_error(e));
+        }
+        // Given `stdin` is the whole input, as in the foreground.
+        let poll = over_jobs::Poll {
+            stdin: req.stdin.clone().map(String::into_bytes),
+            close_stdin: req.stdin.is_some(),
+            signal: None,
+            wait_ms: req.yield_ms.unwrap_or_default().min(ex.timeout_ms),
+            until_exit: true,
+            max_bytes: OUTPUT_LIMIT,
+        };
+        let out = over_jobs::poll(&sh, &job_id, &poll)
+            .await
+            .map_err(job_error)?;
+        Ok(yielded_structured(&id, temporary, out))
+    }
+
+    /// A `terminal_job` read of one job.
+    async fn job(&self, team: &str, p: JobPoll) -> Result<Value, ApiError> {
+        let id = p.computer_id.clone().unwrap_or_default();
+        let k = teams::key(Some(team), &id);
+        let poll = over_jobs::Poll {
+            stdin: p.stdin,
+            close_stdin: p.close_stdin,
+            signal: p.signal,
+            wait_ms: p.wait_ms,
+            until_exit: false,
+            max_bytes: OUTPUT_LIMIT,
+        };
+        let out = over_jobs::poll(&self.shell(&k), &p.job_id, &poll)
+            .await
+            .map_err(job_error)?;
+        Ok(job_structured(&id, out))
+    }
+
     /// A file tool through the computer's exec (created on first use, like an exec).
     async fn file(&self, team: &str, call: FileCall) -> Result<Value, ApiError> {
         let id = call.computer_id().unwrap_or_default().to_owned();
@@ -442,6 +519,20 @@ fn getrandom_fill(buf: &mut [u8]) -> Result<(), ()> {
 #[cfg(not(target_arch = "wasm32"))]
 fn getrandom_fill(_buf: &mut [u8]) -> Result<(), ()> {
     Err(())
+}
+
+/// 12 random bytes (a job id); without the Worker's random source (native tests), a
+/// hash of `salt` and a counter.
+fn random_bytes(salt: &str) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    if getrandom_fill(&mut b).is_err() {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let h = fnv(format!("{salt}/{n}").as_bytes());
+        b[..8].copy_from_slice(&h.to_le_bytes());
+        b[8..].copy_from_slice(&n.to_le_bytes()[..4]);
+    }
+    b
 }
 
 fn fnv(bytes: &[u8]) -> u64 {

@@ -13,6 +13,8 @@ use serde_json::{Map, Value, json};
 pub use crate::result::JobInfo;
 use crate::result::{ExecOutcome, exec_structured, put_stream};
 
+pub mod over_exec;
+
 /// The job tool's name.
 pub const JOB_TOOL: &str = "terminal_job";
 /// `wait_ms` when omitted.

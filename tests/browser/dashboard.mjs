@@ -106,6 +106,12 @@ async function web(page) {
   await page.locator("#stdout").filter({ hasText: "made-fb" }).waitFor();
   await files(page, "/tmp/fb");
 
+  // Jobs (where the server serves them): one an agent started shows with its command;
+  // Tail follows its output, Stop ends it.
+  const listed = await mcp("tools/list", {});
+  if (listed.tools.some((t) => t.name === "terminal_job")) await jobs(page, id);
+  else check(await page.locator("#jobs-section").isHidden(), "no jobs section without the jobs tools");
+
   await page.screenshot({ path: `${artifacts}/dashboard-web.png`, fullPage: true });
   await page.emulateMedia({ colorScheme: "dark" });
   await page.setViewportSize({ width: 390, height: 844 });
@@ -122,6 +128,22 @@ async function web(page) {
   await page.click("#confirm-yes");
   await row.waitFor({ state: "detached" });
   check(cspErrors.length === 0, "CSP violations: " + cspErrors.join("; "));
+}
+
+/** The jobs view on computer `id`: an agent's job listed, followed by Tail, ended by Stop. */
+async function jobs(page, id) {
+  const started = await mcp("tools/call", {
+    name: "terminal_execute",
+    arguments: { computer_id: id, command: "sleep 1; echo tick; sleep 300", yield_ms: 0 },
+  });
+  check(started.structuredContent && started.structuredContent.running === true, "the job runs");
+  await page.click("#refresh");
+  const jobRow = page.locator("#jobs li").filter({ hasText: "sleep 300" });
+  await jobRow.waitFor();
+  await jobRow.locator("button", { hasText: "Tail" }).click();
+  await page.locator("#job-out").filter({ hasText: "tick" }).waitFor();
+  await jobRow.locator("button", { hasText: "Stop" }).click();
+  await page.locator("#job-meta").filter({ hasText: "exit 143" }).waitFor();
 }
 
 /** Lists `dir` in the file browser of `ui` (a page or a frame), views, uploads, downloads. */

@@ -4,6 +4,7 @@
 //! `--state-dir` and tags its containers with a unique `msc-test=<tag>` label, so tests run
 //! in parallel and every leak check counts exactly that test's containers.
 
+pub mod jobs;
 pub mod sim;
 
 use std::collections::HashMap;

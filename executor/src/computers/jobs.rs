@@ -9,8 +9,6 @@
 //! Access is the computer's: whoever may reach the computer may reach its jobs; anyone
 //! else gets "no such job", whatever the id.
 
-use std::time::Duration;
-
 use serde_json::Value;
 use shared::history::{HistoryEntry, rfc3339_utc};
 use shared::jobs::{JobCall, JobOutput, job_id_from, job_list_structured, job_structured};
@@ -126,7 +124,7 @@ impl Computers {
             close_stdin: spec.stdin.is_some(),
             stdin: spec.stdin.clone().map(String::into_bytes),
             signal: None,
-            wait: Duration::from_millis(yield_ms.min(timeout_ms)),
+            wait_ms: yield_ms.min(timeout_ms),
             until_exit: true,
             max_bytes: self.defaults.output_limit,
         };
@@ -232,7 +230,7 @@ impl SessionHost {
                     stdin: p.stdin,
                     close_stdin: p.close_stdin,
                     signal: p.signal,
-                    wait: Duration::from_millis(p.wait_ms),
+                    wait_ms: p.wait_ms,
                     until_exit: false,
                     max_bytes: c.defaults.output_limit,
                 };

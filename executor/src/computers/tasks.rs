@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use shared::jobs::yielded_structured;
@@ -178,7 +177,7 @@ impl SessionHost {
             close_stdin: false,
             signal,
             // A signal's effect (the exit) is worth a short wait; a plain poll answers now.
-            wait: Duration::from_millis(if signal.is_some() { 2_000 } else { 0 }),
+            wait_ms: if signal.is_some() { 2_000 } else { 0 },
             until_exit: signal.is_some(),
             max_bytes: c.defaults.output_limit,
         };

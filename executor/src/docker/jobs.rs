@@ -180,11 +180,12 @@ impl Docker {
         }
         let read = JobControl::Read {
             job_id: id,
-            wait_ms: u64::try_from(poll.wait.as_millis()).unwrap_or(u64::MAX),
+            wait_ms: poll.wait_ms,
             until_exit: poll.until_exit,
             max_bytes: poll.max_bytes as u64,
         };
-        let answer = self.control(container, &conn, &read, poll.wait).await?;
+        let wait = Duration::from_millis(poll.wait_ms);
+        let answer = self.control(container, &conn, &read, wait).await?;
         let status: JobStatus = serde_json::from_slice(&answer.done)
             .map_err(|e| DockerError::Supervisor(format!("bad job status: {e}")))?;
         Ok(output(status, answer.stdout, answer.stderr))

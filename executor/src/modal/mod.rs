@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use shared::providers::computers::{Owner, Program, program_argv, tags};
+use shared::providers::computers::{Owner, tags};
 use shared::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
 
 use crate::spec::{ContainerRecord, ExecSpec};
@@ -281,14 +281,7 @@ impl Modal {
     }
 
     pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ModalBackendError> {
-        let program = match &spec.shell_command {
-            Some((shell, command)) => Program::Shell {
-                shell: shell.as_deref(),
-                command,
-            },
-            None => Program::Argv(&spec.argv),
-        };
-        let argv = program_argv(spec.working_directory.as_deref(), &spec.env, program);
+        let argv = spec.provider_argv();
         let stdin = spec.stdin.as_deref().map(str::as_bytes);
         let started = std::time::Instant::now();
         let run = |sandbox: String| {

@@ -52,6 +52,7 @@ impl Place for Modal {
     }
 
     async fn restart(&self, id: &str) -> Result<(), BackendError> {
+        crate::place::over_exec::end_jobs(self, id).await;
         Ok(Modal::restart(self, id).await?)
     }
 

@@ -1,15 +1,19 @@
-//! The file tools on any backend that can exec (`shared::files::over_exec`): what Fly,
-//! E2B and Modal computers serve, through their own exec, until a provider file API is
-//! wired in. The `Place` trait's default file methods land here; Docker and WASM
-//! override them with their direct paths.
+//! The file tools and jobs on any backend that can exec (`shared::files::over_exec`,
+//! `shared::jobs::over_exec`): what Fly, E2B and Modal computers serve, through their own
+//! exec, until a provider API is wired in. The `Place` trait's default file and job
+//! methods land here; Docker and WASM override them with their direct paths.
 
 use std::time::Duration;
 
 use shared::files::over_exec::{self, OUTPUT_LIMIT, OverExec, Shell, Staged, TIMEOUT_MS, WriteHow};
+use shared::jobs::over_exec::{self as jobs, JobsOverExec};
+use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
 use crate::place::{BackendError, Failure, Place};
-use crate::spec::{ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
+use crate::spec::{
+    ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll, JobStart, UploadStream,
+};
 
 /// A backend's exec on one computer, as a [`Shell`].
 pub struct PlaceShell<'a, P> {
@@ -122,4 +126,54 @@ pub async fn put<P: Place + Sync>(
         }
     }
     staged.commit().await.map_err(classified)
+}
+
+fn job_classified(e: JobsOverExec<BackendError>) -> BackendError {
+    match e {
+        JobsOverExec::Shell(e) => e,
+        JobsOverExec::NoSuchJob(m) => BackendError::new(Failure::NoSuchJob, m),
+        JobsOverExec::Refused(m) | JobsOverExec::Failed(m) => BackendError::new(Failure::Failed, m),
+    }
+}
+
+pub async fn job_start<P: Place + Sync>(
+    place: &P,
+    id: &str,
+    spec: &ExecSpec,
+    job: &JobStart,
+) -> Result<(), BackendError> {
+    let program = spec.provider_argv();
+    let start = jobs::Start {
+        job_id: &job.job_id,
+        command: &job.command,
+        program: &program,
+        timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
+    };
+    jobs::start(&PlaceShell { place, id }, &start)
+        .await
+        .map_err(job_classified)
+}
+
+pub async fn job_poll<P: Place + Sync>(
+    place: &P,
+    id: &str,
+    job_id: &str,
+    poll: &JobPoll,
+) -> Result<JobOutput, BackendError> {
+    jobs::poll(&PlaceShell { place, id }, job_id, poll)
+        .await
+        .map_err(job_classified)
+}
+
+pub async fn job_list<P: Place + Sync>(place: &P, id: &str) -> Result<Vec<JobInfo>, BackendError> {
+    jobs::list(&PlaceShell { place, id })
+        .await
+        .map_err(job_classified)
+}
+
+/// Ends computer `id`'s jobs before a restart (best effort, at most 10 s: a computer that
+/// does not answer loses them with the restart anyway).
+pub async fn end_jobs<P: Place + Sync>(place: &P, id: &str) {
+    let shell = PlaceShell { place, id };
+    let _ = tokio::time::timeout(Duration::from_secs(10), jobs::end_all(&shell)).await;
 }

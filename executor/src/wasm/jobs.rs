@@ -321,7 +321,8 @@ impl Wasm {
         if let Some(signal) = poll.signal {
             kept.kill(128 + i64::from(signal));
         }
-        let out = kept.read(poll.wait, poll.until_exit, poll.max_bytes).await;
+        let wait = Duration::from_millis(poll.wait_ms);
+        let out = kept.read(wait, poll.until_exit, poll.max_bytes).await;
         if !out.running {
             self.kept.remove(id, job_id);
         }

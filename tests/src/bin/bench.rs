@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|gateway|wasm|cloud` runs one part.
+//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|wasm|cloud` runs one part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -27,6 +27,8 @@ mod files;
 mod jobs;
 #[path = "bench/pool.rs"]
 mod pool;
+#[path = "bench/soak.rs"]
+mod soak;
 #[path = "bench/wasm.rs"]
 mod wasm;
 
@@ -658,6 +660,11 @@ async fn main() -> Result<()> {
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("pool") {
         pool::rows(&t, &mut rows).await?;
         remove_all(&t).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("soak") {
+        soak::rows(&t, &mut rows).await?;
         print_rows(&rows);
         return Ok(());
     }

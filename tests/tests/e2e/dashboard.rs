@@ -63,7 +63,7 @@ async fn drive_at(
 #[tokio::test]
 async fn issue_5_dashboard_in_a_real_browser() -> anyhow::Result<()> {
     let t = tag("dash");
-    let mut opts = ServerOpts::lifecycle().arg("--tools=files");
+    let mut opts = ServerOpts::lifecycle().arg("--tools=files,jobs");
     opts.env
         .push(("KILNTAINERS_AUTH_TOKEN".into(), TOKEN.into()));
     let s = HttpServer::start(&t, &state_dir(&t), &opts).await?;

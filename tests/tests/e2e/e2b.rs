@@ -68,6 +68,20 @@ async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn issue_14_jobs_on_e2b() -> anyhow::Result<()> {
+    let t = tag("e2b-jobs");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |_| {}).await?;
+    let mut opts = e2b_opts(&sim);
+    opts.lifecycle = true;
+    let opts = opts.arg("--tools=jobs");
+    tests::jobs::cloud_jobs(&t, &state, &opts, "e2b-jobs").await?;
+    assert_no_violations(&sim);
+    sim.stop().await;
+    wait_for_count(&t, 0, Duration::from_secs(30)).await
+}
+
+#[tokio::test]
 async fn issue_7_e2b_retries_and_refusals() -> anyhow::Result<()> {
     let t = tag("e2b-faults");
     let state = state_dir(&t);

@@ -80,6 +80,20 @@ async fn issue_7_fly_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn issue_14_jobs_on_fly() -> anyhow::Result<()> {
+    let t = tag("fly-jobs");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |_| {}).await?;
+    let mut opts = fly_opts(&sim);
+    opts.lifecycle = true;
+    let opts = opts.arg("--tools=jobs");
+    tests::jobs::cloud_jobs(&t, &state, &opts, "fly-jobs").await?;
+    assert_no_violations(&sim);
+    sim.stop().await;
+    wait_for_count(&t, 0, Duration::from_secs(30)).await
+}
+
+#[tokio::test]
 async fn issue_7_fly_retries_rate_limits_and_server_errors() -> anyhow::Result<()> {
     let t = tag("fly-faults");
     let state = state_dir(&t);

@@ -22,7 +22,7 @@ fn token(team: &str, sub: &str) -> String {
 
 fn auth_vars() -> Vec<(&'static str, String)> {
     vec![
-        ("TOOLS", "exec,files,lifecycle".into()),
+        ("TOOLS", "exec,files,jobs,lifecycle".into()),
         ("JWT_HS256_SECRET", JWT_SECRET.into()),
         ("JWT_ISSUER", "https://issuer.test".into()),
         ("JWT_AUDIENCE", "mcp-gateway-test".into()),
@@ -82,6 +82,8 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
     assert_eq!(r["computer_id"], "box", "{r}");
     // The file tools, straight from the Worker through the provider's exec (issue 15).
     cloud_files(&a, "box").await?;
+    // Jobs too (issue 14): started, read, written, signalled and listed from the Worker.
+    let sleeping = tests::jobs::job_basics(&a, "box", false).await?;
     let r = exec(
         &a,
         json!({"computer_id": "box", "args": ["cat"], "stdin": "piped 'q' $(x)\n"}),
@@ -139,6 +141,26 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
     // Team b's `box` is another computer.
     let b = gw.modern_client(&token("team-b", "u2")).await?;
     assert_missing(&b, "box", "/root/mark").await?;
+    // Team a's job is not team b's, by id alone or on b's own `box`.
+    for args in [
+        json!({"job_id": sleeping}),
+        json!({"job_id": sleeping, "computer_id": "box"}),
+        json!({"job_id": sleeping, "signal": "KILL", "computer_id": "box"}),
+    ] {
+        let e = tests::jobs::job_error(&b, args.clone()).await?;
+        assert!(e.contains("no job"), "{args}: {e}");
+    }
+    let r = job(
+        &a,
+        json!({"job_id": sleeping, "signal": "KILL", "wait_ms": 5000}),
+    )
+    .await?;
+    let last = if r["running"] == false {
+        r
+    } else {
+        tests::jobs::drain(&a, &sleeping, "box").await?.1
+    };
+    assert_eq!(last["exit_code"], 137, "{last}");
 
     // A permanent computer keeps its files across a restart; a factory reset empties it.
     let r = call(

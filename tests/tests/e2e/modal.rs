@@ -98,6 +98,20 @@ async fn fails_to_start(
 }
 
 #[tokio::test]
+async fn issue_14_jobs_on_modal() -> anyhow::Result<()> {
+    let t = tag("modal-jobs");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |_| {}).await?;
+    let mut opts = modal_opts(&sim);
+    opts.lifecycle = true;
+    let opts = opts.arg("--tools=jobs");
+    tests::jobs::cloud_jobs(&t, &state, &opts, "modal-jobs").await?;
+    assert_no_violations(&sim);
+    sim.stop().await;
+    wait_for_count(&t, 0, Duration::from_secs(30)).await
+}
+
+#[tokio::test]
 async fn issue_7_modal_retries_and_refusals() -> anyhow::Result<()> {
     let t = tag("modal-faults");
     let state = state_dir(&t);
