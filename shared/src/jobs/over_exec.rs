@@ -310,211 +310,217 @@ mod tests {
         b64().encode(b)
     }
 
-    /// This machine's `sh`, as a computer's shell would run the runner.
-    struct HostSh;
+    /// The runner on this machine's `sh` (native only: wasm32 has no processes).
+    #[cfg(not(target_arch = "wasm32"))]
+    mod host {
+        use super::*;
 
-    impl Shell for HostSh {
-        type Error = String;
-        async fn run(
-            &self,
-            argv: Vec<String>,
-            stdin: Option<String>,
-        ) -> Result<crate::result::ExecOutcome, String> {
-            use std::io::Write;
-            use std::process::{Command, Stdio};
-            let mut child = Command::new(&argv[0])
-                .args(&argv[1..])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            {
-                // Closed at the end of this block: EOF for the runner.
-                let mut input = child.stdin.take().ok_or("no stdin")?;
-                input
-                    .write_all(stdin.unwrap_or_default().as_bytes())
+        /// This machine's `sh`, as a computer's shell would run the runner.
+        struct HostSh;
+
+        impl Shell for HostSh {
+            type Error = String;
+            async fn run(
+                &self,
+                argv: Vec<String>,
+                stdin: Option<String>,
+            ) -> Result<crate::result::ExecOutcome, String> {
+                use std::io::Write;
+                use std::process::{Command, Stdio};
+                let mut child = Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
                     .map_err(|e| e.to_string())?;
+                {
+                    // Closed at the end of this block: EOF for the runner.
+                    let mut input = child.stdin.take().ok_or("no stdin")?;
+                    input
+                        .write_all(stdin.unwrap_or_default().as_bytes())
+                        .map_err(|e| e.to_string())?;
+                }
+                let out = child.wait_with_output().map_err(|e| e.to_string())?;
+                Ok(crate::result::ExecOutcome {
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                    exit_code: i64::from(out.status.code().unwrap_or(-1)),
+                    ..Default::default()
+                })
             }
-            let out = child.wait_with_output().map_err(|e| e.to_string())?;
-            Ok(crate::result::ExecOutcome {
-                stdout: out.stdout,
-                stderr: out.stderr,
-                exit_code: i64::from(out.status.code().unwrap_or(-1)),
-                ..Default::default()
-            })
         }
-    }
 
-    fn block<F: std::future::Future>(f: F) -> F::Output {
-        futures_executor::block_on(f)
-    }
-
-    fn new_id() -> String {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        format!(
-            "job-test{}x{nanos}x{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        )
-    }
-
-    fn start_sh(script: &str, timeout_ms: u64) -> String {
-        let id = new_id();
-        let program = ["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
-        let job = Start {
-            job_id: &id,
-            command: script,
-            program: &program,
-            timeout_ms,
-        };
-        block(start(&HostSh, &job)).unwrap();
-        id
-    }
-
-    fn read(id: &str, p: Poll) -> JobOutput {
-        block(poll(&HostSh, id, &p)).unwrap()
-    }
-
-    fn wait_end(id: &str) -> JobOutput {
-        let p = Poll {
-            wait_ms: 10_000,
-            until_exit: true,
-            max_bytes: READ_MAX,
-            ..Poll::default()
-        };
-        read(id, p)
-    }
-
-    #[test]
-    fn a_job_on_this_machines_sh_answers_stdin_twice_and_ends_with_its_status() {
-        let id = start_sh(
-            "echo ready; while read l; do echo \"got $l\"; done; echo bye >&2; exit 3",
-            30_000,
-        );
-        let news = Poll {
-            wait_ms: 5_000,
-            max_bytes: READ_MAX,
-            ..Poll::default()
-        };
-        let first = read(&id, news.clone());
-        assert_eq!(
-            (first.stdout.as_slice(), first.running),
-            (&b"ready\n"[..], true)
-        );
-        let one = read(
-            &id,
-            Poll {
-                stdin: Some(b"one\n".to_vec()),
-                ..news.clone()
-            },
-        );
-        assert_eq!(one.stdout, b"got one\n");
-        let two = read(
-            &id,
-            Poll {
-                stdin: Some(b"two\n".to_vec()),
-                close_stdin: true,
-                ..news.clone()
-            },
-        );
-        let end = if two.running {
-            wait_end(&id)
-        } else {
-            two.clone()
-        };
-        let (mut out, mut err) = (two.stdout.clone(), two.stderr.clone());
-        if two.running {
-            out.extend_from_slice(&end.stdout);
-            err.extend_from_slice(&end.stderr);
+        fn block<F: std::future::Future>(f: F) -> F::Output {
+            futures_executor::block_on(f)
         }
-        assert_eq!(out, b"got two\n");
-        assert_eq!(err, b"bye\n");
-        assert_eq!((end.running, end.exit_code), (false, Some(3)));
-        // Read to its end: it is gone.
-        let gone = block(poll(&HostSh, &id, &news));
-        assert!(matches!(gone, Err(JobsOverExec::NoSuchJob(_))), "{gone:?}");
-        let closed = block(poll(
-            &HostSh,
-            &id,
-            &Poll {
-                stdin: Some(b"x".to_vec()),
-                ..news
-            },
-        ));
-        assert!(closed.is_err());
-    }
 
-    #[test]
-    fn signals_end_it_with_the_shells_status_and_the_timeout_with_124() {
-        for (signal, code) in [(15, 143), (9, 137), (1, 129)] {
-            let id = start_sh("sleep 30 & sleep 30", 60_000);
-            std::thread::sleep(std::time::Duration::from_millis(200));
+        fn new_id() -> String {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or_default();
+            format!(
+                "job-test{}x{nanos}x{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            )
+        }
+
+        fn start_sh(script: &str, timeout_ms: u64) -> String {
+            let id = new_id();
+            let program = ["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+            let job = Start {
+                job_id: &id,
+                command: script,
+                program: &program,
+                timeout_ms,
+            };
+            block(start(&HostSh, &job)).unwrap();
+            id
+        }
+
+        fn read(id: &str, p: Poll) -> JobOutput {
+            block(poll(&HostSh, id, &p)).unwrap()
+        }
+
+        fn wait_end(id: &str) -> JobOutput {
             let p = Poll {
-                signal: Some(signal),
+                wait_ms: 10_000,
+                until_exit: true,
+                max_bytes: READ_MAX,
+                ..Poll::default()
+            };
+            read(id, p)
+        }
+
+        #[test]
+        fn a_job_on_this_machines_sh_answers_stdin_twice_and_ends_with_its_status() {
+            let id = start_sh(
+                "echo ready; while read l; do echo \"got $l\"; done; echo bye >&2; exit 3",
+                30_000,
+            );
+            let news = Poll {
+                wait_ms: 5_000,
+                max_bytes: READ_MAX,
+                ..Poll::default()
+            };
+            let first = read(&id, news.clone());
+            assert_eq!(
+                (first.stdout.as_slice(), first.running),
+                (&b"ready\n"[..], true)
+            );
+            let one = read(
+                &id,
+                Poll {
+                    stdin: Some(b"one\n".to_vec()),
+                    ..news.clone()
+                },
+            );
+            assert_eq!(one.stdout, b"got one\n");
+            let two = read(
+                &id,
+                Poll {
+                    stdin: Some(b"two\n".to_vec()),
+                    close_stdin: true,
+                    ..news.clone()
+                },
+            );
+            let end = if two.running {
+                wait_end(&id)
+            } else {
+                two.clone()
+            };
+            let (mut out, mut err) = (two.stdout.clone(), two.stderr.clone());
+            if two.running {
+                out.extend_from_slice(&end.stdout);
+                err.extend_from_slice(&end.stderr);
+            }
+            assert_eq!(out, b"got two\n");
+            assert_eq!(err, b"bye\n");
+            assert_eq!((end.running, end.exit_code), (false, Some(3)));
+            // Read to its end: it is gone.
+            let gone = block(poll(&HostSh, &id, &news));
+            assert!(matches!(gone, Err(JobsOverExec::NoSuchJob(_))), "{gone:?}");
+            let closed = block(poll(
+                &HostSh,
+                &id,
+                &Poll {
+                    stdin: Some(b"x".to_vec()),
+                    ..news
+                },
+            ));
+            assert!(closed.is_err());
+        }
+
+        #[test]
+        fn signals_end_it_with_the_shells_status_and_the_timeout_with_124() {
+            for (signal, code) in [(15, 143), (9, 137), (1, 129)] {
+                let id = start_sh("sleep 30 & sleep 30", 60_000);
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let p = Poll {
+                    signal: Some(signal),
+                    max_bytes: READ_MAX,
+                    ..Poll::default()
+                };
+                let sent = read(&id, p);
+                let end = if sent.running { wait_end(&id) } else { sent };
+                assert_eq!(
+                    (end.running, end.exit_code),
+                    (false, Some(code)),
+                    "signal {signal}"
+                );
+            }
+            let id = start_sh("sleep 30", 1_000);
+            let end = wait_end(&id);
+            assert_eq!(end.exit_code, Some(124));
+            assert_eq!(end.timed_out_after, Some(1));
+        }
+
+        #[test]
+        fn a_reader_far_behind_loses_the_oldest_bytes_and_is_told_how_many() {
+            let id = start_sh(
+                "head -c 10000000 /dev/zero | tr '\\0' a; echo; echo end",
+                60_000,
+            );
+            let mut all = Vec::new();
+            let mut dropped = 0;
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            loop {
+                let out = wait_end(&id);
+                all.extend_from_slice(&out.stdout);
+                dropped += out.dropped_bytes;
+                if !out.running {
+                    assert_eq!(out.exit_code, Some(0));
+                    break;
+                }
+            }
+            let total = 10_000_000 + 5;
+            assert_eq!(dropped + all.len() as u64, total);
+            assert_eq!(all.len() as u64, BUFFER_BYTES);
+            assert!(all.ends_with(b"aaa\nend\n"));
+        }
+
+        #[test]
+        fn lists_show_running_jobs_with_their_command() {
+            let id = start_sh("sleep 5", 30_000);
+            let jobs = block(list(&HostSh)).unwrap();
+            let me = jobs.iter().find(|j| j.job_id == id).expect("listed");
+            assert!(me.running);
+            assert_eq!(me.command, "sleep 5");
+            let p = Poll {
+                signal: Some(9),
                 max_bytes: READ_MAX,
                 ..Poll::default()
             };
             let sent = read(&id, p);
             let end = if sent.running { wait_end(&id) } else { sent };
-            assert_eq!(
-                (end.running, end.exit_code),
-                (false, Some(code)),
-                "signal {signal}"
-            );
+            assert_eq!(end.exit_code, Some(137));
+            let unknown = block(poll(&HostSh, &new_id(), &Poll::default()));
+            assert!(matches!(unknown, Err(JobsOverExec::NoSuchJob(_))));
         }
-        let id = start_sh("sleep 30", 1_000);
-        let end = wait_end(&id);
-        assert_eq!(end.exit_code, Some(124));
-        assert_eq!(end.timed_out_after, Some(1));
-    }
-
-    #[test]
-    fn a_reader_far_behind_loses_the_oldest_bytes_and_is_told_how_many() {
-        let id = start_sh(
-            "head -c 10000000 /dev/zero | tr '\\0' a; echo; echo end",
-            60_000,
-        );
-        let mut all = Vec::new();
-        let mut dropped = 0;
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        loop {
-            let out = wait_end(&id);
-            all.extend_from_slice(&out.stdout);
-            dropped += out.dropped_bytes;
-            if !out.running {
-                assert_eq!(out.exit_code, Some(0));
-                break;
-            }
-        }
-        let total = 10_000_000 + 5;
-        assert_eq!(dropped + all.len() as u64, total);
-        assert_eq!(all.len() as u64, BUFFER_BYTES);
-        assert!(all.ends_with(b"aaa\nend\n"));
-    }
-
-    #[test]
-    fn lists_show_running_jobs_with_their_command() {
-        let id = start_sh("sleep 5", 30_000);
-        let jobs = block(list(&HostSh)).unwrap();
-        let me = jobs.iter().find(|j| j.job_id == id).expect("listed");
-        assert!(me.running);
-        assert_eq!(me.command, "sleep 5");
-        let p = Poll {
-            signal: Some(9),
-            max_bytes: READ_MAX,
-            ..Poll::default()
-        };
-        let sent = read(&id, p);
-        let end = if sent.running { wait_end(&id) } else { sent };
-        assert_eq!(end.exit_code, Some(137));
-        let unknown = block(poll(&HostSh, &new_id(), &Poll::default()));
-        assert!(matches!(unknown, Err(JobsOverExec::NoSuchJob(_))));
     }
 
     #[test]
