@@ -639,6 +639,7 @@ impl SessionHost {
                 }
                 Op::Delete { computer_id } => self.delete(&computer_id).await,
                 Op::Job(poll) => self.job(shared::jobs::JobCall::Poll(poll)).await,
+                Op::JobRead(poll) => self.job_read(poll).await,
                 Op::Jobs { computer_id } => {
                     self.job(shared::jobs::JobCall::List {
                         computer_id: Some(computer_id),

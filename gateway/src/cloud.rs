@@ -20,7 +20,9 @@ use shared::files::over_exec::{self, OverExec, Shell, WriteHow};
 use shared::files::{self, FileCall};
 use shared::history::describe;
 use shared::jobs::over_exec::{self as over_jobs, JobsOverExec};
-use shared::jobs::{JobPoll, job_id_from, job_list_structured, job_structured, yielded_structured};
+use shared::jobs::{
+    JobOutput, JobPoll, job_id_from, job_list_structured, job_structured, yielded_structured,
+};
 use shared::op::{Op, OpHandler};
 use shared::providers::HttpTransport;
 use shared::providers::computers::e2b::{E2bComputers, E2bSettings};
@@ -243,7 +245,7 @@ impl<C: CloudComputers> Cloud<C> {
                 Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
             }
             // Served in `handle`.
-            Op::Job(_) | Op::Jobs { .. } | Op::File(_) => Ok(json!({})),
+            Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. } | Op::File(_) => Ok(json!({})),
         }
     }
 
@@ -292,7 +294,13 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
         match op {
             Op::File(call) => self.file(team, call).await,
             Op::Exec(req) if req.yield_ms.is_some() => self.start_job(team, req).await,
-            Op::Job(poll) => self.job(team, poll).await,
+            Op::Job(poll) => {
+                let id = poll.computer_id.clone().unwrap_or_default();
+                Ok(job_structured(&id, self.job(team, poll).await?))
+            }
+            // The read itself, for the team's task record (see `edge::tasks`).
+            Op::JobRead(poll) => serde_json::to_value(self.job(team, poll).await?)
+                .map_err(|e| ApiError::new(ErrorCode::Internal, format!("a job's read: {e}"))),
             Op::Jobs { computer_id } => {
                 let k = teams::key(Some(team), &computer_id);
                 let jobs = over_jobs::list(&self.shell(&k)).await.map_err(job_error)?;
@@ -318,16 +326,13 @@ impl<C: CloudComputers> Shell for CloudShell<'_, C> {
         argv: Vec<String>,
         stdin: Option<String>,
     ) -> Result<shared::result::ExecOutcome, ComputersError> {
-        let mut nonce = [0u8; 8];
-        if getrandom_fill(&mut nonce).is_err() {
-            nonce = fnv(format!("{argv:?}").as_bytes()).to_le_bytes();
-        }
+        let nonce = random_u64(|| format!("{argv:?}"));
         let ex = ProviderExec {
             argv,
             stdin,
             timeout_ms: over_exec::TIMEOUT_MS,
             output_limit: over_exec::OUTPUT_LIMIT,
-            nonce: u64::from_le_bytes(nonce),
+            nonce,
         };
         self.computers.exec(self.key, &ex).await
     }
@@ -409,7 +414,7 @@ impl<C: CloudComputers> Cloud<C> {
     }
 
     /// A `terminal_job` read of one job.
-    async fn job(&self, team: &str, p: JobPoll) -> Result<Value, ApiError> {
+    async fn job(&self, team: &str, p: JobPoll) -> Result<JobOutput, ApiError> {
         let id = p.computer_id.clone().unwrap_or_default();
         let k = teams::key(Some(team), &id);
         let poll = over_jobs::Poll {
@@ -420,10 +425,9 @@ impl<C: CloudComputers> Cloud<C> {
             until_exit: false,
             max_bytes: OUTPUT_LIMIT,
         };
-        let out = over_jobs::poll(&self.shell(&k), &p.job_id, &poll)
+        over_jobs::poll(&self.shell(&k), &p.job_id, &poll)
             .await
-            .map_err(job_error)?;
-        Ok(job_structured(&id, out))
+            .map_err(job_error)
     }
 
     /// A file tool through the computer's exec (created on first use, like an exec).
@@ -439,9 +443,7 @@ impl<C: CloudComputers> Cloud<C> {
             key: &k,
         };
         let how = |path, append, create_only, mode, make_dirs| {
-            let mut nonce = [0u8; 8];
-            let _ = getrandom_fill(&mut nonce);
-            let nonce = u64::from_le_bytes(nonce) ^ fnv(k.as_bytes());
+            let nonce = random_u64(|| k.clone());
             WriteHow::new(path, append, create_only, mode, make_dirs, nonce)
         };
         let result = match &call {
@@ -493,12 +495,9 @@ pub fn provider_exec(req: &ExecRequest) -> ProviderExec {
         },
         ValidProgram::Argv(args) => Program::Argv(args),
     };
-    let mut nonce = [0u8; 8];
     // A collision only matters for two commands started in the same millisecond on one
-    // machine; the clock-free fallback is the request's hash.
-    if getrandom_fill(&mut nonce).is_err() {
-        nonce = fnv(format!("{req:?}").as_bytes()).to_le_bytes();
-    }
+    // machine.
+    let nonce = random_u64(|| format!("{req:?}"));
     ProviderExec {
         argv: program_argv(req.working_directory.as_deref(), &req.env, program),
         stdin: req.stdin.clone(),
@@ -507,7 +506,7 @@ pub fn provider_exec(req: &ExecRequest) -> ProviderExec {
             .unwrap_or(DEFAULT_TIMEOUT_SECS)
             .saturating_mul(1000),
         output_limit: OUTPUT_LIMIT,
-        nonce: u64::from_le_bytes(nonce),
+        nonce,
     }
 }
 
@@ -521,17 +520,23 @@ fn getrandom_fill(_buf: &mut [u8]) -> Result<(), ()> {
     Err(())
 }
 
-/// 12 random bytes (a job id); without the Worker's random source (native tests), a
-/// hash of `salt` and a counter.
+/// A random number from the Worker's random source; without it (native tests), a hash of
+/// `salt()` and a counter, so two calls never give the same.
+fn random_u64(salt: impl FnOnce() -> String) -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom_fill(&mut b).is_ok() {
+        return u64::from_le_bytes(b);
+    }
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fnv(format!("{}/{n}", salt()).as_bytes())
+}
+
+/// 12 random bytes (a job id), from [`random_u64`].
 fn random_bytes(salt: &str) -> [u8; 12] {
     let mut b = [0u8; 12];
-    if getrandom_fill(&mut b).is_err() {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let h = fnv(format!("{salt}/{n}").as_bytes());
-        b[..8].copy_from_slice(&h.to_le_bytes());
-        b[8..].copy_from_slice(&n.to_le_bytes()[..4]);
-    }
+    b[..8].copy_from_slice(&random_u64(|| salt.to_owned()).to_le_bytes());
+    b[8..].copy_from_slice(&random_u64(|| salt.to_owned()).to_le_bytes()[..4]);
     b
 }
 

@@ -27,6 +27,14 @@ pub const MIGRATIONS: &[&[&str]] = &[
         "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, id TEXT NOT NULL, \
          deadline INTEGER NOT NULL)",
     ],
+    // 4: tasks (the MCP Tasks extension over jobs, SPEC §3.8): each task's record
+    // (`shared::tasks::Task` as JSON), its starter, when it may be forgotten, and the
+    // lease of the one request reading its job now (so two polls never split its output).
+    &[
+        "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, id TEXT NOT NULL, \
+         owner TEXT NOT NULL, deadline INTEGER NOT NULL, expires INTEGER NOT NULL, \
+         record TEXT NOT NULL, lease TEXT, lease_until INTEGER NOT NULL DEFAULT 0)",
+    ],
 ];
 
 /// The version a fully migrated object has.

@@ -122,11 +122,14 @@ impl JobCall {
     }
 }
 
-/// What a read of a job found: its new output and how it stands.
+/// What a read of a job found: its new output and how it stands. Its serde form (the
+/// answer of [`crate::op::Op::JobRead`]) carries the output as base64 strings, exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct JobOutput {
     pub job_id: String,
+    #[serde(with = "base64_bytes")]
     pub stdout: Vec<u8>,
+    #[serde(with = "base64_bytes")]
     pub stderr: Vec<u8>,
     /// False once it ended and this read took the last of its output.
     pub running: bool,
@@ -139,6 +142,56 @@ pub struct JobOutput {
     pub timed_out_after: Option<u64>,
     /// The out-of-memory killer ended it.
     pub oom_killed: bool,
+}
+
+impl JobOutput {
+    /// The read a running job's structured answer shows (a `terminal_execute` that
+    /// yielded, or a `terminal_job` read of a job still running): exact, since a running
+    /// answer carries no notices. `None` for an ended answer (its stderr may hold notices:
+    /// read it with [`crate::op::Op::JobRead`]) or one that is not a job's.
+    pub fn of_running(v: &Value) -> Option<JobOutput> {
+        if v.get("running") != Some(&Value::Bool(true)) {
+            return None;
+        }
+        let stream = |key: &str| -> Option<Vec<u8>> {
+            use base64::Engine as _;
+            match v.get(format!("{key}_base64")).and_then(Value::as_str) {
+                Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
+                None => Some(v.get(key)?.as_str()?.as_bytes().to_vec()),
+            }
+        };
+        Some(JobOutput {
+            job_id: v.get("job_id")?.as_str()?.to_owned(),
+            stdout: stream("stdout")?,
+            stderr: stream("stderr")?,
+            running: true,
+            exit_code: None,
+            duration_ms: v
+                .get("exec_duration_ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            dropped_bytes: v.get("dropped_bytes").and_then(Value::as_u64).unwrap_or(0),
+            timed_out_after: None,
+            oom_killed: false,
+        })
+    }
+}
+
+/// Bytes as one base64 string in serde forms (job reads, task records).
+pub(crate) mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 fn as_outcome(out: &JobOutput) -> ExecOutcome {
@@ -258,6 +311,47 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn running_answers_give_back_their_read_exactly() {
+        let read = JobOutput {
+            job_id: "job-1".into(),
+            stdout: b"a\0\xff\n".to_vec(),
+            stderr: "é\n".as_bytes().to_vec(),
+            running: true,
+            duration_ms: 7,
+            dropped_bytes: 2,
+            ..JobOutput::default()
+        };
+        let y = yielded_structured("box", false, read.clone());
+        assert_eq!(JobOutput::of_running(&y), Some(read.clone()));
+        let mut polled = read.clone();
+        polled.duration_ms = 0;
+        let j = job_structured("box", read.clone());
+        assert_eq!(JobOutput::of_running(&j), Some(polled));
+        // Ended, or not a job's answer at all: not read from it.
+        let mut ended = read.clone();
+        ended.running = false;
+        ended.exit_code = Some(0);
+        assert_eq!(JobOutput::of_running(&job_structured("box", ended)), None);
+        for junk in [
+            json!({}),
+            json!({"running": true}),
+            json!({"running": true, "job_id": "j", "stdout": 1, "stderr": ""}),
+            json!({"running": true, "job_id": "j", "stdout": "", "stderr": "", "stdout_base64": "!"}),
+            json!("running"),
+        ] {
+            assert_eq!(JobOutput::of_running(&junk), None, "{junk}");
+        }
+        // The serde form (Op::JobRead's answer) is exact, with the output as base64.
+        let wire = serde_json::to_value(&read).unwrap();
+        assert_eq!(wire["stdout"], "YQD/Cg==");
+        assert_eq!(serde_json::from_value::<JobOutput>(wire).unwrap(), read);
+        let bad = json!({"job_id": "j", "stdout": "!!", "stderr": "", "running": false,
+            "exit_code": 0, "duration_ms": 0, "dropped_bytes": 0, "timed_out_after": null,
+            "oom_killed": false});
+        assert!(serde_json::from_value::<JobOutput>(bad).is_err());
     }
 
     #[test]

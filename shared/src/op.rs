@@ -43,6 +43,10 @@ pub enum Op {
     },
     /// `terminal_job` on one job; `poll.computer_id` is always set (see [`Op::job`]).
     Job(JobPoll),
+    /// [`Op::Job`] answered as bytes: the read's [`crate::jobs::JobOutput`] itself (its
+    /// serde form, output in base64), not the tool's view of it. How a Tasks host keeps a
+    /// task's whole output exactly ([`crate::tasks::Task::absorb`]).
+    JobRead(JobPoll),
     /// The jobs computer `computer_id` keeps.
     Jobs {
         computer_id: String,
@@ -109,7 +113,12 @@ impl Op {
     /// creating, restarting, resetting and deleting need `manage`.
     pub fn scope(&self) -> Scope {
         match self {
-            Op::List | Op::Exec(_) | Op::Job(_) | Op::Jobs { .. } | Op::File(_) => Scope::Exec,
+            Op::List
+            | Op::Exec(_)
+            | Op::Job(_)
+            | Op::JobRead(_)
+            | Op::Jobs { .. }
+            | Op::File(_) => Scope::Exec,
             Op::Create { .. }
             | Op::Restart { .. }
             | Op::FactoryReset { .. }
@@ -122,7 +131,7 @@ impl Op {
         match self {
             Op::List => None,
             Op::Exec(r) => r.computer_id.as_deref(),
-            Op::Job(p) => p.computer_id.as_deref(),
+            Op::Job(p) | Op::JobRead(p) => p.computer_id.as_deref(),
             Op::File(f) => f.computer_id(),
             Op::Create { computer_id, .. }
             | Op::Restart { computer_id }
@@ -142,6 +151,7 @@ impl Op {
             Op::FactoryReset { .. } => "factory_reset",
             Op::Delete { .. } => "delete",
             Op::Job(_) => "job",
+            Op::JobRead(_) => "job_read",
             Op::Jobs { .. } => "jobs",
             Op::File(FileCall::Read(_)) => "file_read",
             Op::File(FileCall::Write(_)) => "file_write",
@@ -197,26 +207,16 @@ impl Op {
             Op::Restart { .. } => ("POST", format!("/computers/{id}/restart"), None),
             Op::FactoryReset { .. } => ("POST", format!("/computers/{id}/factory-reset"), None),
             Op::Delete { .. } => ("DELETE", format!("/computers/{id}"), None),
-            Op::Job(p) => {
-                let mut b = Map::new();
-                if let Some(bytes) = &p.stdin {
-                    use base64::Engine;
-                    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-                    b.insert("stdin_base64".into(), json!(b64));
-                }
-                if p.close_stdin {
-                    b.insert("close_stdin".into(), json!(true));
-                }
-                if let Some(sig) = p.signal {
-                    b.insert("signal".into(), json!(sig));
-                }
-                b.insert("wait_ms".into(), json!(p.wait_ms));
-                (
-                    "POST",
-                    format!("/computers/{id}/jobs/{}", p.job_id),
-                    Some(Value::Object(b)),
-                )
-            }
+            Op::Job(p) => (
+                "POST",
+                format!("/computers/{id}/jobs/{}", p.job_id),
+                Some(poll_body(p)),
+            ),
+            Op::JobRead(p) => (
+                "POST",
+                format!("/computers/{id}/jobs/{}/read", p.job_id),
+                Some(poll_body(p)),
+            ),
             Op::Jobs { .. } => ("GET", format!("/computers/{id}/jobs"), None),
             Op::File(f) => {
                 let mut b = Map::new();
@@ -328,29 +328,10 @@ impl Op {
                 })
             }
             ("POST", ["computers", raw, "jobs", job_id]) => {
-                let computer_id = id(raw)?;
-                let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
-                    json!({})
-                } else {
-                    serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?
-                };
-                let Value::Object(mut map) = args else {
-                    return Err(bad("request body: the job arguments must be a JSON object"));
-                };
-                for key in ["computer_id", "job_id", "list"] {
-                    if map.contains_key(key) {
-                        return Err(bad(format!(
-                            "request body: `{key}` belongs in the path, not the body"
-                        )));
-                    }
-                }
-                map.insert("job_id".into(), json!(job_id));
-                let call =
-                    parse_job("terminal_job", Some(&Value::Object(map))).map_err(|e| match e {
-                        ValidationError::Invalid(m) => bad(m),
-                        other => ApiError::new(ErrorCode::Internal, other.to_string()),
-                    })?;
-                Ok(Op::job(&computer_id, call))
+                Ok(Op::Job(decode_poll(&id(raw)?, job_id, body)?))
+            }
+            ("POST", ["computers", raw, "jobs", job_id, "read"]) => {
+                Ok(Op::JobRead(decode_poll(&id(raw)?, job_id, body)?))
             }
             ("POST", ["computers", raw, "files", verb]) => {
                 let computer_id = id(raw)?;
@@ -389,6 +370,53 @@ impl Op {
                 "no such route; see shared::executor_api for the /v1 routes",
             )),
         }
+    }
+}
+
+/// The body of a job poll ([`Op::Job`], [`Op::JobRead`]): `terminal_job`'s arguments
+/// without the ids, which are in the path.
+fn poll_body(p: &JobPoll) -> Value {
+    let mut b = Map::new();
+    if let Some(bytes) = &p.stdin {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        b.insert("stdin_base64".into(), json!(b64));
+    }
+    if p.close_stdin {
+        b.insert("close_stdin".into(), json!(true));
+    }
+    if let Some(sig) = p.signal {
+        b.insert("signal".into(), json!(sig));
+    }
+    b.insert("wait_ms".into(), json!(p.wait_ms));
+    Value::Object(b)
+}
+
+/// A job poll from its path's ids and its body, by `terminal_job`'s rules.
+fn decode_poll(computer_id: &str, job_id: &str, body: &[u8]) -> Result<JobPoll, ApiError> {
+    let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?
+    };
+    let Value::Object(mut map) = args else {
+        return Err(bad("request body: the job arguments must be a JSON object"));
+    };
+    for key in ["computer_id", "job_id", "list"] {
+        if map.contains_key(key) {
+            return Err(bad(format!(
+                "request body: `{key}` belongs in the path, not the body"
+            )));
+        }
+    }
+    map.insert("job_id".into(), json!(job_id));
+    let call = parse_job("terminal_job", Some(&Value::Object(map))).map_err(|e| match e {
+        ValidationError::Invalid(m) => bad(m),
+        other => ApiError::new(ErrorCode::Internal, other.to_string()),
+    })?;
+    match Op::job(computer_id, call) {
+        Op::Job(poll) => Ok(poll),
+        _ => Err(bad("request body: a job poll names one job")),
     }
 }
 
@@ -461,6 +489,14 @@ mod tests {
                 wait_ms: 0,
             }),
         ));
+        round_trip(Op::JobRead(JobPoll {
+            job_id: "job-3".into(),
+            computer_id: Some("box".into()),
+            stdin: Some(b"a\n".to_vec()),
+            close_stdin: false,
+            signal: Some(9),
+            wait_ms: 2000,
+        }));
         round_trip(Op::job(
             "box",
             JobCall::Poll(JobPoll {
@@ -602,6 +638,14 @@ mod tests {
                 BadRequest,
             ),
             ("POST", "/computers/box/jobs/job-1", "[]", BadRequest),
+            (
+                "POST",
+                "/computers/box/jobs/job-1/read",
+                r#"{"list":true}"#,
+                BadRequest,
+            ),
+            ("POST", "/computers/box/jobs/bad%20id/read", "", BadRequest),
+            ("POST", "/computers/box/jobs/job-1/peek", "", NotFound),
             ("GET", "/computers/box/jobs", r#"{"x":1}"#, BadRequest),
             (
                 "POST",
@@ -648,6 +692,7 @@ mod tests {
                 let _ = Op::decode(m, &text, &bytes);
                 let _ = Op::decode(m, &format!("/computers/{text}/exec"), &bytes);
                 let _ = Op::decode(m, &format!("/computers/box/jobs/{text}"), &bytes);
+                let _ = Op::decode(m, &format!("/computers/box/jobs/{text}/read"), &bytes);
                 let _ = Op::decode(m, &format!("/computers/box/files/{text}"), &bytes);
                 let _ = Op::decode(m, "/computers/box/files/write", &bytes);
             }

@@ -9,8 +9,8 @@
 //! the output, up to the output limit); `tasks/cancel` kills the job's process tree;
 //! `tasks/update` is acknowledged (these tasks never ask for input).
 //!
-//! [`Task`] is the record a server keeps: the binary in memory, written once here so the
-//! Worker can keep the same record in its Durable Object. No clock, no I/O.
+//! [`Task`] is the record a server keeps: the binary in memory, the Worker in its team's
+//! Durable Object (its serde form, output in base64), written once here. No clock, no I/O.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -103,7 +103,9 @@ pub struct Task {
     pub temporary: bool,
     pub created_ms: u64,
     pub updated_ms: u64,
+    #[serde(with = "crate::jobs::base64_bytes")]
     pub stdout: Vec<u8>,
+    #[serde(with = "crate::jobs::base64_bytes")]
     pub stderr: Vec<u8>,
     /// The output limit in bytes: past it the command is stopped, as in the foreground.
     pub limit: u64,

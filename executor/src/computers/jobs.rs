@@ -225,18 +225,46 @@ impl SessionHost {
                 let jobs = c.backend.job_list(&key).await?;
                 Ok(job_list_structured(&id, &jobs))
             }
-            JobCall::Poll(p) => {
-                let poll = JobPoll {
-                    stdin: p.stdin,
-                    close_stdin: p.close_stdin,
-                    signal: p.signal,
-                    wait_ms: p.wait_ms,
-                    until_exit: false,
-                    max_bytes: c.defaults.output_limit,
-                };
-                let out = c.read_job(&key, &p.job_id, &poll).await?;
-                Ok(job_structured(&id, out))
-            }
+            JobCall::Poll(p) => Ok(job_structured(&id, self.poll_job(&key, p).await?)),
         }
+    }
+
+    /// `Op::JobRead`: a `terminal_job` poll answered as the read itself (the serde form of
+    /// `JobOutput`, output in base64), for a gateway that keeps the job's task.
+    pub(super) async fn job_read(&self, p: shared::jobs::JobPoll) -> Result<Value, ComputerError> {
+        let id = self
+            .job_computer(p.computer_id.as_deref(), Some(&p.job_id))
+            .await?;
+        let key = self.reachable(&id).await.map_err(|e| {
+            if e.is_not_found() {
+                no_such_job(&p.job_id)
+            } else {
+                e
+            }
+        })?;
+        let out = self.poll_job(&key, p).await?;
+        serde_json::to_value(out).map_err(|e| {
+            ComputerError::Backend(BackendError::new(
+                Failure::Failed,
+                format!("a job's read as JSON: {e}"),
+            ))
+        })
+    }
+
+    async fn poll_job(
+        &self,
+        key: &str,
+        p: shared::jobs::JobPoll,
+    ) -> Result<JobOutput, ComputerError> {
+        let c = &self.computers;
+        let poll = JobPoll {
+            stdin: p.stdin,
+            close_stdin: p.close_stdin,
+            signal: p.signal,
+            wait_ms: p.wait_ms,
+            until_exit: false,
+            max_bytes: c.defaults.output_limit,
+        };
+        c.read_job(key, &p.job_id, &poll).await
     }
 }

@@ -124,7 +124,8 @@ impl Gateway {
                 exec_description,
                 instructions: Some(instructions),
                 dashboard_html: Some(shared::dashboard::HTML.into()),
-                tasks: false,
+                // Over jobs, with each task's record in the team's object (`edge::tasks`).
+                tasks: true,
             }),
         }
     }

@@ -4,7 +4,9 @@
 
 use super::*;
 use shared::executor_api::Scope;
+use shared::mcp::TaskAnswer;
 use shared::registry::Target;
+use shared::tasks::TaskMethod;
 use tracing::Instrument;
 
 pub(crate) type PlacementKey = (String, String, String);
@@ -271,7 +273,7 @@ impl Host {
     }
 
     /// The caller's scopes as the executor token's `scope` claim.
-    fn scope(&self) -> String {
+    pub(crate) fn scope(&self) -> String {
         Scope::claim(self.caller.can_exec, self.caller.can_manage)
     }
 
@@ -555,23 +557,60 @@ fn describe(call: &ToolCall) -> (&'static str, Option<&str>) {
     }
 }
 
+/// Runs one tool call's work in its span and logs how long it took and how it ended
+/// (never the arguments); a failure becomes the tool's error result.
+async fn logged<T>(
+    tool: &'static str,
+    computer_id: Option<&str>,
+    work: impl std::future::Future<Output = std::result::Result<T, GatewayError>>,
+) -> std::result::Result<T, CallToolResult> {
+    let span = tracing::info_span!("tool", tool, computer_id = computer_id.unwrap_or("-"));
+    let started = now_ms();
+    let result = work.instrument(span.clone()).await;
+    let _entered = span.enter();
+    let ms = now_ms().saturating_sub(started);
+    match result {
+        Ok(v) => {
+            tracing::info!(ms, outcome = "ok");
+            Ok(v)
+        }
+        Err(e) => {
+            tracing::warn!(ms, outcome = ?e.code(), "tool call failed");
+            Err(operation_error(&e.to_string()))
+        }
+    }
+}
+
 impl ToolHost for Host {
+    async fn call_tool_as_task(&self, call: ToolCall, ctx: &CallContext) -> TaskAnswer {
+        let ToolCall::Exec(req) = call else {
+            return TaskAnswer::Complete(self.call_tool(call, ctx).await);
+        };
+        if !self.caller.can_exec {
+            return TaskAnswer::Complete(self.call_tool(ToolCall::Exec(req), ctx).await);
+        }
+        let computer_id = req.computer_id.clone();
+        logged("exec_task", computer_id.as_deref(), self.exec_as_task(req))
+            .await
+            .unwrap_or_else(TaskAnswer::Complete)
+    }
+
+    async fn task(
+        &self,
+        method: TaskMethod,
+        task_id: &str,
+        _ctx: &CallContext,
+    ) -> std::result::Result<Value, String> {
+        let span = tracing::info_span!("task", method = ?method);
+        self.task_call(method, task_id).instrument(span).await
+    }
+
     async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
         let (tool, computer_id) = describe(&call);
-        let span = tracing::info_span!("tool", tool, computer_id = computer_id.unwrap_or("-"));
-        let started = now_ms();
-        let result = self.run(call).instrument(span.clone()).await;
-        let _entered = span.enter();
-        let ms = now_ms().saturating_sub(started);
-        match result {
-            Ok(v) => {
-                tracing::info!(ms, outcome = "ok");
-                structured_result(v)
-            }
-            Err(e) => {
-                tracing::warn!(ms, outcome = ?e.code(), "tool call failed");
-                operation_error(&e.to_string())
-            }
+        let computer_id = computer_id.map(str::to_owned);
+        match logged(tool, computer_id.as_deref(), self.run(call)).await {
+            Ok(v) => structured_result(v),
+            Err(failed) => failed,
         }
     }
 }

@@ -10,6 +10,7 @@ mod log;
 mod place;
 mod routes;
 mod store;
+mod tasks;
 mod team;
 mod transport;
 

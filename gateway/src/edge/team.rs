@@ -82,6 +82,16 @@ pub(crate) struct JobRow {
     pub(crate) id: String,
 }
 
+#[derive(Deserialize)]
+struct TaskRow {
+    id: String,
+    owner: String,
+    deadline: i64,
+    record: String,
+    lease: Option<String>,
+    lease_until: i64,
+}
+
 pub(crate) fn bad(status: u16, message: &str) -> Result<Response> {
     json_response(status, &json!({"error": message}))
 }
@@ -198,6 +208,8 @@ impl DurableObject for Team {
             "/job/put" => &["job_id", "id"],
             "/job/get" => &["job_id", "owner"],
             "/job/done" => &["job_id"],
+            "/task/put" => &["task_id", "id", "owner", "record"],
+            "/task/get" => &["task_id", "owner"],
             _ => &[],
         };
         for k in required {
@@ -316,6 +328,8 @@ impl DurableObject for Team {
                 )?;
                 json_response(200, &json!({"ok": true}))
             }
+            "/task/put" => self.put_task(&b, now_sql),
+            "/task/get" => self.get_task(&b, now_sql),
             "/session/open" => {
                 if let Some(full) = self.sessions_full(&s("subject"))? {
                     return bad(503, &full);
@@ -417,6 +431,7 @@ impl DurableObject for Team {
             "DELETE FROM jobs WHERE deadline < ?",
             vec![(now - 600_000).into()],
         )?;
+        self.sql("DELETE FROM tasks WHERE expires < ?", vec![now.into()])?;
         let team = self.team()?;
         for e in self.registry().idle(now_ms(), self.idle_secs())? {
             if busy.iter().any(|j| j.id == e.id) {
@@ -439,7 +454,97 @@ impl DurableObject for Team {
     }
 }
 
+/// A task's keeping time once it ended, or past its command's timeout (SPEC §3.8).
+const TASK_KEEP_MS: i64 = shared::tasks::KEEP_MS as i64;
+/// How long one request may hold a task's read before another may take it.
+const TASK_LEASE_MS: i64 = 30_000;
+
 impl Team {
+    /// `/task/put`: keeps a task's record (`edge::tasks`). A record under a lease is
+    /// written only by its holder (`lease`), which gives the lease back.
+    fn put_task(&self, b: &Value, now: i64) -> Result<Response> {
+        let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+        let rows: Vec<TaskRow> = self
+            .sql(
+                "SELECT id, owner, deadline, record, lease, lease_until FROM tasks WHERE task_id = ?",
+                vec![s("task_id").into()],
+            )?
+            .to_array()?;
+        if let Some(row) = rows.first()
+            && row.lease.is_some()
+            && row.lease_until > now
+            && row.lease.as_deref() != b["lease"].as_str()
+        {
+            return bad(409, "this task is being read by another request");
+        }
+        let deadline = b["deadline"].as_i64().unwrap_or(now);
+        // Kept 10 minutes from its end, or past its command's timeout when never read.
+        let expires = b["ended_ms"]
+            .as_i64()
+            .unwrap_or(deadline)
+            .saturating_add(TASK_KEEP_MS);
+        // Expired tasks go here too: the alarm runs only while temporaries or sessions do.
+        self.sql("DELETE FROM tasks WHERE expires < ?", vec![now.into()])?;
+        self.sql(
+            "INSERT OR REPLACE INTO tasks (task_id, id, owner, deadline, expires, record, lease, lease_until) \
+             VALUES (?, ?, ?, ?, ?, ?, NULL, 0)",
+            vec![
+                s("task_id").into(),
+                s("id").into(),
+                s("owner").into(),
+                deadline.into(),
+                expires.into(),
+                s("record").into(),
+            ],
+        )?;
+        json_response(200, &json!({"ok": true}))
+    }
+
+    /// `/task/get`: a task its starter asks for, or anyone who may reach its computer
+    /// (else 404, whatever the id), with where the computer lives (`place`, null once it
+    /// is gone). With `lease: true` the caller also gets the task's read lease when free.
+    fn get_task(&self, b: &Value, now: i64) -> Result<Response> {
+        let (task_id, owner) = (
+            b["task_id"].as_str().unwrap_or_default(),
+            b["owner"].as_str().unwrap_or_default(),
+        );
+        let rows: Vec<TaskRow> = self
+            .sql(
+                "SELECT id, owner, deadline, record, lease, lease_until FROM tasks \
+                 WHERE task_id = ? AND expires >= ?",
+                vec![task_id.into(), now.into()],
+            )?
+            .to_array()?;
+        let Some(row) = rows.into_iter().next() else {
+            return bad(404, "no such task");
+        };
+        let reach = self.registry().visible(&row.id, owner);
+        if row.owner != owner && reach.is_err() {
+            return bad(404, "no such task");
+        }
+        // Where the computer lives, if the caller still reaches it (its starter reads a
+        // task whose computer was deleted: its job is gone with it).
+        let place = reach.ok().map(|e| e.place);
+        let mut lease = None;
+        if b["lease"].as_bool() == Some(true) && (row.lease.is_none() || row.lease_until <= now) {
+            let token = random_hex();
+            self.sql(
+                "UPDATE tasks SET lease = ?, lease_until = ? WHERE task_id = ?",
+                vec![
+                    token.as_str().into(),
+                    now.saturating_add(TASK_LEASE_MS).into(),
+                    task_id.into(),
+                ],
+            )?;
+            lease = Some(token);
+        }
+        json_response(
+            200,
+            &json!({"id": row.id, "owner": row.owner, "deadline": row.deadline,
+                    "record": row.record, "place": place, "lease": lease}),
+        )
+    }
+
     /// The team this object belongs to (stored at first use: ids from names are one-way).
     pub(crate) fn team(&self) -> Result<String> {
         #[derive(Deserialize)]

@@ -120,3 +120,18 @@ fn binary_output_is_kept_exactly() {
     let s = t.detailed()["result"]["structuredContent"].clone();
     assert_eq!(s["stdout_base64"], "/wAB");
 }
+
+#[test]
+fn a_task_record_survives_its_serde_form() {
+    // The Worker keeps tasks in its team's Durable Object as JSON between requests.
+    let mut t = Task::new("box", false, 100, 5, read("job-9", b"\x00\xff", b"e", true));
+    let text = serde_json::to_string(&t).unwrap();
+    assert!(text.contains("\"stdout\":\"AP8=\""), "{text}");
+    let mut back: Task = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, t);
+    back.absorb(read("job-9", b"!", b"", false), 9);
+    t.absorb(read("job-9", b"!", b"", false), 9);
+    let again: Task = serde_json::from_str(&serde_json::to_string(&back).unwrap()).unwrap();
+    assert_eq!(again.detailed(), t.detailed());
+    assert!(serde_json::from_str::<Task>("{\"task_id\": 1}").is_err());
+}

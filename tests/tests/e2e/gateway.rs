@@ -10,21 +10,21 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tests::*;
 
-const EXECUTOR_SECRET: &str = "exec-secret-for-gateway-tests-0123456789";
+pub(crate) const EXECUTOR_SECRET: &str = "exec-secret-for-gateway-tests-0123456789";
 const JWT_SECRET: &str = "jwt-secret-for-gateway-tests-0123456789ab";
 const ISSUER: &str = "https://issuer.test";
 const AUDIENCE: &str = "mcp-gateway-test";
 
-fn claims(team: &str, sub: &str) -> Value {
+pub(crate) fn claims(team: &str, sub: &str) -> Value {
     json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "team": team,
            "iat": unix_now(), "exp": unix_now() + 600})
 }
 
-fn sign(c: &Value) -> String {
+pub(crate) fn sign(c: &Value) -> String {
     hs256(c, JWT_SECRET).expect("sign")
 }
 
-fn vars(executor: &str, idle_secs: u64) -> Vec<(&'static str, String)> {
+pub(crate) fn vars(executor: &str, idle_secs: u64) -> Vec<(&'static str, String)> {
     vec![
         (
             "EXECUTORS",

@@ -162,6 +162,31 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
     };
     assert_eq!(last["exit_code"], 137, "{last}");
 
+    // The Tasks extension over the same jobs: the provider's job read as bytes into the
+    // task's record in the team's object; another team cannot read it.
+    let (at_a, at_b) = (
+        crate::tasks::At::with_token(&gw.url, &token("team-a", "u1")),
+        crate::tasks::At::with_token(&gw.url, &token("team-b", "u1")),
+    );
+    let r = crate::tasks::run(
+        &at_a,
+        json!({"command": "echo one; sleep 1; printf 'tw\\377o'; exit 4", "computer_id": "box", "yield_ms": 200}),
+        true,
+    )
+    .await?;
+    assert_eq!(r["resultType"], "task", "{r}");
+    let task_id = r["taskId"].as_str().unwrap().to_owned();
+    let e = crate::tasks::task_error(&at_b, "tasks/get", &task_id).await?;
+    assert!(e.contains("unknown task"), "{e}");
+    let done = crate::tasks::settle(&at_a, &task_id).await?;
+    assert_eq!(done["status"], "completed", "{done}");
+    let sc = &done["result"]["structuredContent"];
+    assert_eq!(
+        (sc["exit_code"].clone(), sc["stdout_base64"].clone()),
+        (json!(4), json!("b25lCnR3/28=")),
+        "{sc}"
+    );
+
     // A permanent computer keeps its files across a restart; a factory reset empties it.
     let r = call(
         &a,
