@@ -28,6 +28,10 @@ use shared::validate::ExecRequest;
 /// 1.4 MB in the record's base64, inside a Durable Object row's 2 MB.
 pub(crate) const TASK_OUTPUT_LIMIT: u64 = 1 << 20;
 
+/// How often a `tasks/cancel` looks for the read lease, 200 ms apart, before it asks the
+/// caller to retry (a read holds it for about 2 s at most).
+const CANCEL_TRIES: u32 = 25;
+
 /// A task's row as the team's object answers it.
 struct Kept {
     task: Task,
@@ -93,6 +97,23 @@ impl Host {
             TaskMethod::Get => task.detailed(),
             _ => json!({}),
         };
+        // A cancel is never dropped: it waits (a few seconds at most) for another
+        // request's read to give the lease back.
+        let mut tries = 0;
+        while method == TaskMethod::Cancel && kept.lease.is_none() && kept.task.ended.is_none() {
+            tries += 1;
+            if tries > CANCEL_TRIES {
+                return Err(format!(
+                    "task {task_id} is being read by another request: retry tasks/cancel"
+                ));
+            }
+            worker::Delay::from(std::time::Duration::from_millis(200)).await;
+            kept = match self.find(task_id, true).await {
+                Ok(Some(k)) => k,
+                Ok(None) => return Err(unknown_task(task_id)),
+                Err(e) => return Err(e.to_string()),
+            };
+        }
         // Ended (nothing left to read), or leased by another request reading its job now:
         // the record as it stands.
         let Some(lease) = kept.lease.clone().filter(|_| kept.task.ended.is_none()) else {
