@@ -3,6 +3,7 @@
 //! implements [`Place`]; `computers` applies the registry on top and never asks which one
 //! it talks to, except for the `backend` name it shows.
 
+use shared::files::over_exec::{OverExec, PathInfo};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
@@ -152,5 +153,34 @@ impl Place for Backend {
         body: UploadStream<'_>,
     ) -> Result<FileWritten, BackendError> {
         each!(self, p => Place::file_put(p, id, spec, body).await)
+    }
+
+    fn moves_files(&self) -> bool {
+        each!(self, p => Place::moves_files(p))
+    }
+
+    async fn file_api_stat(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Option<PathInfo>, OverExec<BackendError>> {
+        each!(self, p => Place::file_api_stat(p, id, path).await)
+    }
+
+    async fn file_api_download(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, OverExec<BackendError>> {
+        each!(self, p => Place::file_api_download(p, id, path).await)
+    }
+
+    async fn file_api_upload(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), OverExec<BackendError>> {
+        each!(self, p => Place::file_api_upload(p, id, path, bytes).await)
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use shared::files::over_exec::{OverExec, PathInfo};
 use shared::providers::computers::{CloudComputers, ComputersError, ProviderExec};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
 use shared::result::ExecOutcome;
@@ -122,6 +123,47 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         let out = self.inner.exec(id, &ex).await;
         guard.ex = None;
         Ok(out?)
+    }
+
+    fn moves_files(&self) -> bool {
+        self.inner.moves_files()
+    }
+
+    async fn file_api_stat(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Option<PathInfo>, OverExec<BackendError>> {
+        self.inner.file_stat(id, path).await.map_err(backend)
+    }
+
+    async fn file_api_download(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, OverExec<BackendError>> {
+        self.inner.file_download(id, path).await.map_err(backend)
+    }
+
+    async fn file_api_upload(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), OverExec<BackendError>> {
+        self.inner
+            .file_upload(id, path, bytes)
+            .await
+            .map_err(backend)
+    }
+}
+
+/// A provider file API's failure with the provider's error classified.
+fn backend(e: OverExec<ComputersError>) -> OverExec<BackendError> {
+    match e {
+        OverExec::Shell(e) => OverExec::Shell(e.into()),
+        OverExec::NoSuchFile(m) => OverExec::NoSuchFile(m),
+        OverExec::Refused(m) => OverExec::Refused(m),
     }
 }
 

@@ -7,6 +7,7 @@
 //! above the backends decide on (retry a stopped computer, forget a vanished one, answer
 //! 404 or 409).
 
+use shared::files::over_exec::{OverExec, PathInfo};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
@@ -57,6 +58,10 @@ impl BackendError {
             message: error.to_string(),
         }
     }
+}
+
+fn no_file_api() -> OverExec<BackendError> {
+    OverExec::Refused("this backend has no provider file API".into())
 }
 
 /// One place computers live. Ids are backend keys (`shared::teams::key`).
@@ -156,6 +161,39 @@ pub trait Place {
     ) -> Result<Option<FileChunks>, BackendError> {
         let _ = (id, path, from, to);
         Ok(None)
+    }
+    /// Whether the provider has a file API that the exec-based file path uses for big
+    /// slices (the `file_api_*` methods; E2B's envd).
+    fn moves_files(&self) -> bool {
+        false
+    }
+    /// What `path` is (`None`: missing), through the provider's file API.
+    async fn file_api_stat(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Option<PathInfo>, OverExec<BackendError>> {
+        let _ = (id, path);
+        Err(no_file_api())
+    }
+    /// File `path`, whole, through the provider's file API.
+    async fn file_api_download(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, OverExec<BackendError>> {
+        let _ = (id, path);
+        Err(no_file_api())
+    }
+    /// Writes `bytes` to `path` whole (missing parents made), through the file API.
+    async fn file_api_upload(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), OverExec<BackendError>> {
+        let _ = (id, path, bytes);
+        Err(no_file_api())
     }
     /// Streams `body` into `spec.path` without holding it in memory: a temporary file,
     /// renamed over the old one once the body ended well (HTTP `PUT /v1/files`).

@@ -16,7 +16,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
 use shared::executor_api::{ApiError, ErrorCode};
-use shared::files::over_exec::{self, OverExec, Shell, WriteHow};
+use shared::files::over_exec::{self, OverExec, PathInfo, Shell, WriteHow};
 use shared::files::{self, FileCall};
 use shared::history::describe;
 use shared::jobs::over_exec::{self as over_jobs, JobsOverExec};
@@ -336,6 +336,22 @@ impl<C: CloudComputers> Shell for CloudShell<'_, C> {
         };
         self.computers.exec(self.key, &ex).await
     }
+
+    fn moves_files(&self) -> bool {
+        self.computers.moves_files()
+    }
+
+    async fn stat(&self, path: &str) -> Result<Option<PathInfo>, OverExec<ComputersError>> {
+        self.computers.file_stat(self.key, path).await
+    }
+
+    async fn download(&self, path: &str) -> Result<Vec<u8>, OverExec<ComputersError>> {
+        self.computers.file_download(self.key, path).await
+    }
+
+    async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<(), OverExec<ComputersError>> {
+        self.computers.file_upload(self.key, path, bytes).await
+    }
 }
 
 fn file_error(e: OverExec<ComputersError>) -> ApiError {
@@ -477,6 +493,85 @@ impl<C: CloudComputers> Cloud<C> {
             self.ready().remove(&k);
         }
         result.map_err(file_error)
+    }
+}
+
+/// Most bytes one `PUT /v1/files` takes on a computer placed here (the executors'
+/// `--file-limit` default).
+pub const FILE_LIMIT: u64 = 1 << 30;
+
+impl<C: CloudComputers> Cloud<C> {
+    /// One slice of `GET /v1/files` on the team's computer `id`: bytes from `offset`, at
+    /// most [`files::MAX_SLICE`] (the Worker holds one slice at a time).
+    pub async fn file_slice(
+        &self,
+        team: &str,
+        id: &str,
+        path: &str,
+        offset: u64,
+    ) -> Result<files::Slice, ApiError> {
+        let k = teams::key(Some(team), id);
+        self.computers.prepare().await.map_err(computers_error)?;
+        over_exec::read(&self.shell(&k), path, offset, files::MAX_SLICE)
+            .await
+            .map_err(|e| {
+                self.ready().remove(&k);
+                file_error(e)
+            })
+    }
+
+    /// `PUT /v1/files` on the team's computer `id` (made on first use): the body's chunks
+    /// staged beside the target a slice at a time, committed at its end; a body that
+    /// breaks off or passes [`FILE_LIMIT`] leaves the old file as it was.
+    pub async fn file_put<S>(
+        &self,
+        team: &str,
+        id: &str,
+        path: &str,
+        how: files::PutQuery,
+        mut body: S,
+    ) -> Result<Value, ApiError>
+    where
+        S: futures_util::Stream<Item = Result<Vec<u8>, String>> + Unpin,
+    {
+        use futures_util::StreamExt;
+        let k = teams::key(Some(team), id);
+        self.computers.prepare().await.map_err(computers_error)?;
+        self.ensure(&k, how.temporary.unwrap_or(true), team)
+            .await
+            .map_err(computers_error)?;
+        let sh = self.shell(&k);
+        let nonce = random_u64(|| k.clone());
+        let write = WriteHow::new(path, false, how.create_only, how.mode, how.make_dirs, nonce);
+        let mut staged = over_exec::Staged::new(&sh, write);
+        let mut total = 0u64;
+        while let Some(chunk) = body.next().await {
+            let failed = match chunk {
+                Ok(bytes) => {
+                    total += bytes.len() as u64;
+                    if total > FILE_LIMIT {
+                        Some(ApiError::new(
+                            ErrorCode::TooLarge,
+                            format!(
+                                "{path}: the upload is over the {FILE_LIMIT}-byte file limit; the old file is unchanged"
+                            ),
+                        ))
+                    } else {
+                        staged.add(&bytes).await.err().map(file_error)
+                    }
+                }
+                Err(why) => Some(ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!("{path}: the upload broke off ({why}); the old file is unchanged"),
+                )),
+            };
+            if let Some(e) = failed {
+                staged.abort().await;
+                return Err(e);
+            }
+        }
+        let written = staged.commit().await.map_err(file_error)?;
+        Ok(files::write_structured(id, path, &written))
     }
 }
 

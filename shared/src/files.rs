@@ -235,6 +235,44 @@ pub fn write_structured(computer_id: &str, path: &str, w: &Written) -> Value {
     json!({"computer_id": computer_id, "path": path, "size": w.size, "sha256": w.sha256})
 }
 
+/// The query of `PUT /v1/files/{computer_id}/{path}`: `temporary`, `mode`,
+/// `create_only`, `make_dirs` (flags: empty, `true`, `1`, `false` or `0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PutQuery {
+    pub temporary: Option<bool>,
+    pub mode: Option<u32>,
+    pub create_only: bool,
+    pub make_dirs: bool,
+}
+
+impl PutQuery {
+    /// Parses the query text (without `?`); an unknown name or a bad value says what is
+    /// accepted.
+    pub fn parse(query: &str) -> Result<Self, String> {
+        let mut q = PutQuery::default();
+        let flag = |k: &str, v: &str| match v {
+            "" | "true" | "1" => Ok(true),
+            "false" | "0" => Ok(false),
+            _ => Err(format!("`{k}` must be true or false, got {v:?}")),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "temporary" => q.temporary = Some(flag(k, v)?),
+                "create_only" => q.create_only = flag(k, v)?,
+                "make_dirs" => q.make_dirs = flag(k, v)?,
+                "mode" => q.mode = Some(parse_mode(v)?),
+                other => {
+                    return Err(format!(
+                        "unknown query parameter {other:?}; accepted: temporary, mode, create_only, make_dirs"
+                    ));
+                }
+            }
+        }
+        Ok(q)
+    }
+}
+
 /// `structuredContent` of `computer_file_edit`.
 pub fn edit_structured(computer_id: &str, path: &str, replacements: u64, size: u64) -> Value {
     json!({"computer_id": computer_id, "path": path, "replacements": replacements, "size": size})

@@ -1171,3 +1171,91 @@ pub async fn cloud_files(c: &Client, id: &str) -> Result<()> {
     );
     Ok(())
 }
+
+/// Slices bigger than one exec's on a cloud computer (on E2B they go through envd's file
+/// API): 4 MiB written in one call and 1 MiB+ appended, read back in 4 MiB slices, the
+/// SHA-256 of the whole; a big write into a missing directory without `make_dirs` and one
+/// onto a directory are refused, changing nothing; no temporary is left.
+pub async fn cloud_big_files(c: &Client, id: &str) -> Result<()> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let ok = |r: CallToolResult| -> Result<Value> {
+        if r.is_error == Some(true) {
+            bail!("file call failed: {}", text(&r));
+        }
+        r.structured_content.context("no structured content")
+    };
+    let data: Vec<u8> = (0..(5u32 << 20) + 777)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let (head, tail) = data.split_at(4 << 20);
+    exec(
+        c,
+        json!({"computer_id": id, "command": "mkdir -p /tmp/big"}),
+    )
+    .await?;
+    let w = ok(call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/big/b.bin", "content_base64": b64.encode(head), "mode": "0640"}),
+    )
+    .await?)?;
+    assert_eq!(w["sha256"], shared::files::sha256_hex(head), "{w}");
+    let w = ok(call(
+        c,
+        "computer_file_write",
+        json!({"computer_id": id, "path": "/tmp/big/b.bin", "content_base64": b64.encode(tail), "append": true}),
+    )
+    .await?)?;
+    assert_eq!(
+        (w["size"].as_u64(), w["sha256"].as_str()),
+        (
+            Some(data.len() as u64),
+            Some(shared::files::sha256_hex(&data).as_str())
+        ),
+        "{w}"
+    );
+    let mut back = Vec::new();
+    loop {
+        let r = ok(call(
+            c,
+            "computer_file_read",
+            json!({"computer_id": id, "path": "/tmp/big/b.bin", "offset": back.len()}),
+        )
+        .await?)?;
+        back.extend(b64.decode(r["content_base64"].as_str().context("not base64")?)?);
+        assert_eq!(
+            (r["mode"].as_str(), r["size"].as_u64()),
+            (Some("0640"), Some(data.len() as u64)),
+            "{r}"
+        );
+        if r["eof"] == true {
+            break;
+        }
+    }
+    assert!(back == data, "the bytes read back differ");
+    let big = b64.encode(&data[..1 << 20]);
+    for (path, needle) in [
+        ("/tmp/big-missing/x/y.bin", "make_dirs"),
+        ("/tmp/big", "is a directory"),
+    ] {
+        let r = call(
+            c,
+            "computer_file_write",
+            json!({"computer_id": id, "path": path, "content_base64": big}),
+        )
+        .await?;
+        assert!(
+            r.is_error == Some(true) && text(&r).contains(needle),
+            "{path}: {}",
+            text(&r)
+        );
+    }
+    let r = exec(
+        c,
+        json!({"computer_id": id, "command": "test -e /tmp/big-missing && echo made; ls -a /tmp/big /tmp | grep -c '[.]msc-.*[.]tmp' || true"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "0\n", "{r}");
+    Ok(())
+}

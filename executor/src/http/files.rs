@@ -20,6 +20,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::json;
+use shared::files::PutQuery;
 
 use super::{HttpState, check_auth, check_host_origin, header_str, json_response, principal};
 use crate::computers::SessionHost;
@@ -217,46 +218,8 @@ fn bad_range(size: u64) -> Response {
     r
 }
 
-/// The query of a `PUT`: `temporary`, `mode`, `create_only`, `make_dirs`.
-struct PutQuery {
-    temporary: Option<bool>,
-    mode: Option<u32>,
-    create_only: bool,
-    make_dirs: bool,
-}
-
 fn put_query(uri: &Uri) -> Result<PutQuery, String> {
-    let mut q = PutQuery {
-        temporary: None,
-        mode: None,
-        create_only: false,
-        make_dirs: false,
-    };
-    let flag = |k: &str, v: &str| match v {
-        "" | "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(format!("`{k}` must be true or false, got {v:?}")),
-    };
-    for pair in uri
-        .query()
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
-            "temporary" => q.temporary = Some(flag(k, v)?),
-            "create_only" => q.create_only = flag(k, v)?,
-            "make_dirs" => q.make_dirs = flag(k, v)?,
-            "mode" => q.mode = Some(shared::files::parse_mode(v)?),
-            other => {
-                return Err(format!(
-                    "unknown query parameter {other:?}; accepted: temporary, mode, create_only, make_dirs"
-                ));
-            }
-        }
-    }
-    Ok(q)
+    PutQuery::parse(uri.query().unwrap_or_default())
 }
 
 /// `PUT /v1/files/{computer_id}/{path}`.

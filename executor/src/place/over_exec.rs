@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use shared::files::over_exec::{self, OUTPUT_LIMIT, OverExec, Shell, Staged, TIMEOUT_MS, WriteHow};
+use shared::files::over_exec::{
+    self, OUTPUT_LIMIT, OverExec, PathInfo, Shell, Staged, TIMEOUT_MS, WriteHow,
+};
 use shared::jobs::over_exec::{self as jobs, JobsOverExec};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
@@ -40,6 +42,22 @@ impl<P: Place + Sync> Shell for PlaceShell<'_, P> {
             progress: crate::progress::Progress::default(),
         };
         self.place.exec(self.id, &spec).await
+    }
+
+    fn moves_files(&self) -> bool {
+        self.place.moves_files()
+    }
+
+    async fn stat(&self, path: &str) -> Result<Option<PathInfo>, OverExec<BackendError>> {
+        self.place.file_api_stat(self.id, path).await
+    }
+
+    async fn download(&self, path: &str) -> Result<Vec<u8>, OverExec<BackendError>> {
+        self.place.file_api_download(self.id, path).await
+    }
+
+    async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<(), OverExec<BackendError>> {
+        self.place.file_api_upload(self.id, path, bytes).await
     }
 }
 

@@ -161,6 +161,58 @@ impl Gateway {
         answer.map_err(GatewayError::Api)
     }
 
+    /// One slice of `GET /v1/files` on a computer placed directly on Fly or E2B.
+    pub(crate) async fn direct_file_slice(
+        &self,
+        place: &str,
+        team: &str,
+        id: &str,
+        path: &str,
+        offset: u64,
+    ) -> std::result::Result<shared::files::Slice, GatewayError> {
+        let slice = match place {
+            cloud::FLY => {
+                slot(&self.fly, place)?
+                    .file_slice(team, id, path, offset)
+                    .await
+            }
+            _ => {
+                slot(&self.e2b, place)?
+                    .file_slice(team, id, path, offset)
+                    .await
+            }
+        };
+        slice.map_err(GatewayError::Api)
+    }
+
+    /// `PUT /v1/files` on a computer placed directly on Fly or E2B.
+    pub(crate) async fn direct_file_put<S>(
+        &self,
+        place: &str,
+        team: &str,
+        id: &str,
+        path: &str,
+        how: shared::files::PutQuery,
+        body: S,
+    ) -> std::result::Result<Value, GatewayError>
+    where
+        S: futures_util::Stream<Item = std::result::Result<Vec<u8>, String>> + Unpin,
+    {
+        let written = match place {
+            cloud::FLY => {
+                slot(&self.fly, place)?
+                    .file_put(team, id, path, how, body)
+                    .await
+            }
+            _ => {
+                slot(&self.e2b, place)?
+                    .file_put(team, id, path, how, body)
+                    .await
+            }
+        };
+        written.map_err(GatewayError::Api)
+    }
+
     /// Sends `op` to an executor for `team`: the success body, or the executor's error.
     pub(crate) async fn call(
         &self,

@@ -5,8 +5,13 @@
 //!
 //! The owner is the legacy session named by `Mcp-Session-Id`, else the JWT's user, as
 //! for the tools. A download needs a computer the caller may see; an upload claims it like
-//! a first tool call (`?temporary=false` for a permanent one). Computers placed directly
-//! on Fly or E2B do not stream files yet and say so.
+//! a first tool call (`?temporary=false` for a permanent one).
+//!
+//! Computers placed directly on Fly or E2B have no executor to stream to: the Worker moves
+//! their files itself through `shared::files::over_exec` (E2B's big slices through envd's
+//! file API), one slice in memory at a time. A download streams 4 MiB slices out as they
+//! are read (`Range` is not served there: the answer is the whole file, 200); an upload
+//! stages the body's chunks beside the target and renames at its end.
 
 use super::*;
 use shared::executor_api::Scope;
@@ -121,13 +126,19 @@ pub(crate) async fn files(
         Err(e) => return error(status_of(&e), e.to_string()),
     };
     if rec.executor == cloud::FLY || rec.executor == cloud::E2B {
-        return error(
-            400,
-            format!(
-                "computers placed on {} do not stream files yet: use the file tools' exec fallback, or place computers on an executor",
-                rec.executor
-            ),
-        );
+        let path = format!("/{}", percent_decoded(file));
+        let answer = if put {
+            direct_put(req, &gw, &rec.executor, &team, id, &path, query, temporary).await
+        } else {
+            direct_get(gw.clone(), &rec.executor, &team, id, &path).await
+        };
+        if put
+            && answer.as_ref().is_ok_and(|r| r.status_code() < 300)
+            && touch_due(&team, id, gw.idle_ms / 4)
+        {
+            let _ = team_call(env, &team, "/touch", &json!({"id": id})).await;
+        }
+        return answer;
     }
     let Some(ex) = gw.executor(&rec.executor) else {
         return error(
@@ -177,5 +188,124 @@ pub(crate) async fn files(
             Ok(resp)
         }
         Err(e) => error(502, format!("executor {:?} unreachable: {e}", rec.executor)),
+    }
+}
+
+/// A path segment of the route with its `%XX` escapes decoded (bytes that do not form
+/// UTF-8 are kept as the escape).
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+fn api_error(e: &GatewayError) -> Result<Response> {
+    error(status_of(e), e.to_string())
+}
+
+/// `GET /v1/files` on a computer placed directly on Fly or E2B: the first slice is read
+/// before answering (so a missing file or a directory gets its status), the rest stream
+/// out a slice at a time.
+async fn direct_get(
+    gw: Rc<Gateway>,
+    place: &str,
+    team: &str,
+    id: &str,
+    path: &str,
+) -> Result<Response> {
+    use futures_util::StreamExt;
+    let first = match gw.direct_file_slice(place, team, id, path, 0).await {
+        Ok(s) => s,
+        Err(e) => return api_error(&e),
+    };
+    let size = first.size;
+    let mut offset = first.data.len() as u64;
+    let done = first.data.is_empty() || offset >= size;
+    let (place, team, id, path) = (
+        place.to_owned(),
+        team.to_owned(),
+        id.to_owned(),
+        path.to_owned(),
+    );
+    let head = futures_util::stream::iter([Ok::<Vec<u8>, worker::Error>(first.data)]);
+    let rest = futures_util::stream::unfold(done, move |done| {
+        let (gw, place, team, id, path) = (
+            gw.clone(),
+            place.clone(),
+            team.clone(),
+            id.clone(),
+            path.clone(),
+        );
+        async move {
+            if done {
+                return None;
+            }
+            match gw
+                .direct_file_slice(&place, &team, &id, &path, offset)
+                .await
+            {
+                Ok(s) => {
+                    offset += s.data.len() as u64;
+                    let end = s.data.is_empty() || offset >= s.size;
+                    Some((Ok(s.data), end))
+                }
+                // The status is sent: cut the body, so the client sees a short read.
+                Err(e) => Some((Err(worker::Error::RustError(e.to_string())), true)),
+            }
+        }
+    });
+    let resp = Response::from_stream(head.chain(rest))?;
+    resp.headers()
+        .set("content-type", "application/octet-stream")?;
+    resp.headers().set("x-file-size", &size.to_string())?;
+    Ok(resp)
+}
+
+/// `PUT /v1/files` on a computer placed directly on Fly or E2B (the query's `mode`,
+/// `create_only`, `make_dirs`, `temporary`).
+#[allow(clippy::too_many_arguments)] // the route's parts, each used once
+async fn direct_put(
+    mut req: Request,
+    gw: &Gateway,
+    place: &str,
+    team: &str,
+    id: &str,
+    path: &str,
+    query: Option<&str>,
+    temporary: Option<bool>,
+) -> Result<Response> {
+    use futures_util::StreamExt;
+    let how = match shared::files::PutQuery::parse(query.unwrap_or_default()) {
+        Ok(q) => shared::files::PutQuery {
+            temporary: q.temporary.or(temporary),
+            ..q
+        },
+        Err(e) => return error(400, e),
+    };
+    let body = Box::pin(req.stream()?.map(|r| r.map_err(|e| e.to_string())));
+    match gw.direct_file_put(place, team, id, path, how, body).await {
+        Ok(v) => {
+            let resp = json_response(201, &v)?;
+            Ok(resp)
+        }
+        Err(e) => api_error(&e),
     }
 }

@@ -29,6 +29,8 @@ use serde_json::Value;
 use super::send::{self, RetryPolicy, excerpt};
 
 mod envd;
+mod files;
+pub use files::{Entry, EntryKind};
 mod wire;
 use super::{HttpRequest, HttpResponse, HttpTransport, encode_component};
 use wire::*;
@@ -275,6 +277,10 @@ pub enum E2bError {
         rpc_advice(code)
     )]
     Rpc { code: String, message: String },
+    /// envd refused a file operation (400 a bad path or a directory, 404 missing, 507 a
+    /// full disk, 500 another failure such as a denied permission).
+    #[error("the sandbox's file service (envd) refused (HTTP {status}): {message}")]
+    File { status: u16, message: String },
     #[error("could not reach E2B: {0}")]
     Transport(String),
     #[error("unexpected response from E2B: {0}")]

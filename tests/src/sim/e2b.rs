@@ -106,6 +106,20 @@
 //!   envd does, since connect-go's request deadline fires before the process context's.
 //! - a sandbox killed (or stopped by a filesystem-only pause) under a running stream ends
 //!   it with an `unavailable` end-of-stream error (*choice*; the real connection drops).
+//! - files (`envd.yaml`): `GET /files?path=P` → `200 application/octet-stream` with the
+//!   whole file; a directory → `400 {"message": "path 'P' is a directory", "code": 400}`;
+//!   missing → `404 {"message": "path 'P' does not exist", "code": 404}`; another failure
+//!   (permission) → `500`. `POST /files?path=P` with `Content-Type:
+//!   application/octet-stream` (multipart is not simulated: a violation) writes the body
+//!   to P whole, making missing parents (`mkdir -p`), as the user of the `username` query
+//!   or the image's: `200 [{"path", "name", "type": "file"}]`; a directory at P → `400`; a
+//!   full disk → `507`. A missing `path` is a violation and `400`. Both run `docker exec`
+//!   in the sandbox's container.
+//! - unary `filesystem.Filesystem/Stat` (`{"path"}`): `200 {"entry": EntryInfo}` in
+//!   proto3 JSON (`size` an int64 string, `mode` Go's `os.FileMode` bits: the permission
+//!   bits, plus `1<<31` for a directory and `1<<27` for a symlink), from `stat` without
+//!   following a symlink (its `type` is `FILE_TYPE_SYMLINK`); missing → Connect
+//!   `not_found`.
 //! - unary `process.Process/List` and `SendSignal` (`Content-Type: application/json`,
 //!   plain JSON body, checked like Start): `200 {...}` or a Connect error (`404
 //!   {"code":"not_found",...}` for an unknown pid, `400 invalid_argument`).
@@ -1322,6 +1336,18 @@ impl Inner {
                 }
             },
         };
+        if path == "/files" {
+            return self
+                .files(
+                    &id,
+                    &key,
+                    &method,
+                    parts.uri.query().unwrap_or(""),
+                    header("content-type"),
+                    body,
+                )
+                .await;
+        }
         if method != "POST" {
             self.violation(format!("{key}: Connect RPCs are POST requests"));
             return json_response(
@@ -1383,6 +1409,27 @@ impl Inner {
                 };
                 self.start_process(id, req, user, timeout, keepalive).await
             }
+            "/filesystem.Filesystem/Stat" => {
+                if !ct.starts_with("application/json") {
+                    self.violation(format!(
+                        "{key}: Content-Type must be application/json (Connect unary, JSON codec), got {ct:?}"
+                    ));
+                    return connect_unary_error("invalid_argument", "bad content type");
+                }
+                let v: Value = match serde_json::from_slice(&body) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.violation(format!("{key}: the body is not JSON: {e}"));
+                        return connect_unary_error("invalid_argument", &e.to_string());
+                    }
+                };
+                let req = match self.check_proto(&key, "StatRequest", &v) {
+                    Ok(v) => v,
+                    Err(e) => return connect_unary_error("invalid_argument", &e),
+                };
+                let p = req.get("path").and_then(Value::as_str).unwrap_or_default();
+                self.stat(&id, p).await
+            }
             "/process.Process/List" | "/process.Process/SendSignal" => {
                 if !ct.starts_with("application/json") {
                     self.violation(format!(
@@ -1421,6 +1468,228 @@ impl Inner {
                 connect_unary_error("unimplemented", &format!("{path} is not simulated"))
             }
         }
+    }
+
+    /// `GET` / `POST /files` (see the module docs).
+    async fn files(
+        &self,
+        id: &str,
+        key: &str,
+        method: &str,
+        query_text: &str,
+        content_type: Option<String>,
+        body: Bytes,
+    ) -> Response {
+        let mut file = None;
+        let mut user = None;
+        for (k, v) in query_text.split('&').filter_map(|kv| kv.split_once('=')) {
+            match k {
+                "path" => file = Some(query_unescape(v)),
+                "username" => user = Some(query_unescape(v)),
+                "signature" | "signature_expiration" => {}
+                other => self.violation(format!("{key}: unknown query parameter {other:?}")),
+            }
+        }
+        let Some(file) = file.filter(|f| !f.is_empty()) else {
+            self.violation(format!("{key}: the `path` query parameter is missing"));
+            return json_response(
+                400,
+                &json!({"message": "path is required", "code": 400}),
+                "application/json",
+            );
+        };
+        let Some(container) = lock(&self.world)
+            .sandboxes
+            .get(id)
+            .map(|s| s.container.clone())
+        else {
+            return json_response(
+                404,
+                &json!({"sandboxId": id, "message": "The sandbox was not found"}),
+                "application/json; charset=utf-8",
+            );
+        };
+        let file_error = |status: u16, message: String| {
+            json_response(
+                status,
+                &json!({"message": message, "code": status}),
+                "application/json",
+            )
+        };
+        match method {
+            "GET" => {
+                let script = r#"if [ -d "$1" ]; then exit 40; fi; if [ ! -e "$1" ]; then exit 41; fi; exec cat -- "$1""#;
+                match self.run_io(&container, script, &file, user, None).await {
+                    Ok((0, out, _)) => Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "application/octet-stream")
+                        .body(Body::from(out))
+                        .unwrap_or_else(|_| Response::new(Body::empty())),
+                    Ok((40, _, _)) => file_error(400, format!("path '{file}' is a directory")),
+                    Ok((41, _, _)) => file_error(404, format!("path '{file}' does not exist")),
+                    Ok((_, _, err)) => file_error(
+                        500,
+                        format!(
+                            "error opening file '{file}': {}",
+                            String::from_utf8_lossy(&err).trim()
+                        ),
+                    ),
+                    Err(e) => file_error(500, format!("{e:#}")),
+                }
+            }
+            "POST" => {
+                if content_type
+                    .as_deref()
+                    .map(str::to_ascii_lowercase)
+                    .as_deref()
+                    != Some("application/octet-stream")
+                {
+                    self.violation(format!("{key}: only application/octet-stream uploads are simulated, got {content_type:?}"));
+                    return file_error(400, "unsupported content type".into());
+                }
+                let script = r#"if [ -d "$1" ]; then exit 40; fi; d=${1%/*}; [ -n "$d" ] || d=/; mkdir -p "$d" || exit 42; err=$(cat 2>&1 > "$1") || { case $err in *"No space"*) exit 43;; esac; echo "$err" >&2; exit 44; }"#;
+                match self
+                    .run_io(&container, script, &file, user, Some(body))
+                    .await
+                {
+                    Ok((0, _, _)) => {
+                        let name = file.rsplit('/').next().unwrap_or_default().to_owned();
+                        json_response(
+                            200,
+                            &json!([{"path": file, "name": name, "type": "file"}]),
+                            "application/json",
+                        )
+                    }
+                    Ok((40, _, _)) => file_error(400, format!("path '{file}' is a directory")),
+                    Ok((43, _, _)) => file_error(507, "not enough disk space".into()),
+                    Ok((_, _, err)) => file_error(
+                        500,
+                        format!(
+                            "error writing file '{file}': {}",
+                            String::from_utf8_lossy(&err).trim()
+                        ),
+                    ),
+                    Err(e) => file_error(500, format!("{e:#}")),
+                }
+            }
+            _ => {
+                self.violation(format!("{key}: /files takes GET or POST"));
+                file_error(405, "method not allowed".into())
+            }
+        }
+    }
+
+    /// `filesystem.Filesystem/Stat` of `file` (not following a symlink).
+    async fn stat(&self, id: &str, file: &str) -> Response {
+        let Some(container) = lock(&self.world)
+            .sandboxes
+            .get(id)
+            .map(|s| s.container.clone())
+        else {
+            return connect_unary_error("unavailable", "sandbox not found");
+        };
+        let script =
+            r#"[ -e "$1" ] || [ -L "$1" ] || exit 41; exec stat -c '%F|%s|%a|%Y|%U|%G|%A' -- "$1""#;
+        let out = match self.run_io(&container, script, file, None, None).await {
+            Ok((0, out, _)) => String::from_utf8_lossy(&out).trim().to_owned(),
+            Ok((41, _, _)) => {
+                return connect_unary_error("not_found", &format!("path '{file}' does not exist"));
+            }
+            Ok((_, _, err)) => {
+                return connect_unary_error("internal", &String::from_utf8_lossy(&err));
+            }
+            Err(e) => return connect_unary_error("internal", &format!("{e:#}")),
+        };
+        let f: Vec<&str> = out.splitn(7, '|').collect();
+        let [kind, size, perm, mtime, owner, group, perms] = f[..] else {
+            return connect_unary_error("internal", &format!("stat said {out:?}"));
+        };
+        let perm = u32::from_str_radix(perm, 8).unwrap_or(0);
+        let (ty, mode) = match kind {
+            "directory" => ("FILE_TYPE_DIRECTORY", perm | 1 << 31),
+            "symbolic link" => ("FILE_TYPE_SYMLINK", perm | 1 << 27),
+            "regular file" | "regular empty file" => ("FILE_TYPE_FILE", perm),
+            _ => ("FILE_TYPE_UNSPECIFIED", perm),
+        };
+        let secs = mtime.parse::<u64>().unwrap_or(0);
+        let name = file.rsplit('/').next().unwrap_or_default();
+        let mut entry = json!({
+            "name": name,
+            "type": ty,
+            "path": file,
+            "size": size,
+            "mode": mode,
+            "permissions": perms,
+            "owner": owner,
+            "group": group,
+            "modifiedTime": rfc3339(UNIX_EPOCH + Duration::from_secs(secs)),
+        });
+        if size == "0" {
+            // proto3 JSON leaves zero values out.
+            if let Some(m) = entry.as_object_mut() {
+                m.remove("size");
+            }
+        }
+        json_response(200, &json!({"entry": entry}), "application/json")
+    }
+
+    /// Runs `script` with `$1` = `arg` in the container as `user` (default: the image's),
+    /// with `stdin` fed when given: (exit code, stdout, stderr).
+    async fn run_io(
+        &self,
+        container: &str,
+        script: &str,
+        arg: &str,
+        user: Option<String>,
+        stdin: Option<Bytes>,
+    ) -> Result<(i64, Vec<u8>, Vec<u8>)> {
+        use tokio::io::AsyncWriteExt;
+        let opts = CreateExecOptions::<String> {
+            attach_stdin: Some(stdin.is_some()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                script.into(),
+                "sh".into(),
+                arg.into(),
+            ]),
+            user,
+            ..Default::default()
+        };
+        let exec = self.docker.create_exec(container, opts).await?;
+        let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = self.docker.start_exec(&exec.id, None).await?
+        else {
+            bail!("exec started detached");
+        };
+        let writer = tokio::spawn(async move {
+            if let Some(b) = stdin {
+                let _ = input.write_all(&b).await;
+                let _ = input.flush().await;
+            }
+            let _ = input.shutdown().await;
+        });
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        while let Some(item) = output.next().await {
+            match item? {
+                LogOutput::StdOut { message } => out.extend_from_slice(&message),
+                LogOutput::StdErr { message } => err.extend_from_slice(&message),
+                _ => {}
+            }
+        }
+        let _ = writer.await;
+        let code = loop {
+            let info = self.docker.inspect_exec(&exec.id).await?;
+            if info.running != Some(true) {
+                break info.exit_code.unwrap_or(-1);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        Ok((code, out, err))
     }
 
     /// Checks a proto3-JSON message; problems are recorded and returned joined.
@@ -2048,6 +2317,7 @@ fn proto_fields(msg: &str) -> Option<&'static [F]> {
         "PTY" => const { &[f("size", "size", Ty::Msg("PTY.Size"))] },
         "PTY.Size" => const { &[f("cols", "cols", Ty::U32), f("rows", "rows", Ty::U32)] },
         "ListRequest" | "SendSignalResponse" | "ProcessEvent.KeepAlive" => const { &[] },
+        "StatRequest" => const { &[f("path", "path", Ty::Str)] },
         "ListResponse" => const { &[f("processes", "processes", Ty::RepMsg("ProcessInfo"))] },
         "ProcessInfo" => {
             const {

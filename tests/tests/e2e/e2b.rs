@@ -37,6 +37,21 @@ fn assert_no_violations(sim: &E2bSim) {
     );
 }
 
+/// Big slices went through envd's file API (issue 15): uploads, downloads and stats.
+pub fn assert_envd_files(sim: &E2bSim) {
+    let n = sim.request_counts();
+    for (key, least) in [
+        ("POST /files", 2),
+        ("GET /files", 2),
+        ("POST /filesystem.Filesystem/Stat", 3),
+    ] {
+        assert!(
+            n.get(key).copied().unwrap_or(0) >= least,
+            "{key} fewer than {least} times: {n:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     let t = tag("e2b");
@@ -48,6 +63,8 @@ async fn issue_7_e2b_exec_lifecycle_and_reattach() -> anyhow::Result<()> {
     let c = stdio_client(&t, &state, &opts).await?;
     cloud_basics(&c, "e2b", "e2b-keep", KEY).await?;
     cloud_files(&c, "e2b-keep").await?;
+    cloud_big_files(&c, "e2b-keep").await?;
+    assert_envd_files(&sim);
     // ...and the timed-out process is killed explicitly (envd may keep it after the deadline).
     let signals = sim.request_counts();
     assert!(

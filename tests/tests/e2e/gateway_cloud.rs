@@ -59,6 +59,62 @@ async fn assert_missing(c: &Client, id: &str, path: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `GET`/`PUT /v1/files` on a computer the Worker placed itself (issue 15): 7 MiB up in
+/// slices (E2B's through envd's file API) and back, the mode asked for, a missing file
+/// (404), a directory and `create_only` over an existing file (400), and another team
+/// refused (404).
+async fn direct_files(gw: &Gateway, a: &str, b: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}/v1/files/box/{p}", gw.base);
+    let data: Vec<u8> = (0..(7u32 << 20) + 5)
+        .map(|i| (i.wrapping_mul(40_503) >> 7) as u8)
+        .collect();
+    let r = http
+        .put(url("tmp/up/d.bin?make_dirs=true&mode=0600"))
+        .bearer_auth(a)
+        .body(data.clone())
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let v: Value = r.json().await?;
+    assert_eq!(
+        (v["size"].as_u64(), v["sha256"].as_str()),
+        (
+            Some(data.len() as u64),
+            Some(shared::files::sha256_hex(&data).as_str())
+        ),
+        "{v}"
+    );
+    let r = http.get(url("tmp/up/d.bin")).bearer_auth(a).send().await?;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.bytes().await?.as_ref() == data.as_slice(),
+        "the bytes read back differ"
+    );
+    let c = gw.modern_client(a).await?;
+    let r = exec(
+        &c,
+        json!({"computer_id": "box", "command": "stat -c %a /tmp/up/d.bin"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "600\n", "{r}");
+    c.cancel().await?;
+    for (p, status) in [("tmp/up/none", 404), ("tmp/up", 400)] {
+        let r = http.get(url(p)).bearer_auth(a).send().await?;
+        assert_eq!(r.status(), status, "{p}: {:?}", r.text().await);
+    }
+    let r = http
+        .put(url("tmp/up/d.bin?create_only=true"))
+        .bearer_auth(a)
+        .body("x")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 400, "{:?}", r.text().await);
+    let r = http.get(url("tmp/up/d.bin")).bearer_auth(b).send().await?;
+    assert_eq!(r.status(), 404, "{:?}", r.text().await);
+    Ok(())
+}
+
 /// What both providers must do the same through the gateway: exec shapes, stdin, working
 /// directory, timeouts, two teams' `box` kept apart, permanent computers across restart,
 /// factory reset, list, delete, temporaries removed with their legacy session, and no
@@ -82,6 +138,8 @@ async fn common(gw: &Gateway, t: &str, backend: &str, secrets: &[&str]) -> anyho
     assert_eq!(r["computer_id"], "box", "{r}");
     // The file tools, straight from the Worker through the provider's exec (issue 15).
     cloud_files(&a, "box").await?;
+    cloud_big_files(&a, "box").await?;
+    direct_files(gw, &token("team-a", "u1"), &token("team-b", "u1")).await?;
     // Jobs too (issue 14): started, read, written, signalled and listed from the Worker.
     let sleeping = tests::jobs::job_basics(&a, "box", false).await?;
     let r = exec(
@@ -286,6 +344,15 @@ async fn issue_7_gateway_places_computers_on_e2b() -> anyhow::Result<()> {
     ]);
     let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &vars).await?;
     common(&gw, &t, "e2b", &[E2B_KEY]).await?;
+    // Big file slices went through envd's file API from the Worker too (issue 15).
+    let n = sim.request_counts();
+    for key in [
+        "POST /files",
+        "GET /files",
+        "POST /filesystem.Filesystem/Stat",
+    ] {
+        assert!(n.get(key).copied().unwrap_or(0) >= 2, "{key}: {n:?}");
+    }
     let v = sim.violations();
     assert!(v.is_empty(), "requests off E2B's API descriptions: {v:#?}");
     gw.stop().await?;

@@ -2,14 +2,19 @@
 //! `mcp_temporary`, the owner on temporaries) and found again by it. Permanent computers
 //! are created with auto-pause, so the sandbox timeout pauses them instead of killing
 //! them; every attach `connect`s, which resumes a paused sandbox and refreshes its envd
-//! token. Commands go through envd's `process.Process/Start` (Connect, JSON).
+//! token. Commands go through envd's `process.Process/Start` (Connect, JSON); files that
+//! are bigger than one exec's slice move through envd's `/files` and
+//! `filesystem.Filesystem/Stat` (`crate::files::over_exec` checks and commits by exec).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
+use crate::files::over_exec::{OverExec, PathInfo, PathKind};
 use crate::providers::HttpTransport;
-use crate::providers::e2b::{E2bClient, E2bError, ListedSandbox, NewSandbox, RunIo, Sandbox};
+use crate::providers::e2b::{
+    E2bClient, E2bError, EntryKind, ListedSandbox, NewSandbox, RunIo, Sandbox,
+};
 use crate::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
 
 /// What a new sandbox looks like.
@@ -115,6 +120,56 @@ impl<T: HttpTransport> E2bComputers<T> {
             .await?;
         self.cache().insert(id.to_owned(), s.clone());
         Ok(s)
+    }
+}
+
+impl<T: HttpTransport> E2bComputers<T> {
+    /// Runs `call` on computer `id`'s sandbox (connected first if it is not yet), once
+    /// more after a fresh connect when the sandbox was paused or its token went stale.
+    async fn on_sandbox<R, F, Fut>(&self, id: &str, call: F) -> Result<R, E2bError>
+    where
+        F: Fn(Sandbox) -> Fut,
+        Fut: std::future::Future<Output = Result<R, E2bError>>,
+    {
+        let cached = self.cache().get(id).cloned();
+        let sandbox = match cached {
+            Some(s) => s,
+            None => self.connect(id).await.map_err(into_e2b)?,
+        };
+        match call(sandbox).await {
+            Err(E2bError::Conflict(_) | E2bError::NotFound(_)) | Err(E2bError::Rpc { .. }) => {
+                let s = self.connect(id).await.map_err(into_e2b)?;
+                call(s).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// A computers error back as the E2B error it wraps (a missing computer as not found).
+fn into_e2b(e: ComputersError) -> E2bError {
+    match e {
+        ComputersError::E2b(e) => e,
+        other => E2bError::NotFound(other.to_string()),
+    }
+}
+
+/// envd's refusal of a file call in the agent's words; any other failure is the provider's.
+fn file_refusal(path: &str, e: E2bError) -> OverExec<ComputersError> {
+    match e {
+        E2bError::File {
+            status: 404,
+            message,
+        } => OverExec::NoSuchFile(format!(
+            "{path} does not exist on this computer ({message}); list its directory with terminal_execute: ls"
+        )),
+        E2bError::File { status: 507, .. } => OverExec::Refused(format!(
+            "{path}: the computer's disk is full; nothing changed (free space, e.g. remove files under /tmp)"
+        )),
+        E2bError::File { message, .. } => {
+            OverExec::Refused(format!("{path}: {message}; nothing changed"))
+        }
+        other => OverExec::Shell(other.into()),
     }
 }
 
@@ -237,6 +292,55 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             let _ = self.client.kill_tagged(&s, &tag).await;
             self.kill_tree(&s, &tag).await;
         }
+    }
+
+    fn moves_files(&self) -> bool {
+        true
+    }
+
+    async fn file_stat(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Option<PathInfo>, OverExec<ComputersError>> {
+        let entry = self
+            .on_sandbox(id, |s| async move { self.client.stat(&s, path).await })
+            .await
+            .map_err(|e| file_refusal(path, e))?;
+        Ok(entry.map(|e| PathInfo {
+            kind: match e.kind {
+                EntryKind::File => PathKind::File,
+                EntryKind::Directory => PathKind::Directory,
+                EntryKind::Symlink | EntryKind::Other => PathKind::Other,
+            },
+            size: e.size,
+            mode: e.mode,
+            mtime_secs: e.mtime_secs,
+        }))
+    }
+
+    async fn file_download(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, OverExec<ComputersError>> {
+        self.on_sandbox(id, |s| async move { self.client.download(&s, path).await })
+            .await
+            .map_err(|e| file_refusal(path, e))
+    }
+
+    async fn file_upload(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), OverExec<ComputersError>> {
+        let bytes = &bytes;
+        self.on_sandbox(id, |s| async move {
+            self.client.upload(&s, path, bytes.clone()).await
+        })
+        .await
+        .map_err(|e| file_refusal(path, e))
     }
 
     /// Runs one command; at its timeout the stream ends and the process is killed by pid

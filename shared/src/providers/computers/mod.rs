@@ -13,6 +13,7 @@ use std::future::Future;
 
 use super::e2b::E2bError;
 use super::fly::FlyError;
+use crate::files::over_exec::{OverExec, PathInfo};
 use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::ExecOutcome;
 
@@ -215,6 +216,48 @@ pub trait CloudComputers: MaybeSync {
     /// Kills the command `ex` started by [`CloudComputers::exec`] (when its call was
     /// cancelled); best effort, errors are dropped.
     fn kill(&self, id: &str, ex: &ProviderExec) -> impl Future<Output = ()> + MaybeSend;
+
+    /// Whether the provider has a file API that the `file_*` methods below serve (E2B's
+    /// envd); otherwise files move through [`CloudComputers::exec`] alone
+    /// (`crate::files::over_exec`).
+    fn moves_files(&self) -> bool {
+        false
+    }
+
+    /// What `path` is on computer `id` (`None`: it does not exist).
+    fn file_stat(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<Option<PathInfo>, OverExec<ComputersError>>> + MaybeSend {
+        let _ = (id, path);
+        async { Err(no_file_api()) }
+    }
+
+    /// File `path` of computer `id`, whole.
+    fn file_download(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<Vec<u8>, OverExec<ComputersError>>> + MaybeSend {
+        let _ = (id, path);
+        async { Err(no_file_api()) }
+    }
+
+    /// Writes `bytes` to `path` on computer `id` whole (missing parents are made).
+    fn file_upload(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = Result<(), OverExec<ComputersError>>> + MaybeSend {
+        let _ = (id, path, bytes);
+        async { Err(no_file_api()) }
+    }
+}
+
+fn no_file_api() -> OverExec<ComputersError> {
+    OverExec::Refused("this provider has no file API".into())
 }
 
 /// Why an operation on a cloud computer failed. Messages are meant for an AI agent and

@@ -240,6 +240,33 @@ impl<T: HttpTransport> E2bClient<T> {
         body: Vec<u8>,
         timeout_ms: u64,
     ) -> Result<HttpRequest, E2bError> {
+        let (base, mut headers) = self.envd_base(sandbox)?;
+        headers.push((
+            "Content-Type".to_owned(),
+            "application/connect+json".to_owned(),
+        ));
+        headers.push(("Connect-Protocol-Version".to_owned(), "1".to_owned()));
+        if timeout_ms > 0 {
+            headers.push(("Connect-Timeout-Ms".to_owned(), timeout_ms.to_string()));
+        }
+        headers.push((
+            "Keepalive-Ping-Interval".to_owned(),
+            KEEPALIVE_PING_INTERVAL_SECS.to_string(),
+        ));
+        Ok(HttpRequest {
+            method: "POST",
+            url: format!("{base}/process.Process/Start"),
+            headers,
+            body: Some(body),
+        })
+    }
+
+    /// The sandbox's envd URL and the headers every envd request carries: the shared
+    /// host's routing headers (`E2b-Sandbox-Id`, `E2b-Sandbox-Port`) and the access token.
+    pub(super) fn envd_base(
+        &self,
+        sandbox: &Sandbox,
+    ) -> Result<(String, Vec<(String, String)>), E2bError> {
         let id = sandbox.sandbox_id.as_str();
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Err(E2bError::NotFound(format!(
@@ -271,18 +298,6 @@ impl<T: HttpTransport> E2bClient<T> {
                 format!("https://{ENVD_PORT}-{id}.{domain}")
             }
         };
-        headers.push((
-            "Content-Type".to_owned(),
-            "application/connect+json".to_owned(),
-        ));
-        headers.push(("Connect-Protocol-Version".to_owned(), "1".to_owned()));
-        if timeout_ms > 0 {
-            headers.push(("Connect-Timeout-Ms".to_owned(), timeout_ms.to_string()));
-        }
-        headers.push((
-            "Keepalive-Ping-Interval".to_owned(),
-            KEEPALIVE_PING_INTERVAL_SECS.to_string(),
-        ));
         if let Some(token) = sandbox
             .envd_access_token
             .as_deref()
@@ -290,11 +305,6 @@ impl<T: HttpTransport> E2bClient<T> {
         {
             headers.push(("X-Access-Token".to_owned(), token.to_owned()));
         }
-        Ok(HttpRequest {
-            method: "POST",
-            url: format!("{base}/process.Process/Start"),
-            headers,
-            body: Some(body),
-        })
+        Ok((base, headers))
     }
 }

@@ -17,7 +17,7 @@ use super::{Row, ms, pct};
 const RUNS: usize = 500;
 
 /// A server on stdio driven with raw JSON-RPC lines.
-struct Raw {
+pub(super) struct Raw {
     child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
     out: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -25,7 +25,7 @@ struct Raw {
 }
 
 impl Raw {
-    async fn start(t: &str, opts: &ServerOpts) -> Result<Self> {
+    pub(super) async fn start(t: &str, opts: &ServerOpts) -> Result<Self> {
         let mut cmd = command(t, &state_dir(t), opts);
         cmd.stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -50,7 +50,11 @@ impl Raw {
         Ok(raw)
     }
 
-    async fn request(&mut self, method: &str, params: serde_json::Value) -> Result<String> {
+    pub(super) async fn request(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<String> {
         let id = self.next;
         self.next += 1;
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -79,7 +83,7 @@ impl Raw {
         Ok(())
     }
 
-    async fn stop(mut self) -> Result<()> {
+    pub(super) async fn stop(mut self) -> Result<()> {
         drop(self.stdin);
         self.child.wait().await?;
         Ok(())

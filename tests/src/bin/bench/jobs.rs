@@ -47,6 +47,110 @@ async fn stream_floor(container: &str) -> Result<f64> {
     Ok(n as f64 / s.elapsed().as_secs_f64() / 1e6)
 }
 
+/// The 1 GiB again, read by a raw JSON-RPC client on the server's stdio (no SDK: each
+/// answer parsed whole with `serde_json`, its `structuredContent.stdout` counted), and the
+/// cost of that parse alone for one full poll: what a client pays per byte whatever the
+/// server does (the answer carries the output twice, JSON-escaped, as SPEC §3.5 says).
+async fn raw_rows(t: &str, floor: f64, rows: &mut Vec<Row>) -> Result<()> {
+    use super::channel::Raw;
+    let rt = format!("{t}r");
+    let mut raw = Raw::start(&rt, &ServerOpts::default().arg("--tools=jobs")).await?;
+    let id = format!("{rt}-jobs");
+    let call = |name: &str, args: serde_json::Value| json!({"name": name, "arguments": args});
+    let parse = |line: &str| -> Result<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        v.pointer("/result/structuredContent")
+            .cloned()
+            .with_context(|| format!("no structuredContent: {:.300}", line))
+    };
+    let r = parse(
+        &raw.request(
+            "tools/call",
+            call("terminal_execute", json!({"command": format!("yes | head -c {GIB}"), "yield_ms": 0, "computer_id": id, "timeout": 600})),
+        )
+        .await?,
+    )?;
+    let j = r["job_id"].as_str().context("no job id")?.to_owned();
+    let s = Instant::now();
+    let (mut got, mut dropped, mut biggest) = (0u64, 0u64, String::new());
+    loop {
+        let line = raw
+            .request(
+                "tools/call",
+                call(
+                    "terminal_job",
+                    json!({"job_id": j, "computer_id": id, "wait_ms": 5000}),
+                ),
+            )
+            .await?;
+        let r = parse(&line)?;
+        got += r["stdout"].as_str().map_or(0, |o| o.len() as u64);
+        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
+        if line.len() > biggest.len() {
+            biggest = line;
+        }
+        if r["running"] == false {
+            break;
+        }
+    }
+    let secs = s.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        got + dropped == GIB,
+        "{got} read + {dropped} dropped != 1 GiB"
+    );
+    rows.push(Row {
+        name: "jobs: 1 GiB by polling, raw JSON-RPC client",
+        value: got as f64 / secs / 1e6,
+        unit: "MB/s",
+        floor: Some(floor),
+        target: ">= 100 MB/s".into(),
+        pass: got as f64 / secs >= 100e6,
+    });
+    raw.stop().await?;
+    // The client's parse alone, of the largest answer (a full poll).
+    let mut parses = Vec::new();
+    for _ in 0..20 {
+        let s = Instant::now();
+        let v: serde_json::Value = serde_json::from_str(&biggest)?;
+        parses.push(ms(s.elapsed()));
+        anyhow::ensure!(v.pointer("/result/structuredContent/stdout").is_some());
+    }
+    let mut typed = Vec::new();
+    for _ in 0..20 {
+        let s = Instant::now();
+        let m: rmcp::model::ServerJsonRpcMessage = serde_json::from_str(&biggest)?;
+        typed.push(ms(s.elapsed()));
+        drop(m);
+    }
+    parses.sort_by(f64::total_cmp);
+    typed.sort_by(f64::total_cmp);
+    let poll_mb = 2.0 * 1_048_576.0 / 1e6;
+    for (name, v) in [
+        (
+            "jobs: parse of one full poll answer (serde_json Value)",
+            pct(&parses, 0.5),
+        ),
+        (
+            "jobs: parse of one full poll answer (rmcp's message types)",
+            pct(&typed, 0.5),
+        ),
+    ] {
+        rows.push(Row {
+            name,
+            value: v,
+            unit: "ms",
+            floor: None,
+            target: format!(
+                "reported ({:.0} MB/s at most, {} bytes)",
+                poll_mb / (v / 1e3),
+                biggest.len()
+            ),
+            pass: true,
+        });
+    }
+    Ok(())
+}
+
 pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     let opts = ServerOpts::default().arg("--tools=jobs");
     let c = stdio_client(t, &state_dir(t), &opts).await?;
@@ -152,6 +256,7 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         target: ">= 100 MB/s".into(),
         pass: got as f64 / secs >= 100e6,
     });
+    raw_rows(t, floor, rows).await?;
     // The reader's own speed, with no producer competing for the CPUs: a full buffer.
     let r = exec(
         &c,
