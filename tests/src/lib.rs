@@ -1042,8 +1042,9 @@ pub async fn hash_body(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
     Ok((shared::files::hex(&h.finalize()), n))
 }
 
-/// The file tools on a backend without a file API of ours (issue 15: through its exec):
-/// every byte value over several 1 MiB slices, read back in slices; the shell sees it;
+/// The file tools on a cloud backend (issue 15: through its exec, and E2B's envd for big
+/// slices): every byte value, a NUL run and invalid UTF-8 over several 1 MiB slices, read
+/// back in slices; the shell sees it;
 /// `create_only`, the counted edit, a missing file and a directory refused, nothing
 /// changed and no temporary left.
 pub async fn cloud_files(c: &Client, id: &str) -> Result<()> {
@@ -1055,9 +1056,17 @@ pub async fn cloud_files(c: &Client, id: &str) -> Result<()> {
         }
         r.structured_content.context("no structured content")
     };
-    let data: Vec<u8> = (0..(2 << 20) + 12_345u32)
+    let mut data: Vec<u8> = (0..(2 << 20) + 12_345u32)
         .map(|i| (i % 251) as u8 ^ (i >> 11) as u8)
         .collect();
+    // Every byte value is there already; add a run of NULs and invalid UTF-8 on purpose.
+    data[100..4196].fill(0);
+    data[5000..5004].copy_from_slice(&[0xc3, 0x28, 0xff, 0xfe]);
+    assert_eq!(
+        (0..=255u8).filter(|b| data.contains(b)).count(),
+        256,
+        "all 256 byte values"
+    );
     let w = ok(call(
         c,
         "computer_file_write",
