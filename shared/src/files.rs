@@ -235,6 +235,32 @@ pub fn write_structured(computer_id: &str, path: &str, w: &Written) -> Value {
     json!({"computer_id": computer_id, "path": path, "size": w.size, "sha256": w.sha256})
 }
 
+/// The route's path with its `%XX` escapes decoded (as an executor's router decodes it);
+/// a decoding that is not UTF-8 leaves the path as sent.
+pub fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
 /// The query of `PUT /v1/files/{computer_id}/{path}`: `temporary`, `mode`,
 /// `create_only`, `make_dirs` (flags: empty, `true`, `1`, `false` or `0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -371,6 +397,24 @@ pub fn apply_edit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_paths_are_percent_decoded() {
+        for (raw, want) in [
+            ("a%20b/c.txt", "a b/c.txt"),
+            ("%2Fetc", "/etc"),
+            ("%C3%A9t%c3%a9", "été"),
+            ("%", "%"),
+            ("x%4", "x%4"),
+            ("%zz", "%zz"),
+            ("%FF", "%FF"),
+            ("a%00b", "a\0b"),
+            ("plain", "plain"),
+        ] {
+            assert_eq!(percent_decoded(raw), want, "{raw}");
+        }
+        assert!(validate_path(&format!("/{}", percent_decoded("a%00b"))).is_err());
+    }
 
     #[test]
     fn paths_and_modes() {

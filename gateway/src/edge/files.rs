@@ -126,7 +126,10 @@ pub(crate) async fn files(
         Err(e) => return error(status_of(&e), e.to_string()),
     };
     if rec.executor == cloud::FLY || rec.executor == cloud::E2B {
-        let path = format!("/{}", percent_decoded(file));
+        let path = format!("/{}", shared::files::percent_decoded(file));
+        if let Err(e) = shared::files::validate_path(&path) {
+            return error(400, e);
+        }
         let answer = if put {
             direct_put(req, &gw, &rec.executor, &team, id, &path, query, temporary).await
         } else {
@@ -189,32 +192,6 @@ pub(crate) async fn files(
         }
         Err(e) => error(502, format!("executor {:?} unreachable: {e}", rec.executor)),
     }
-}
-
-/// A path segment of the route with its `%XX` escapes decoded (bytes that do not form
-/// UTF-8 are kept as the escape).
-fn percent_decoded(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
 }
 
 fn api_error(e: &GatewayError) -> Result<Response> {

@@ -126,7 +126,7 @@ impl<T: HttpTransport> E2bComputers<T> {
 impl<T: HttpTransport> E2bComputers<T> {
     /// Runs `call` on computer `id`'s sandbox (connected first if it is not yet), once
     /// more after a fresh connect when the sandbox was paused or its token went stale.
-    async fn on_sandbox<R, F, Fut>(&self, id: &str, call: F) -> Result<R, E2bError>
+    async fn on_sandbox<R, F, Fut>(&self, id: &str, call: F) -> Result<R, ComputersError>
     where
         F: Fn(Sandbox) -> Fut,
         Fut: std::future::Future<Output = Result<R, E2bError>>,
@@ -134,42 +134,34 @@ impl<T: HttpTransport> E2bComputers<T> {
         let cached = self.cache().get(id).cloned();
         let sandbox = match cached {
             Some(s) => s,
-            None => self.connect(id).await.map_err(into_e2b)?,
+            None => self.connect(id).await?,
         };
         match call(sandbox).await {
             Err(E2bError::Conflict(_) | E2bError::NotFound(_)) | Err(E2bError::Rpc { .. }) => {
-                let s = self.connect(id).await.map_err(into_e2b)?;
-                call(s).await
+                let s = self.connect(id).await?;
+                Ok(call(s).await?)
             }
-            other => other,
+            other => Ok(other?),
         }
-    }
-}
-
-/// A computers error back as the E2B error it wraps (a missing computer as not found).
-fn into_e2b(e: ComputersError) -> E2bError {
-    match e {
-        ComputersError::E2b(e) => e,
-        other => E2bError::NotFound(other.to_string()),
     }
 }
 
 /// envd's refusal of a file call in the agent's words; any other failure is the provider's.
-fn file_refusal(path: &str, e: E2bError) -> OverExec<ComputersError> {
+fn file_refusal(path: &str, e: ComputersError) -> OverExec<ComputersError> {
     match e {
-        E2bError::File {
+        ComputersError::E2b(E2bError::File {
             status: 404,
             message,
-        } => OverExec::NoSuchFile(format!(
+        }) => OverExec::NoSuchFile(format!(
             "{path} does not exist on this computer ({message}); list its directory with terminal_execute: ls"
         )),
-        E2bError::File { status: 507, .. } => OverExec::Refused(format!(
+        ComputersError::E2b(E2bError::File { status: 507, .. }) => OverExec::Refused(format!(
             "{path}: the computer's disk is full; nothing changed (free space, e.g. remove files under /tmp)"
         )),
-        E2bError::File { message, .. } => {
+        ComputersError::E2b(E2bError::File { message, .. }) => {
             OverExec::Refused(format!("{path}: {message}; nothing changed"))
         }
-        other => OverExec::Shell(other.into()),
+        other => OverExec::Shell(other),
     }
 }
 
