@@ -7,7 +7,7 @@
 //! above the backends decide on (retry a stopped computer, forget a vanished one, answer
 //! 404 or 409).
 
-use shared::files::over_exec::{OverExec, PathInfo};
+use shared::files::over_exec::{OverExec, PathInfo, no_file_api};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
@@ -58,10 +58,6 @@ impl BackendError {
             message: error.to_string(),
         }
     }
-}
-
-fn no_file_api() -> OverExec<BackendError> {
-    OverExec::Refused("this backend has no provider file API".into())
 }
 
 /// One place computers live. Ids are backend keys (`shared::teams::key`).

@@ -1042,6 +1042,14 @@ pub async fn hash_body(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
     Ok((shared::files::hex(&h.finalize()), n))
 }
 
+/// The structured content of a file tool's answer, or what it refused.
+fn file_ok(r: CallToolResult) -> Result<Value> {
+    if r.is_error == Some(true) {
+        bail!("file call failed: {}", text(&r));
+    }
+    r.structured_content.context("no structured content")
+}
+
 /// The file tools on a cloud backend (issue 15: through its exec, and E2B's envd for big
 /// slices): every byte value, a NUL run and invalid UTF-8 over several 1 MiB slices, read
 /// back in slices; the shell sees it;
@@ -1050,12 +1058,7 @@ pub async fn hash_body(r: reqwest::Response) -> anyhow::Result<(String, u64)> {
 pub async fn cloud_files(c: &Client, id: &str) -> Result<()> {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD;
-    let ok = |r: CallToolResult| -> Result<Value> {
-        if r.is_error == Some(true) {
-            bail!("file call failed: {}", text(&r));
-        }
-        r.structured_content.context("no structured content")
-    };
+    let ok = file_ok;
     let mut data: Vec<u8> = (0..(2 << 20) + 12_345u32)
         .map(|i| (i % 251) as u8 ^ (i >> 11) as u8)
         .collect();
@@ -1188,12 +1191,7 @@ pub async fn cloud_files(c: &Client, id: &str) -> Result<()> {
 pub async fn cloud_big_files(c: &Client, id: &str) -> Result<()> {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD;
-    let ok = |r: CallToolResult| -> Result<Value> {
-        if r.is_error == Some(true) {
-            bail!("file call failed: {}", text(&r));
-        }
-        r.structured_content.context("no structured content")
-    };
+    let ok = file_ok;
     let data: Vec<u8> = (0..(5u32 << 20) + 777)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();

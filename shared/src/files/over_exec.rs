@@ -83,13 +83,13 @@ pub trait Shell {
         path: &str,
     ) -> impl Future<Output = Result<Option<PathInfo>, OverExec<Self::Error>>> {
         let _ = path;
-        async { Err(OverExec::Refused("this computer has no file API".into())) }
+        async { Err(no_file_api()) }
     }
 
     /// File `path`, whole.
     fn download(&self, path: &str) -> impl Future<Output = Result<Vec<u8>, OverExec<Self::Error>>> {
         let _ = path;
-        async { Err(OverExec::Refused("this computer has no file API".into())) }
+        async { Err(no_file_api()) }
     }
 
     /// Writes `bytes` to `path` whole, making missing parent directories.
@@ -99,8 +99,14 @@ pub trait Shell {
         bytes: Vec<u8>,
     ) -> impl Future<Output = Result<(), OverExec<Self::Error>>> {
         let _ = (path, bytes);
-        async { Err(OverExec::Refused("this computer has no file API".into())) }
+        async { Err(no_file_api()) }
     }
+}
+
+/// What a file API method answers where the computer has none (never called when
+/// [`Shell::moves_files`] is false).
+pub fn no_file_api<E>() -> OverExec<E> {
+    OverExec::Refused("this computer has no provider file API".into())
 }
 
 /// Why a file operation through exec failed.

@@ -13,7 +13,7 @@ use std::future::Future;
 
 use super::e2b::E2bError;
 use super::fly::FlyError;
-use crate::files::over_exec::{OverExec, PathInfo};
+use crate::files::over_exec::{OverExec, PathInfo, no_file_api};
 use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::ExecOutcome;
 
@@ -254,10 +254,6 @@ pub trait CloudComputers: MaybeSync {
         let _ = (id, path, bytes);
         async { Err(no_file_api()) }
     }
-}
-
-fn no_file_api() -> OverExec<ComputersError> {
-    OverExec::Refused("this provider has no file API".into())
 }
 
 /// Why an operation on a cloud computer failed. Messages are meant for an AI agent and
