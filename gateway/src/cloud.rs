@@ -422,6 +422,7 @@ impl<C: CloudComputers> Cloud<C> {
             wait_ms: req.yield_ms.unwrap_or_default().min(ex.timeout_ms),
             until_exit: true,
             max_bytes: OUTPUT_LIMIT,
+            peek: false,
         };
         let out = over_jobs::poll(&sh, &job_id, &poll)
             .await
@@ -440,6 +441,7 @@ impl<C: CloudComputers> Cloud<C> {
             wait_ms: p.wait_ms,
             until_exit: false,
             max_bytes: OUTPUT_LIMIT,
+            peek: p.peek,
         };
         over_jobs::poll(&self.shell(&k), &p.job_id, &poll)
             .await

@@ -349,6 +349,7 @@ fn job_input_schema() -> Value {
             "signal": {"oneOf": [{"type": "string", "enum": ["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"]}, {"type": "integer", "minimum": 1, "maximum": 64}], "description": "Signal sent to the job's whole process group."},
             "wait_ms": {"type": "integer", "minimum": 0, "maximum": crate::jobs::MAX_WAIT_MS, "default": crate::jobs::DEFAULT_WAIT_MS, "description": "Wait up to this long for new output or the exit."},
             "list": {"type": "boolean", "description": "List the computer's jobs (running and recently ended) instead."},
+            "peek": {"type": "boolean", "description": "Only look: the newest output (up to 16 KiB of each stream, already read or not), taking nothing and answering at once; `signal` may come with it, `stdin`, `close_stdin` and `wait_ms` may not."},
         },
         "additionalProperties": false,
     })
@@ -369,6 +370,7 @@ fn job_output_schema() -> Value {
             "timed_out": {"type": "boolean"},
             "stdout_base64": {"type": "string"},
             "stderr_base64": {"type": "string"},
+            "peek": {"type": "boolean", "description": "A peek: stdout/stderr are the newest output, nothing was taken; `running: false` means the program ended, and its output waits for a read."},
             "jobs": {
                 "type": "array",
                 "description": "With `list`: the computer's jobs.",
@@ -471,7 +473,7 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
     if names.jobs {
         let mut job = Tool::new(
             crate::jobs::JOB_TOOL,
-            "Follow a command that terminal_execute left running (it returned `running: true` and a `job_id`): read its new output (waiting up to `wait_ms` for some), write to its stdin (`stdin`, `stdin_base64`, `close_stdin`), or send its whole process group a `signal` (INT, TERM, KILL, HUP or a number). Each call returns only what is new since the previous one; `exit_code` comes with the last output. `list: true` shows the computer's jobs. A job ends with its timeout, a signal, or computer_restart/_factory_reset/_delete; an ended job's output is kept 10 minutes or until read, and a computer keeps at most 64 jobs.",
+            "Follow a command that terminal_execute left running (it returned `running: true` and a `job_id`): read its new output (waiting up to `wait_ms` for some), write to its stdin (`stdin`, `stdin_base64`, `close_stdin`), or send its whole process group a `signal` (INT, TERM, KILL, HUP or a number). Each call returns only what is new since the previous one; `exit_code` comes with the last output. `list: true` shows the computer's jobs; `peek: true` shows the newest output without taking it. A job ends with its timeout, a signal, or computer_restart/_factory_reset/_delete; an ended job's output is kept 10 minutes or until read, and a computer keeps at most 64 jobs.",
             object(job_input_schema()),
         );
         job.title = Some("Follow a running command".into());

@@ -11,7 +11,7 @@
 //! | POST | `/v1/computers/{id}/factory-reset` | – | as create |
 //! | DELETE | `/v1/computers/{id}` | – | `{"ok", "computer_id", "deleted": true}` |
 //! | GET | `/v1/computers/{id}/jobs` | – | `terminal_job`'s list result |
-//! | POST | `/v1/computers/{id}/jobs/{job_id}` | `terminal_job`'s arguments without ids (`stdin_base64`, `close_stdin`, `signal`, `wait_ms`) | `terminal_job`'s result |
+//! | POST | `/v1/computers/{id}/jobs/{job_id}` | `terminal_job`'s arguments without ids (`stdin_base64`, `close_stdin`, `signal`, `wait_ms`, `peek`) | `terminal_job`'s result |
 //! | POST | `/v1/computers/{id}/jobs/{job_id}/read` | the same | the read itself: `JobOutput`'s serde form (`stdout`/`stderr` in base64, `running`, `exit_code`, `duration_ms`, `dropped_bytes`, `timed_out_after`, `oom_killed`), for a gateway keeping a task |
 //!
 //! An exec with `yield_ms` starts a job (SPEC §3.8) the same way as the tool.

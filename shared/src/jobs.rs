@@ -25,6 +25,8 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 pub const MAX_JOBS: usize = 64;
 /// Each job's output buffer.
 pub const BUFFER_BYTES: u64 = 8 << 20;
+/// Most bytes of each stream a peek shows (`terminal_job` with `peek`).
+pub const PEEK_BYTES: usize = 16 * 1024;
 /// Longest job id accepted.
 const MAX_JOB_ID: usize = 64;
 
@@ -111,6 +113,8 @@ pub struct JobPoll {
     pub close_stdin: bool,
     pub signal: Option<i32>,
     pub wait_ms: u64,
+    /// Only look (after any `signal`): the newest output, taking nothing, at once.
+    pub peek: bool,
 }
 
 impl JobCall {
@@ -142,6 +146,11 @@ pub struct JobOutput {
     pub timed_out_after: Option<u64>,
     /// The out-of-memory killer ended it.
     pub oom_killed: bool,
+    /// A peek: the newest output (at most [`PEEK_BYTES`] of each stream), read or not;
+    /// nothing was taken, and `running: false` means the program ended (the job stays
+    /// until a read takes its output).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub peek: bool,
 }
 
 impl JobOutput {
@@ -173,8 +182,29 @@ impl JobOutput {
             dropped_bytes: v.get("dropped_bytes").and_then(Value::as_u64).unwrap_or(0),
             timed_out_after: None,
             oom_killed: false,
+            peek: false,
         })
     }
+}
+
+/// The newest bytes of a stream as a peek shows them: with `cut` (older bytes were left
+/// out) a character cut at the front is dropped, and while the job `running`, one not
+/// complete yet at the end waits for a later look.
+pub fn peek_tidy(bytes: &[u8], cut: bool, running: bool) -> &[u8] {
+    let mut t = bytes;
+    if cut {
+        let n = t.iter().take(3).take_while(|b| **b & 0xc0 == 0x80).count();
+        t = &t[n..];
+    }
+    if running
+        && let Some(lead) = (t.len().saturating_sub(4)..t.len())
+            .rev()
+            .find(|i| t[*i] & 0xc0 != 0x80)
+        && std::str::from_utf8(&t[lead..]).is_err_and(|e| e.error_len().is_none())
+    {
+        t = &t[..lead];
+    }
+    t
 }
 
 /// Bytes as one base64 string in serde forms (job reads, task records).
@@ -237,6 +267,9 @@ pub fn job_structured(computer_id: &str, out: JobOutput) -> Value {
     if out.dropped_bytes > 0 {
         m.insert("dropped_bytes".into(), json!(out.dropped_bytes));
     }
+    if out.peek {
+        m.insert("peek".into(), json!(true));
+    }
     Value::Object(m)
 }
 
@@ -272,6 +305,20 @@ pub fn job_list_structured(computer_id: &str, jobs: &[JobInfo]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peek_shows_whole_characters() {
+        let snow = "☃".as_bytes();
+        assert_eq!(peek_tidy(b"ab", true, true), b"ab");
+        assert_eq!(peek_tidy(&snow[1..], true, true), b"");
+        assert_eq!(peek_tidy(&[&snow[2..], b"x"].concat(), true, false), b"x");
+        assert_eq!(peek_tidy(&snow[1..], false, false), &snow[1..]);
+        let held = [b"x", &snow[..2]].concat();
+        assert_eq!(peek_tidy(&held, false, true), b"x");
+        assert_eq!(peek_tidy(&held, false, false), &held[..]);
+        assert_eq!(peek_tidy(b"x\xff", false, true), b"x\xff");
+        assert_eq!(peek_tidy(snow, true, true), snow);
+    }
 
     #[test]
     fn ids_are_long_and_checked() {

@@ -388,7 +388,11 @@ fn poll_body(p: &JobPoll) -> Value {
     if let Some(sig) = p.signal {
         b.insert("signal".into(), json!(sig));
     }
-    b.insert("wait_ms".into(), json!(p.wait_ms));
+    if p.peek {
+        b.insert("peek".into(), json!(true));
+    } else {
+        b.insert("wait_ms".into(), json!(p.wait_ms));
+    }
     Value::Object(b)
 }
 
@@ -487,6 +491,19 @@ mod tests {
                 close_stdin: true,
                 signal: Some(15),
                 wait_ms: 0,
+                peek: false,
+            }),
+        ));
+        round_trip(Op::job(
+            "box",
+            JobCall::Poll(JobPoll {
+                job_id: "job-4".into(),
+                computer_id: None,
+                stdin: None,
+                close_stdin: false,
+                signal: Some(15),
+                wait_ms: 0,
+                peek: true,
             }),
         ));
         round_trip(Op::JobRead(JobPoll {
@@ -496,6 +513,7 @@ mod tests {
             close_stdin: false,
             signal: Some(9),
             wait_ms: 2000,
+            peek: false,
         }));
         round_trip(Op::job(
             "box",
@@ -506,6 +524,7 @@ mod tests {
                 close_stdin: false,
                 signal: None,
                 wait_ms: 1000,
+                peek: false,
             }),
         ));
         round_trip(Op::file(

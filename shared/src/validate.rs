@@ -223,6 +223,7 @@ const JOB_ARGS: &[&str] = &[
     "signal",
     "wait_ms",
     "list",
+    "peek",
 ];
 
 /// Validates a `tools/call` for one of the tools in `names`.
@@ -393,14 +394,31 @@ pub fn parse_job(tool: &str, arguments: Option<&Value>) -> Result<JobCall, Valid
         None => None,
         Some(raw) => Some(parse_signal(raw).map_err(invalid)?),
     };
+    let peek = args.boolean("peek")?.unwrap_or(false);
+    if peek {
+        let extra: Vec<&str> = ["stdin", "stdin_base64", "close_stdin", "wait_ms"]
+            .into_iter()
+            .filter(|k| args.map.contains_key(*k))
+            .collect();
+        if !extra.is_empty() {
+            return Err(invalid(format!(
+                "`peek` only looks (it answers at once and takes no output; a `signal` may come with it): drop {}",
+                extra.join(", ")
+            )));
+        }
+    }
     Ok(JobCall::Poll(JobPoll {
         job_id,
         computer_id,
         stdin,
         close_stdin: args.boolean("close_stdin")?.unwrap_or(false),
         signal,
-        wait_ms: whole(&args, "wait_ms", 0, MAX_WAIT_MS, "milliseconds")?
-            .unwrap_or(DEFAULT_WAIT_MS),
+        wait_ms: if peek {
+            0
+        } else {
+            whole(&args, "wait_ms", 0, MAX_WAIT_MS, "milliseconds")?.unwrap_or(DEFAULT_WAIT_MS)
+        },
+        peek,
     }))
 }
 
@@ -710,9 +728,16 @@ mod tests {
             panic!("a poll");
         };
         assert_eq!(
-            (p.stdin, p.signal, p.close_stdin, p.wait_ms),
-            (Some(vec![0, 1]), Some(15), true, DEFAULT_WAIT_MS)
+            (p.stdin, p.signal, p.close_stdin, p.wait_ms, p.peek),
+            (Some(vec![0, 1]), Some(15), true, DEFAULT_WAIT_MS, false)
         );
+        // A peek looks at once; a signal may come with it (the dashboard's Stop).
+        let JobCall::Poll(p) =
+            ok(json!({"job_id": "job-1", "peek": true, "signal": "TERM"})).unwrap()
+        else {
+            panic!("a poll");
+        };
+        assert_eq!((p.peek, p.wait_ms, p.signal), (true, 0, Some(15)));
         for (args, needle) in [
             (json!({}), "needs `job_id`"),
             (json!({"job_id": "x", "wait_ms": 60_001}), "`wait_ms`"),
@@ -720,7 +745,17 @@ mod tests {
             (json!({"job_id": "x", "signal": 0}), "`signal`"),
             (json!({"job_id": "x/y"}), "`job_id`"),
             (json!({"list": true, "stdin": "a"}), "`list` takes only"),
+            (json!({"list": true, "peek": true}), "`list` takes only"),
             (json!({"job_id": "x", "bogus": 1}), "unknown argument"),
+            (json!({"job_id": "x", "peek": 1}), "`peek`"),
+            (
+                json!({"job_id": "x", "peek": true, "stdin": "a", "wait_ms": 5}),
+                "drop stdin, wait_ms",
+            ),
+            (
+                json!({"job_id": "x", "peek": true, "close_stdin": false}),
+                "drop close_stdin",
+            ),
         ] {
             let e = ok(args.clone()).unwrap_err().to_string();
             assert!(e.contains(needle), "{args}: {e}");

@@ -130,7 +130,8 @@ async function web(page) {
   check(cspErrors.length === 0, "CSP violations: " + cspErrors.join("; "));
 }
 
-/** The jobs view on computer `id`: an agent's job listed, followed by Tail, ended by Stop. */
+/** The jobs view on computer `id`: an agent's job listed, followed by Tail (which takes
+ * nothing from the agent), ended by Stop (the agent still reads the end). */
 async function jobs(page, id) {
   const started = await mcp("tools/call", {
     name: "terminal_execute",
@@ -142,8 +143,16 @@ async function jobs(page, id) {
   await jobRow.waitFor();
   await jobRow.locator("button", { hasText: "Tail" }).click();
   await page.locator("#job-out").filter({ hasText: "tick" }).waitFor();
+  // Watching took nothing: the agent's own read still gets the tick.
+  const jobId = started.structuredContent.job_id;
+  const read = await mcp("tools/call", { name: "terminal_job", arguments: { computer_id: id, job_id: jobId, wait_ms: 0 } });
+  check(read.structuredContent && read.structuredContent.stdout.includes("tick"), "Tail took the agent's output: " + JSON.stringify(read));
   await jobRow.locator("button", { hasText: "Stop" }).click();
   await page.locator("#job-meta").filter({ hasText: "exit 143" }).waitFor();
+  check((await page.locator("#job-out").textContent()).includes("tick"), "Tail shows output already read");
+  // The end waits for the agent's read, which forgets the job.
+  const last = await mcp("tools/call", { name: "terminal_job", arguments: { computer_id: id, job_id: jobId, wait_ms: 2000 } });
+  check(last.structuredContent && last.structuredContent.running === false && last.structuredContent.exit_code === 143, "the agent reads the end: " + JSON.stringify(last));
 }
 
 /** Lists `dir` in the file browser of `ui` (a page or a frame), views, uploads, downloads. */

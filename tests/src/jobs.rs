@@ -87,6 +87,75 @@ pub async fn sleepers(c: &Client, id: &str) -> anyhow::Result<String> {
     Ok(r["stdout"].as_str().unwrap_or_default().trim().to_owned())
 }
 
+/// A peek (the dashboard's Tail) on computer `id`: the newest output of each stream, read
+/// or not, taking nothing; with a signal it ends the job, whose end waits for a read.
+pub async fn peeks(c: &Client, id: &str) -> anyhow::Result<()> {
+    let r = exec(
+        c,
+        json!({"command": "seq 1 3000; echo err >&2; read x; echo \"after $x\"", "yield_ms": 0,
+            "computer_id": id}),
+    )
+    .await?;
+    let j = str_of(&r, "job_id")?.to_owned();
+    let mut got = r["stdout"].as_str().unwrap_or_default().to_owned();
+    let peek = |signal: Option<&str>| {
+        let mut args = json!({"job_id": j, "computer_id": id, "peek": true});
+        if let Some(s) = signal {
+            args["signal"] = json!(s);
+        }
+        job(c, args)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = peek(None).await?;
+    while seen["stderr"] != "err\n" {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "a peek never showed stderr: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = peek(None).await?;
+    }
+    assert_eq!(
+        (&seen["peek"], &seen["running"]),
+        (&json!(true), &json!(true)),
+        "{seen}"
+    );
+    let tail = str_of(&seen, "stdout")?;
+    assert!(
+        tail.ends_with("2999\n3000\n") && tail.len() <= 16 * 1024,
+        "{seen}"
+    );
+    // It took nothing: reads get all of it, from the start.
+    let want: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    while got.len() < want.len() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "reads never got all the output: {got:?}"
+        );
+        let r = job(c, json!({"job_id": j, "computer_id": id, "wait_ms": 5000})).await?;
+        got.push_str(r["stdout"].as_str().unwrap_or_default());
+    }
+    assert_eq!(got, want);
+    // Read or not, a peek shows it; with TERM it ends the job, which waits for a read.
+    let mut seen = peek(Some("TERM")).await?;
+    while seen["running"] != false {
+        anyhow::ensure!(Instant::now() < deadline, "TERM never ended it: {seen}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = peek(None).await?;
+    }
+    assert_eq!(
+        (&seen["exit_code"], &seen["peek"]),
+        (&json!(143), &json!(true)),
+        "{seen}"
+    );
+    assert!(str_of(&seen, "stdout")?.ends_with("3000\n"), "{seen}");
+    let (_, last) = drain(c, &j, id).await?;
+    assert_eq!(last["exit_code"], 143, "{last}");
+    let e = job_error(c, json!({"job_id": j, "computer_id": id, "peek": true})).await?;
+    assert!(e.contains("no job"), "{e}");
+    Ok(())
+}
+
 /// What every backend's jobs do, on computer `id` (the session's, with the `jobs` and
 /// `lifecycle` groups): a command that ends within its wait, given stdin, polling to the
 /// end, `yield_ms: 0`, a job found without its `computer_id`, a REPL, TERM and KILL
@@ -188,6 +257,8 @@ pub async fn job_basics(c: &Client, id: &str, full: bool) -> anyhow::Result<Stri
     );
     assert_eq!(last["exit_code"], 0);
 
+    peeks(c, id).await?;
+
     // TERM and KILL end the whole tree: nothing survives, checked inside the computer.
     for (signal, code) in [("TERM", 143), ("KILL", 137)] {
         let r = exec(
@@ -285,6 +356,10 @@ pub async fn job_basics(c: &Client, id: &str, full: bool) -> anyhow::Result<Stri
         (
             json!({"list": true, "job_id": sleeping}),
             "`list` takes only",
+        ),
+        (
+            json!({"job_id": sleeping, "peek": true, "wait_ms": 5}),
+            "`peek` only looks",
         ),
     ] {
         let e = job_error(c, args.clone()).await?;

@@ -127,6 +127,7 @@ impl Computers {
             wait_ms: yield_ms.min(timeout_ms),
             until_exit: true,
             max_bytes: self.defaults.output_limit,
+            peek: false,
         };
         let out = self.backend.job_poll(key, &job.job_id, &poll).await?;
         if !out.running {
@@ -151,7 +152,8 @@ impl Computers {
             }
             Err(e) => return Err(e.into()),
         };
-        if !out.running {
+        // A peek of an ended job leaves it for the read that takes its output.
+        if !out.running && !out.peek {
             self.job_ended(job_id, &out);
         }
         Ok(out)
@@ -264,6 +266,7 @@ impl SessionHost {
             wait_ms: p.wait_ms,
             until_exit: false,
             max_bytes: c.defaults.output_limit,
+            peek: p.peek,
         };
         c.read_job(key, &p.job_id, &poll).await
     }

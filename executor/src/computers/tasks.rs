@@ -180,6 +180,7 @@ impl SessionHost {
             wait_ms: if signal.is_some() { 2_000 } else { 0 },
             until_exit: signal.is_some(),
             max_bytes: c.defaults.output_limit,
+            peek: false,
         };
         let task_id = entry.task.task_id.clone();
         match c.read_job(&entry.key, &task_id, &poll).await {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use shared::jobs::{BUFFER_BYTES, JobInfo, JobOutput};
+use shared::jobs::{BUFFER_BYTES, JobInfo, JobOutput, PEEK_BYTES};
 use supervisor::frame::{Frame, JobControl, JobStatus, Kind, StartSpec, job_stdin_payload};
 use tokio::sync::mpsc;
 
@@ -178,17 +178,39 @@ impl Docker {
             };
             self.control(container, &conn, &sig, Duration::ZERO).await?;
         }
-        let read = JobControl::Read {
-            job_id: id,
-            wait_ms: poll.wait_ms,
-            until_exit: poll.until_exit,
-            max_bytes: poll.max_bytes as u64,
+        let (read, wait) = if poll.peek {
+            let peek = JobControl::Peek {
+                job_id: id,
+                max_bytes: PEEK_BYTES as u64,
+            };
+            (peek, Duration::ZERO)
+        } else {
+            let read = JobControl::Read {
+                job_id: id,
+                wait_ms: poll.wait_ms,
+                until_exit: poll.until_exit,
+                max_bytes: poll.max_bytes as u64,
+            };
+            (read, Duration::from_millis(poll.wait_ms))
         };
-        let wait = Duration::from_millis(poll.wait_ms);
-        let answer = self.control(container, &conn, &read, wait).await?;
+        let answer = self
+            .control(container, &conn, &read, wait)
+            .await
+            .map_err(|e| match e {
+                // A computer made by an older server runs an older supervisor.
+                DockerError::Supervisor(m) if poll.peek && m.contains("unknown variant") => {
+                    DockerError::Supervisor(format!(
+                        "this computer's supervisor predates `peek` (the computer was made by an older server; a new computer has it): {m}"
+                    ))
+                }
+                other => other,
+            })?;
         let status: JobStatus = serde_json::from_slice(&answer.done)
             .map_err(|e| DockerError::Supervisor(format!("bad job status: {e}")))?;
-        Ok(output(status, answer.stdout, answer.stderr))
+        Ok(JobOutput {
+            peek: poll.peek,
+            ..output(status, answer.stdout, answer.stderr)
+        })
     }
 
     /// The jobs the computer's supervisor keeps.
@@ -223,5 +245,6 @@ fn output(status: JobStatus, stdout: Vec<u8>, stderr: Vec<u8>) -> JobOutput {
         dropped_bytes: status.dropped_bytes,
         timed_out_after: timed_out.then(|| status.timeout_ms.div_ceil(1000)),
         oom_killed,
+        peek: false,
     }
 }

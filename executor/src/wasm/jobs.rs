@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use msc_shell::{Input, Output, Stdio};
-use shared::jobs::{BUFFER_BYTES, JobInfo, JobOutput, MAX_JOBS};
+use shared::jobs::{BUFFER_BYTES, JobInfo, JobOutput, MAX_JOBS, PEEK_BYTES};
 use shared::result::TIMEOUT_EXIT_CODE;
 use supervisor::ring::{Ring, Stream};
 use tokio::sync::{mpsc, watch};
@@ -144,22 +144,46 @@ impl Kept {
         let ended = s.ended;
         let taken = s.ring.take(max.max(1), ended.is_none());
         let exit = ended.filter(|_| s.ring.is_empty());
+        self.output(ended, exit, taken.stdout, taken.stderr, taken.dropped)
+    }
+
+    /// The newest output of each stream, taking nothing; `running: false` once the
+    /// program ended (the job stays until a read takes its output).
+    fn peek(&self) -> JobOutput {
+        let s = lock(&self.state);
+        let (stdout, stderr) = s.ring.recent(PEEK_BYTES, s.ended.is_none());
+        JobOutput {
+            peek: true,
+            ..self.output(s.ended, s.ended, stdout, stderr, 0)
+        }
+    }
+
+    /// A read's answer: `exit` is told (`running: false`), `ended` dates it.
+    fn output(
+        &self,
+        ended: Option<Ended>,
+        exit: Option<Ended>,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+        dropped: u64,
+    ) -> JobOutput {
         let duration = match ended {
             Some(e) => e.at.duration_since(self.started),
             None => self.started.elapsed(),
         };
         JobOutput {
             job_id: self.id.clone(),
-            stdout: taken.stdout,
-            stderr: taken.stderr,
+            stdout,
+            stderr,
             running: exit.is_none(),
             exit_code: exit.map(|e| e.code),
             duration_ms: duration.as_millis() as u64,
-            dropped_bytes: taken.dropped,
+            dropped_bytes: dropped,
             timed_out_after: exit
                 .filter(|e| e.timed_out)
                 .map(|_| self.timeout.as_secs().max(1)),
             oom_killed: false,
+            peek: false,
         }
     }
 }
@@ -320,6 +344,9 @@ impl Wasm {
         }
         if let Some(signal) = poll.signal {
             kept.kill(128 + i64::from(signal));
+        }
+        if poll.peek {
+            return Ok(kept.peek());
         }
         let wait = Duration::from_millis(poll.wait_ms);
         let out = kept.read(wait, poll.until_exit, poll.max_bytes).await;

@@ -212,6 +212,14 @@ pub enum JobControl {
         until_exit: bool,
         max_bytes: u64,
     },
+    /// The newest output of each stream (at most `max_bytes` of each, and the ring's
+    /// `RECENT`), read or not, taking nothing: a dashboard's tail. Answer: `Stdout`/`Stderr`
+    /// frames, then `Done` with the [`JobStatus`], whose `running` is false and `exit` set
+    /// once the program ended (unread output stays for a `Read`; the job is not forgotten).
+    Peek {
+        job_id: String,
+        max_bytes: u64,
+    },
     CloseStdin {
         job_id: String,
     },

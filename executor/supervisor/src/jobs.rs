@@ -108,6 +108,16 @@ impl Kept {
         (taken.stdout, taken.stderr, status)
     }
 
+    /// The newest output of each stream, taking nothing; the status says whether the
+    /// program ended (its `exit` then set, unread output or not).
+    fn peek(&self, max: usize) -> (Vec<u8>, Vec<u8>, JobStatus) {
+        let inner = lock(&self.inner);
+        let ended = inner.exit.is_some();
+        let (stdout, stderr) = inner.ring.recent(max, !ended);
+        let status = self.status(&inner, inner.exit.clone(), 0);
+        (stdout, stderr, status)
+    }
+
     fn expired(&self) -> bool {
         lock(&self.inner)
             .ended
@@ -259,6 +269,19 @@ pub(crate) fn control(state: &Arc<State>, w: &Writer, req: u32, control: JobCont
                 }
                 done(&w, req, &status);
             });
+        }
+        JobControl::Peek { job_id, max_bytes } => {
+            let Some(kept) = state.kept.get(&job_id) else {
+                return unknown(w, req, &job_id);
+            };
+            let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+            let (stdout, stderr, status) = kept.peek(max);
+            for (kind, bytes) in [(Kind::Stdout, stdout), (Kind::Stderr, stderr)] {
+                for chunk in bytes.chunks(CHUNK) {
+                    send(w, &Frame::new(kind, req, chunk.to_vec()));
+                }
+            }
+            done(w, req, &status);
         }
         JobControl::CloseStdin { job_id } => {
             let Some(kept) = state.kept.get(&job_id) else {

@@ -1,16 +1,21 @@
 //! The bounded output buffer of a kept job: chunks tagged by stream, in arrival order,
 //! holding at most `cap` bytes. When the job writes faster than its reader reads, the
 //! oldest bytes go (never the newest) and are counted, so a read can say how much it
-//! missed. Dependency-free, so the WASM backend's job table uses the same buffer.
+//! missed. Beside it, the newest [`RECENT`] bytes of each stream stay for a peek (a
+//! dashboard's tail), read or not. Dependency-free, so the WASM backend's job table uses
+//! the same buffer.
 
 use std::collections::VecDeque;
 
 /// Which stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
-    Stdout,
-    Stderr,
+    Stdout = 0,
+    Stderr = 1,
 }
+
+/// The newest bytes of each stream kept for [`Ring::recent`], read or not.
+pub const RECENT: usize = 16 * 1024;
 
 /// Chunks are merged up to this size, so dropping from the front stays cheap.
 const CHUNK_MAX: usize = 64 * 1024;
@@ -31,6 +36,8 @@ pub struct Ring {
     len: usize,
     cap: usize,
     dropped: u64,
+    /// The newest bytes of stdout and stderr (at most `2 * RECENT` each between trims).
+    recent: [Vec<u8>; 2],
 }
 
 impl Ring {
@@ -40,6 +47,7 @@ impl Ring {
             len: 0,
             cap: cap.max(1),
             dropped: 0,
+            recent: [Vec::new(), Vec::new()],
         }
     }
 
@@ -59,6 +67,7 @@ impl Ring {
 
     /// Appends output, dropping the oldest bytes beyond the cap.
     pub fn push(&mut self, stream: Stream, mut bytes: &[u8]) {
+        self.remember(stream, bytes);
         if bytes.len() > self.cap {
             let cut = bytes.len() - self.cap;
             self.dropped += cut as u64;
@@ -92,6 +101,39 @@ impl Ring {
             _ => self.chunks.push_back((stream, bytes.to_vec())),
         }
         self.len += bytes.len();
+    }
+
+    /// Keeps the newest [`RECENT`] bytes of `stream`, trimming only when twice that is held
+    /// (so a push costs one copy of its bytes).
+    fn remember(&mut self, stream: Stream, bytes: &[u8]) {
+        let recent = &mut self.recent[stream as usize];
+        if bytes.len() >= RECENT {
+            recent.clear();
+            recent.extend_from_slice(&bytes[bytes.len() - RECENT..]);
+            return;
+        }
+        recent.extend_from_slice(bytes);
+        if recent.len() > 2 * RECENT {
+            recent.drain(..recent.len() - RECENT);
+        }
+    }
+
+    /// The newest bytes of stdout and stderr (at most `max` of each, and [`RECENT`]),
+    /// whether read or not; takes nothing. A character cut at the front is left out, and
+    /// with `hold_partial` one not complete yet at the end.
+    pub fn recent(&self, max: usize, hold_partial: bool) -> (Vec<u8>, Vec<u8>) {
+        let tail = |bytes: &Vec<u8>| {
+            let mut t = &bytes[bytes.len() - bytes.len().min(max.min(RECENT))..];
+            if t.len() < bytes.len() {
+                let cut = t.iter().take(3).take_while(|b| **b & 0xc0 == 0x80).count();
+                t = &t[cut..];
+            }
+            if hold_partial {
+                t = &t[..t.len() - incomplete_tail(t)];
+            }
+            t.to_vec()
+        };
+        (tail(&self.recent[0]), tail(&self.recent[1]))
     }
 
     /// Takes up to `max` bytes, oldest first. With `hold_partial` (the job still runs), an
@@ -238,6 +280,36 @@ mod tests {
         ] {
             assert_eq!(incomplete_tail(bytes), want, "{bytes:?}");
         }
+    }
+
+    #[test]
+    fn recent_output_stays_for_a_peek_read_or_not() {
+        let mut r = Ring::new(100);
+        r.push(Stream::Stdout, b"one\n");
+        r.push(Stream::Stderr, b"err\n");
+        assert_eq!(r.recent(10, true), (b"one\n".to_vec(), b"err\n".to_vec()));
+        // A peek takes nothing; a read leaves the recent bytes.
+        assert_eq!(r.len(), 8);
+        let t = r.take(100, true);
+        assert_eq!((t.stdout.len(), t.stderr.len()), (4, 4));
+        assert_eq!(r.recent(3, true).0, b"ne\n");
+        // The newest RECENT bytes, also past the ring's own cap and across many pushes.
+        for i in 0..5000u32 {
+            r.push(Stream::Stdout, format!("{i:07}\n").as_bytes());
+        }
+        let (out, err) = r.recent(usize::MAX, true);
+        assert_eq!(out.len(), RECENT);
+        assert!(out.ends_with(b"0004999\n"));
+        assert_eq!(err, b"err\n");
+        r.push(Stream::Stdout, &vec![b'z'; RECENT + 5]);
+        assert_eq!(r.recent(usize::MAX, true).0, vec![b'z'; RECENT]);
+        // A character cut at the front is left out, one still being written is held.
+        let mut r = Ring::new(100);
+        r.push(Stream::Stdout, "é☃".as_bytes());
+        assert_eq!(r.recent(4, true).0, "☃".as_bytes());
+        r.push(Stream::Stdout, &"☃".as_bytes()[..1]);
+        assert_eq!(r.recent(4, true).0, "☃".as_bytes());
+        assert_eq!(r.recent(4, false).0, &"☃☃".as_bytes()[..4]);
     }
 
     #[test]

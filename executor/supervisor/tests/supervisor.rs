@@ -465,6 +465,72 @@ fn issue_14_stdin_drives_a_repl_and_close_ends_it() {
     );
 }
 
+fn peek(s: &mut UnixStream, req: u32, id: &str) -> (Vec<u8>, Vec<u8>, JobStatus) {
+    let control = JobControl::Peek {
+        job_id: id.into(),
+        max_bytes: 1 << 20,
+    };
+    let (o, e, done) = job(s, req, &control);
+    (o, e, serde_json::from_slice(&done.unwrap()).unwrap())
+}
+
+#[test]
+fn issue_14_a_peek_shows_the_newest_output_and_takes_nothing() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    keep(
+        &mut s,
+        1,
+        "tail",
+        &[
+            "sh",
+            "-c",
+            "echo one; echo err >&2; read x; echo \"after $x\"",
+        ],
+        30_000,
+        1 << 20,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (o, e, st) = loop {
+        let got = peek(&mut s, 2, "tail");
+        if !got.1.is_empty() || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!((o.as_slice(), e.as_slice()), (&b"one\n"[..], &b"err\n"[..]));
+    assert!(st.running && st.exit.is_none());
+    assert_eq!(st.unread_bytes, 8, "a peek takes nothing");
+    // The read still gets all of it; a later peek still shows it (read or not).
+    let (o, e, _) = read(&mut s, 3, "tail", 5_000, false);
+    assert_eq!((o.as_slice(), e.as_slice()), (&b"one\n"[..], &b"err\n"[..]));
+    let (o, _, st) = peek(&mut s, 4, "tail");
+    assert_eq!((o.as_slice(), st.unread_bytes), (&b"one\n"[..], 0));
+    // Once the program ended, a peek says how, and the job waits for its last read.
+    write_stdin(&mut s, 5, "tail", b"x\n").unwrap();
+    let st = loop {
+        let (_, _, st) = peek(&mut s, 6, "tail");
+        if !st.running || Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(st.exit.map(|x| x.code), Some(0));
+    let (o, _, st) = read(&mut s, 7, "tail", 5_000, false);
+    assert_eq!(o, b"after x\n");
+    assert!(!st.running);
+    let (_, _, e) = job(
+        &mut s,
+        8,
+        &JobControl::Peek {
+            job_id: "tail".into(),
+            max_bytes: 10,
+        },
+    );
+    assert!(e.unwrap_err().contains("no job tail"));
+}
+
 #[test]
 fn issue_14_signals_end_the_whole_group() {
     let sup = start();

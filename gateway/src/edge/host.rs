@@ -440,7 +440,9 @@ impl Host {
                     .gw
                     .op(&rec.executor, &team, &self.scope(), Op::job(&id, call))
                     .await?;
+                // A peek of an ended job leaves it for the read that takes its output.
                 if v["running"] == false
+                    && v["peek"] != true
                     && let Some(job_id) = &job_id
                 {
                     let _ =

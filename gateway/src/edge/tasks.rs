@@ -212,6 +212,7 @@ impl Host {
             close_stdin: false,
             signal,
             wait_ms: if signal.is_some() { 2_000 } else { 0 },
+            peek: false,
         };
         let answer = self
             .gw

@@ -29,7 +29,7 @@
 
 use base64::Engine;
 
-use super::{BUFFER_BYTES, JobInfo, JobOutput, MAX_JOBS};
+use super::{BUFFER_BYTES, JobInfo, JobOutput, MAX_JOBS, PEEK_BYTES, peek_tidy};
 use crate::files::over_exec::Shell;
 
 /// The script (see the module docs).
@@ -81,6 +81,9 @@ pub struct Poll {
     pub until_exit: bool,
     /// Most output bytes to take.
     pub max_bytes: usize,
+    /// Only look (after `signal`): the newest output of each stream, taking nothing, at
+    /// once (`stdin`, `close_stdin` and the waits are not used).
+    pub peek: bool,
 }
 
 fn runner(mode: &str, args: impl IntoIterator<Item = String>) -> Vec<String> {
@@ -208,13 +211,44 @@ fn parse_read(text: &str) -> Result<Read, String> {
     })
 }
 
+/// Signals (if asked), then shows the newest output of job `job_id`, taking nothing.
+async fn peek<S: Shell>(
+    sh: &S,
+    job_id: &str,
+    signal: Option<i32>,
+) -> Result<JobOutput, JobsOverExec<S::Error>> {
+    let args = vec![
+        job_id.to_owned(),
+        signal.unwrap_or(0).to_string(),
+        PEEK_BYTES.to_string(),
+    ];
+    let text = call(sh, job_id, runner("peek", args), None).await?;
+    let read = parse_read(&text).map_err(JobsOverExec::Failed)?;
+    let tidy = |b: &[u8]| peek_tidy(b, b.len() == PEEK_BYTES, read.running).to_vec();
+    Ok(JobOutput {
+        job_id: job_id.to_owned(),
+        stdout: tidy(&read.stdout),
+        stderr: tidy(&read.stderr),
+        running: read.running,
+        exit_code: (!read.running).then_some(read.code),
+        duration_ms: read.duration_ms,
+        timed_out_after: read.timed_out_after,
+        peek: true,
+        ..JobOutput::default()
+    })
+}
+
 /// Writes, closes, signals, then waits and reads job `job_id` as `poll` says. A wait past
-/// [`POLL_SLICE_MS`] takes several execs; their output is joined.
+/// [`POLL_SLICE_MS`] takes several execs; their output is joined. A peek only signals and
+/// looks.
 pub async fn poll<S: Shell>(
     sh: &S,
     job_id: &str,
     poll: &Poll,
 ) -> Result<JobOutput, JobsOverExec<S::Error>> {
+    if poll.peek {
+        return peek(sh, job_id, poll.signal).await;
+    }
     let mut out = JobOutput {
         job_id: job_id.to_owned(),
         running: true,
@@ -501,6 +535,62 @@ mod tests {
             assert_eq!(dropped + all.len() as u64, total);
             assert_eq!(all.len() as u64, BUFFER_BYTES);
             assert!(all.ends_with(b"aaa\nend\n"));
+        }
+
+        #[test]
+        fn a_peek_shows_the_newest_output_takes_nothing_and_may_signal() {
+            let id = start_sh(
+                "seq 1 20000; echo err >&2; read x; echo \"after $x\"; exit 5",
+                30_000,
+            );
+            let look = |signal| {
+                let p = Poll {
+                    peek: true,
+                    signal,
+                    max_bytes: READ_MAX,
+                    ..Poll::default()
+                };
+                read(&id, p)
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let mut seen = look(None);
+            while seen.stderr.is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                seen = look(None);
+            }
+            assert!(seen.peek && seen.running);
+            assert!(seen.stdout.ends_with(b"19999\n20000\n"), "the newest bytes");
+            assert!(seen.stdout.len() <= PEEK_BYTES);
+            assert_eq!(seen.stderr, b"err\n");
+            // It took nothing: a read gets all of it, from the start.
+            let all = read(
+                &id,
+                Poll {
+                    wait_ms: 5_000,
+                    max_bytes: READ_MAX,
+                    ..Poll::default()
+                },
+            );
+            assert!(all.stdout.starts_with(b"1\n2\n3\n") && all.stdout.ends_with(b"20000\n"));
+            // A peek with a signal ends it; the job stays for its last read.
+            let mut seen = look(Some(15));
+            while seen.running && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                seen = look(None);
+            }
+            assert_eq!((seen.running, seen.exit_code), (false, Some(143)));
+            assert!(seen.stdout.ends_with(b"20000\n"), "read or not, it shows");
+            let end = wait_end(&id);
+            assert_eq!((end.running, end.exit_code), (false, Some(143)));
+            let gone = block(poll(
+                &HostSh,
+                &id,
+                &Poll {
+                    peek: true,
+                    ..Poll::default()
+                },
+            ));
+            assert!(matches!(gone, Err(JobsOverExec::NoSuchJob(_))), "{gone:?}");
         }
 
         #[test]

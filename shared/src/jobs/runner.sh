@@ -3,6 +3,7 @@
 # Run as `sh -c RUNNER msc-job MODE ARGS...`:
 #   start JOB TIMEOUT_S CMD_B64 PROGRAM...
 #   poll JOB WAIT_MS UNTIL_EXIT MAX SIGNAL CLOSE HAS_STDIN   (stdin: base64 to write)
+#   peek JOB SIGNAL MAX   (the newest MAX bytes of each stream, read or not; takes nothing)
 #   list
 #   end
 # Each job has a directory: its stdin is a FIFO kept open until closed, its streams are
@@ -61,6 +62,13 @@ state() {
   st=ended
 }
 size() { wc -c < "$d/$1" 2>/dev/null || echo 0; }
+# Sends signal $1 (unless 0) to job $d's whole process group while it runs.
+signal() {
+  if [ "$1" != 0 ] && [ ! -e "$d/rc" ] && [ ! -e "$d/fin" ]; then
+    echo "$1" > "$d/sig"
+    kill "-$1" "-$(cat "$d/pid")" 2>/dev/null
+  fi
+}
 # Ended jobs go 10 minutes after their end.
 tidy() {
   for d in "$b"/job-*; do
@@ -163,10 +171,7 @@ poll)
       kill -KILL "$(cat "$d/keep")" 2>/dev/null
     ) < /dev/null > /dev/null 2>&1 &
   fi
-  if [ "$sig" != 0 ] && [ ! -e "$d/rc" ] && [ ! -e "$d/fin" ]; then
-    echo "$sig" > "$d/sig"
-    kill "-$sig" "-$(cat "$d/pid")" 2>/dev/null
-  fi
+  signal "$sig"
   co=$(cat "$d/o.c" 2>/dev/null) || co=0
   ce=$(cat "$d/e.c" 2>/dev/null) || ce=0
   # Wait for news (with UNTIL_EXIT, for the end): every 5 ms at first, then every 50 ms.
@@ -204,6 +209,21 @@ poll)
     echo $((co + no)) > "$d/o.c"
     echo $((ce + ne)) > "$d/e.c"
   fi
+  ;;
+peek)
+  j=$1 sig=$2 max=$3
+  d=$b/$j
+  [ -d "$d" ] || { echo msc:no_job >&2; exit 41; }
+  signal "$sig"
+  state
+  wo=$(size o) we=$(size e)
+  no=$wo ne=$we
+  [ $no -le "$max" ] || no=$max
+  [ $ne -le "$max" ] || ne=$max
+  echo "msc-job $st $code $tmo 0 $dur $no $ne"
+  tail -c +$((wo - no + 1)) "$d/o" | head -c $no | base64
+  echo .
+  tail -c +$((we - ne + 1)) "$d/e" | head -c $ne | base64
   ;;
 list)
   [ -d "$b" ] || exit 0

@@ -4,7 +4,7 @@
 //! the auth attack set, inventory that survives a wrangler restart, and the alarm that
 //! reaps idle temporaries.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -422,6 +422,7 @@ async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
         for args in [
             json!({"job_id": job}),
             json!({"job_id": job, "computer_id": "jbox"}),
+            json!({"job_id": job, "computer_id": "jbox", "peek": true}),
         ] {
             let r = call(c, "terminal_job", args.clone()).await?;
             assert_eq!(r.is_error, Some(true), "{args}");
@@ -437,6 +438,26 @@ async fn issue_14_gateway_jobs() -> anyhow::Result<()> {
     .structured_content
     .unwrap();
     assert_eq!(l["count"], 1, "{l}");
+    // A peek shows the newest output (read already or not) and takes nothing; one of the
+    // ended job leaves it, with the team's record of where it runs, for the owner's read.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = call(&a1, "terminal_job", json!({"job_id": job, "peek": true})).await?;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+        let r = r.structured_content.unwrap();
+        assert_eq!(r["peek"], true, "{r}");
+        if r["running"] == false {
+            assert_eq!(
+                (r["stdout"].as_str(), r["exit_code"].as_i64()),
+                (Some("a\nb\n"), Some(0)),
+                "{r}"
+            );
+            break;
+        }
+        assert!(r["stdout"].as_str().unwrap().starts_with("a\n"), "{r}");
+        assert!(Instant::now() < deadline, "the job never ended: {r}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // The owner follows it without naming the computer; the idle alarm (2 s) waits for it.
     let mut out = String::new();
     loop {

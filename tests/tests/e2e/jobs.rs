@@ -287,6 +287,8 @@ async fn issue_14_jobs_on_wasm() -> anyhow::Result<()> {
     assert!(last["exec_duration_ms"].as_u64().unwrap() >= 1000, "{last}");
     let e = job_error(&c, json!({"job_id": job_id, "computer_id": id})).await?;
     assert!(e.contains("no job"), "{e}");
+    // A peek (the dashboard's Tail) takes nothing, as on every backend.
+    tests::jobs::peeks(&c, &id).await?;
     // A REPL in the host shell answers two writes; closing stdin ends it.
     let r = exec(
         &c,
