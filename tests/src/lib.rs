@@ -752,6 +752,25 @@ pub fn executor_token(secret: &str, team: &str) -> Result<String> {
     executor_token_scoped(secret, team, "exec manage")
 }
 
+/// The ids of team `team`'s computers on the executor at `base`, by its own API, sorted.
+pub async fn executor_computers(base: &str, secret: &str, team: &str) -> Result<Vec<String>> {
+    let v: serde_json::Value = reqwest::Client::new()
+        .get(format!("{base}/v1/computers"))
+        .bearer_auth(executor_token(secret, team)?)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut ids: Vec<String> = v["computers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
 /// A token for an executor with the `scope` claim given ("" = none).
 pub fn executor_token_scoped(secret: &str, team: &str, scope: &str) -> Result<String> {
     let now = unix_now();

@@ -1,7 +1,8 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|wasm|cloud` runs one part.
+//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|failover|wasm|cloud` runs one
+//! part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
 //! release binary, driven by rmcp's client over stdio and Streamable HTTP.
@@ -21,6 +22,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 mod channel;
 #[path = "bench/cloud.rs"]
 mod cloud;
+#[path = "bench/failover.rs"]
+mod failover;
 #[path = "bench/files.rs"]
 mod files;
 #[path = "bench/jobs.rs"]
@@ -633,6 +636,11 @@ async fn main() -> Result<()> {
         print_rows(&rows);
         return Ok(());
     }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("failover") {
+        failover::rows(&t, &mut rows).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("cloud") {
         cloud::rows(&t, &mut rows).await?;
         print_rows(&rows);
@@ -866,6 +874,7 @@ async fn main() -> Result<()> {
 
     // ---- the gateway Worker under wrangler dev (issue 6) ----
     gateway_rows(&t, &mut rows).await?;
+    failover::rows(&t, &mut rows).await?;
 
     // ---- WASM computers (issue 4) ----
     jobs::rows(&t, &mut rows).await?;

@@ -38,21 +38,7 @@ fn vars(executors: Value) -> Vec<(&'static str, String)> {
 
 /// The team's computers on one executor, by its own API.
 async fn on(x: &HttpServer) -> anyhow::Result<Vec<String>> {
-    let v: Value = reqwest::Client::new()
-        .get(format!("{}/v1/computers", x.base))
-        .bearer_auth(executor_token(SECRET, TEAM)?)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let mut ids: Vec<String> = v["computers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
-        .collect();
-    ids.sort();
-    Ok(ids)
+    executor_computers(&x.base, SECRET, TEAM).await
 }
 
 async fn gateway_metric(gw: &Gateway, series: &str) -> anyhow::Result<f64> {
