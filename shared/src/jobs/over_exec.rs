@@ -25,7 +25,9 @@
 //! (on Docker the supervisor's cgroup reaches it); a signal sent within a few
 //! milliseconds of the start may find the program not yet exec'd; on images whose `env`
 //! lacks `--default-signal` (BusyBox, coreutils before 8.31), a job started from a
-//! background shell (Fly's exec runner is one) keeps SIGINT ignored.
+//! background shell (Fly's exec runner is one) keeps SIGINT ignored, and one started
+//! under `nohup` SIGHUP. Where `env` has it, the program gets every signal with its
+//! default action, whatever the exec that started the runner ignored.
 
 use base64::Engine;
 
@@ -385,6 +387,28 @@ mod tests {
             }
         }
 
+        /// This machine's `sh`, started the way `nohup` or a background shell starts a
+        /// program: SIGHUP, SIGINT and SIGQUIT ignored on entry, which no `trap` undoes.
+        struct HostShIgnoring;
+
+        impl Shell for HostShIgnoring {
+            type Error = String;
+            async fn run(
+                &self,
+                argv: Vec<String>,
+                stdin: Option<String>,
+            ) -> Result<crate::result::ExecOutcome, String> {
+                let mut wrapped = vec![
+                    "/bin/sh".to_owned(),
+                    "-c".to_owned(),
+                    "trap '' 1 2 3; exec \"$@\"".to_owned(),
+                    "sh".to_owned(),
+                ];
+                wrapped.extend(argv);
+                HostSh.run(wrapped, stdin).await
+            }
+        }
+
         fn block<F: std::future::Future>(f: F) -> F::Output {
             futures_executor::block_on(f)
         }
@@ -404,6 +428,13 @@ mod tests {
         }
 
         fn start_sh(script: &str, timeout_ms: u64) -> String {
+            start_sh_on(&HostSh, script, timeout_ms)
+        }
+
+        fn start_sh_on<S: Shell>(shell: &S, script: &str, timeout_ms: u64) -> String
+        where
+            S::Error: std::fmt::Debug,
+        {
             let id = new_id();
             let program = ["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
             let job = Start {
@@ -412,7 +443,7 @@ mod tests {
                 program: &program,
                 timeout_ms,
             };
-            block(start(&HostSh, &job)).unwrap();
+            block(start(shell, &job)).unwrap();
             id
         }
 
@@ -491,20 +522,34 @@ mod tests {
 
         #[test]
         fn signals_end_it_with_the_shells_status_and_the_timeout_with_124() {
-            for (signal, code) in [(15, 143), (9, 137), (1, 129)] {
-                let id = start_sh("sleep 30 & sleep 30", 60_000);
+            // A signal 200 ms after the start, then the end: (running, exit status).
+            let signalled = |id: &str, signal| {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 let p = Poll {
                     signal: Some(signal),
                     max_bytes: READ_MAX,
                     ..Poll::default()
                 };
-                let sent = read(&id, p);
-                let end = if sent.running { wait_end(&id) } else { sent };
+                let sent = read(id, p);
+                let end = if sent.running { wait_end(id) } else { sent };
+                (end.running, end.exit_code)
+            };
+            for (signal, code) in [(15, 143), (9, 137), (1, 129), (2, 130), (3, 131)] {
+                let id = start_sh("sleep 30 & sleep 30", 60_000);
                 assert_eq!(
-                    (end.running, end.exit_code),
+                    signalled(&id, signal),
                     (false, Some(code)),
                     "signal {signal}"
+                );
+            }
+            // Started by an exec that ignores HUP, INT and QUIT (nohup, a background
+            // shell): the program still gets them with their default action.
+            for (signal, code) in [(1, 129), (2, 130), (3, 131)] {
+                let id = start_sh_on(&HostShIgnoring, "sleep 30", 60_000);
+                assert_eq!(
+                    signalled(&id, signal),
+                    (false, Some(code)),
+                    "signal {signal}, ignored on entry"
                 );
             }
             let id = start_sh("sleep 30", 1_000);

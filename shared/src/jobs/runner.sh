@@ -124,9 +124,10 @@ echo $! > "$d/keep"
 (
   trap - $sigs
   echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"
-  # A session started from a background job ignores SIGINT, which no trap undoes; GNU
-  # env resets it for the program.
-  if env --default-signal=INT true 2> /dev/null; then exec env --default-signal=INT,QUIT "$@"; fi
+  # A session started from a background job ignores SIGINT, and one under nohup SIGHUP,
+  # which no trap undoes (a signal ignored on entry stays ignored); GNU env gives the
+  # program every signal with its default action.
+  if env --default-signal true 2> /dev/null; then exec env --default-signal "$@"; fi
   exec "$@"
 ) < "$d/in" > "$d/o" 2> "$d/e"
 r=$?
