@@ -13,5 +13,6 @@ pub mod frame;
 mod jobs;
 mod oom;
 pub mod ring;
+mod run;
 pub mod server;
 mod workers;

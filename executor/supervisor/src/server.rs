@@ -14,7 +14,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -25,6 +25,7 @@ use rustix::process::{Pid, Signal, WaitOptions};
 use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, JobControl, Kind, PONG_FILES, StartSpec};
 use crate::jobs::{Jobs, Kept};
 use crate::ring::Stream;
+use crate::run::Run;
 
 /// argv[0] marker: run bash if the image has it, else /bin/sh.
 pub const AUTO_SHELL: &str = "@auto-shell";
@@ -37,8 +38,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Exit statuses, handed from the reaper to whoever waits for a pid.
 #[derive(Default)]
-struct Reaped {
-    waiters: HashMap<i32, Sender<i32>>,
+pub(crate) struct Reaped {
+    pub(crate) waiters: HashMap<i32, Sender<i32>>,
 }
 
 /// Shared state of the supervisor.
@@ -46,15 +47,15 @@ struct Reaped {
 pub(crate) struct State {
     /// Kept jobs: they outlive the connection that started them.
     pub(crate) kept: Jobs,
-    reaped: Mutex<Reaped>,
+    pub(crate) reaped: Mutex<Reaped>,
     /// Wakes the reaper when it has no children and a job was just spawned.
     spawned: (Mutex<u64>, std::sync::Condvar),
     /// Process groups of every running job, for shutdown.
-    groups: Mutex<HashMap<i32, ()>>,
+    pub(crate) groups: Mutex<HashMap<i32, ()>>,
 }
 
 /// Shell-style code of a wait status: the exit status, or 128+N for signal N.
-fn shell_code(status: rustix::process::WaitStatus) -> i32 {
+pub(crate) fn shell_code(status: rustix::process::WaitStatus) -> i32 {
     if let Some(code) = status.exit_status() {
         code
     } else if let Some(sig) = status.terminating_signal() {
@@ -69,7 +70,7 @@ fn shell_code(status: rustix::process::WaitStatus) -> i32 {
 const TAG_VAR: &str = "MSC_JOB";
 
 /// Each running job's tag, by its process group.
-static TAGS: std::sync::LazyLock<Mutex<HashMap<i32, String>>> =
+pub(crate) static TAGS: std::sync::LazyLock<Mutex<HashMap<i32, String>>> =
     std::sync::LazyLock::new(Mutex::default);
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
 
@@ -108,7 +109,7 @@ pub(crate) fn kill_group(pgid: i32, signal: Signal) {
 /// Waits (at most a second) until a killed group has no live member, so a job's exit is
 /// reported only once its tree is gone. Members killed outright die within milliseconds;
 /// the cap keeps a member stuck in the kernel from holding the answer.
-fn settle_group(pgid: i32) {
+pub(crate) fn settle_group(pgid: i32) {
     let Some(pid) = Pid::from_raw(pgid) else {
         return;
     };
@@ -200,7 +201,7 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    fn output(&self, kind: Kind, bytes: &[u8]) {
+    pub(crate) fn output(&self, kind: Kind, bytes: &[u8]) {
         match self {
             Sink::Stream { w, job, .. } => send(w, &Frame::new(kind, *job, bytes.to_vec())),
             Sink::Kept(k) => k.push(
@@ -214,7 +215,7 @@ impl Sink {
         }
     }
 
-    fn exit(&self, info: ExitInfo) {
+    pub(crate) fn exit(&self, info: ExitInfo) {
         match self {
             Sink::Stream { w, job, .. } => send(
                 w,
@@ -241,10 +242,25 @@ fn finish(sink: &Sink, code: i32, stderr_note: Option<&str>) {
     });
 }
 
-/// Starts a job and the threads that serve it. A streamed job's controls go to its
-/// connection's map; a kept job's are returned. `None` also when it could not start (the
-/// sink then has the shell's answer: 126, 127).
+/// Starts a kept job: it runs on a thread of its own, and its controls are returned.
+/// `None` also when it could not start (the sink then has the shell's answer: 126, 127).
 pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Option<JobCtl> {
+    let (ctl, run) = launch(state, spec, sink)?;
+    crate::workers::spawn(move || {
+        run.run(None);
+    });
+    ctl
+}
+
+/// Starts a job: spawns it in its own process group and registers its controls (a
+/// streamed job's in its connection's map, a kept job's returned). What is left to do (its
+/// output, its deadline, its end) is the returned [`Run`]. `None` when it could not start:
+/// the sink already has the shell's answer (126, 127).
+pub(crate) fn launch(
+    state: &Arc<State>,
+    spec: StartSpec,
+    sink: Sink,
+) -> Option<(Option<JobCtl>, Run)> {
     let Some(program) = spec.argv.first() else {
         finish(&sink, 127, Some("msc-supervisor: empty argv"));
         return None;
@@ -335,9 +351,6 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
         Sink::Stream { .. } => spec.output_limit,
         Sink::Kept(_) => u64::MAX,
     };
-
-    let truncated = Arc::new(AtomicBool::new(false));
-    let timed_out = Arc::new(AtomicBool::new(false));
     let pipes: Vec<(Kind, std::fs::File)> = [
         (
             Kind::Stdout,
@@ -380,163 +393,41 @@ pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Opti
     let deadline = now
         .checked_add(Duration::from_millis(spec.timeout_ms.max(1)))
         .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
-    {
-        let state = state.clone();
-        crate::workers::spawn(move || {
-            // One task reads both streams, keeps the deadline and reports the end: the
-            // fewest wake-ups between the command's exit and its Exit frame.
-            let out = Ends {
-                pgid,
-                deadline,
-                truncated: &truncated,
-                timed_out: &timed_out,
-            };
-            pump(pipes, &sink, limit, &out);
-            // Output closed; the deadline still holds until it exits.
-            let status = loop {
-                if out.timed_out.load(Ordering::SeqCst) {
-                    break exit_rx.recv().unwrap_or(255);
-                }
-                match exit_rx.recv_timeout(out.left()) {
-                    Ok(code) => break code,
-                    Err(mpsc::RecvTimeoutError::Timeout) => out.check_deadline(),
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break 255,
-                }
-            };
-            // The group may still hold children (e.g. `cmd &` whose output was closed).
-            if timed_out.load(Ordering::SeqCst) || truncated.load(Ordering::SeqCst) {
-                kill_group(pgid, Signal::KILL);
-                settle_group(pgid);
-            }
-            lock(&state.groups).remove(&pgid);
-            lock(&TAGS).remove(&pgid);
-            if let Sink::Stream { job, jobs, .. } = &sink {
-                lock(jobs).remove(job);
-            }
-            let (timed_out, truncated) = (
-                timed_out.load(Ordering::SeqCst),
-                truncated.load(Ordering::SeqCst),
-            );
-            let oom_killed = !timed_out
-                && !truncated
-                // Read the count again only for a SIGKILL: a warm exec reads it once.
-                && status == 128 + 9
-                && crate::oom::killed(status, oom_before, crate::oom::kills());
-            sink.exit(ExitInfo {
-                code: if timed_out { 124 } else { status },
-                timed_out,
-                truncated,
-                oom_killed,
-            });
-        });
-    }
+    // The pidfd lets the job's own task see and reap its end (no hand-off from the
+    // reaper); where the kernel or a seccomp profile refuses it, the reaper tells.
+    let pidfd = Pid::from_raw(pgid).and_then(|pid| {
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    });
     drop(child);
-    ctl
+    let run = Run::new(crate::run::Job {
+        state: state.clone(),
+        sink,
+        pgid,
+        pidfd,
+        exit_rx,
+        pipes,
+        limit,
+        deadline,
+        oom_before,
+    });
+    Some((ctl, run))
 }
 
-/// How a running job can end early: its group, its deadline, and what ended it.
-struct Ends<'a> {
-    pgid: i32,
-    deadline: std::time::Instant,
-    truncated: &'a AtomicBool,
-    timed_out: &'a AtomicBool,
-}
-
-impl Ends<'_> {
-    /// Time left before the deadline.
-    fn left(&self) -> Duration {
-        self.deadline
-            .saturating_duration_since(std::time::Instant::now())
-    }
-
-    /// Past the deadline: the job timed out, and its group is killed (once).
-    fn check_deadline(&self) {
-        if self.left().is_zero() && !self.timed_out.swap(true, Ordering::SeqCst) {
-            kill_group(self.pgid, Signal::KILL);
-        }
-    }
-
-    fn killed(&self) -> bool {
-        self.timed_out.load(Ordering::SeqCst) || self.truncated.load(Ordering::SeqCst)
-    }
-}
-
-/// Reads a job's `pipes` until each is closed, handing their bytes to `sink` as they come,
-/// `limit` bytes in all: past it the job is `truncated`, its group killed and reading
-/// stops (the limit is enforced here, at the source). Output ends when every holder of the
-/// pipes is gone; once the job was killed (timeout or limit), a holder that escaped even
-/// the tag (it cleared its environment) gets a second to go, and is then left to itself:
-/// the answer does not wait for it.
-fn pump(mut pipes: Vec<(Kind, std::fs::File)>, sink: &Sink, limit: u64, out: &Ends<'_>) {
-    use rustix::event::{PollFd, PollFlags, Timespec};
-    let mut used = 0u64;
-    let mut buf = vec![0u8; CHUNK];
-    let mut killed_at: Option<std::time::Instant> = None;
-    while !pipes.is_empty() {
-        out.check_deadline();
-        // Wake at the deadline, and every 100 ms once killed (the escape below).
-        let tenth = Duration::from_millis(100);
-        let wait = if out.killed() {
-            tenth
-        } else {
-            out.left().min(tenth)
-        };
-        let tick = Timespec {
-            tv_sec: 0,
-            tv_nsec: i64::from(wait.subsec_nanos()),
-        };
-        let ready: Vec<bool> = {
-            let mut fds: Vec<PollFd<'_>> = pipes
-                .iter()
-                .map(|(_, f)| PollFd::new(f, PollFlags::IN))
-                .collect();
-            match rustix::event::poll(&mut fds, Some(&tick)) {
-                Ok(_) => fds.iter().map(|f| !f.revents().is_empty()).collect(),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => return,
-            }
-        };
-        if !ready.contains(&true) {
-            if out.killed() {
-                let at = killed_at.get_or_insert_with(std::time::Instant::now);
-                if at.elapsed() >= Duration::from_secs(1) {
-                    return;
-                }
-            }
-            continue;
-        }
-        let mut closed = Vec::new();
-        for (i, (kind, pipe)) in pipes.iter_mut().enumerate() {
-            if !ready[i] {
-                continue;
-            }
-            let n = match pipe.read(&mut buf) {
-                Ok(0) => {
-                    closed.push(i);
-                    continue;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    closed.push(i);
-                    continue;
-                }
-            };
-            let room = usize::try_from(limit.saturating_sub(used)).unwrap_or(usize::MAX);
-            used = used.saturating_add(n as u64);
-            let keep = n.min(room);
-            if keep > 0 {
-                sink.output(*kind, &buf[..keep]);
-            }
-            if keep < n {
-                out.truncated.store(true, Ordering::SeqCst);
-                kill_group(out.pgid, Signal::KILL);
-                return;
-            }
-        }
-        for i in closed.into_iter().rev() {
-            pipes.remove(i);
-        }
+/// Runs a foreground command on the connection's own thread while the connection is
+/// quiet (a short command then ends with no hand-off between threads), and hands the rest
+/// to a worker as soon as the connection has something to say (its stdin, a kill, another
+/// command) or already had.
+fn run_streamed(run: Run, reader: &io::BufReader<UnixStream>) {
+    use std::os::fd::AsFd;
+    let rest = if run.can_watch() && reader.buffer().is_empty() {
+        run.run(Some(reader.get_ref().as_fd()))
+    } else {
+        Some(run)
+    };
+    if let Some(rest) = rest {
+        crate::workers::spawn(move || {
+            rest.run(None);
+        });
     }
 }
 
@@ -574,7 +465,9 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
                             job: frame.job,
                             jobs: jobs.clone(),
                         };
-                        start_job(&state, spec, sink);
+                        if let Some((_, run)) = launch(&state, spec, sink) {
+                            run_streamed(run, &reader);
+                        }
                     }
                     Err(e) => send(
                         &w,

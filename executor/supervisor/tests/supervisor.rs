@@ -67,21 +67,29 @@ fn run(s: &mut UnixStream, job: u32, spec: &StartSpec) -> Outcome {
     collect(s, job)
 }
 
-/// Processes whose process group is `pgid`.
-fn group_members(pgid: i32) -> usize {
+/// Every process's (state, parent pid, process group), from `/proc/*/stat`.
+fn processes() -> Vec<(String, i32, i32)> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok())
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter(|stat| {
-            let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        .filter_map(|stat| {
             // Fields after the name: state ppid pgrp …
-            rest.split_whitespace()
-                .nth(2)
-                .and_then(|g| g.parse::<i32>().ok())
-                == Some(pgid)
-                && rest.split_whitespace().next() != Some("Z")
+            let rest = stat.rsplit_once(')')?.1;
+            let mut f = rest.split_whitespace();
+            let state = f.next()?.to_owned();
+            let ppid = f.next()?.parse().ok()?;
+            let pgrp = f.next()?.parse().ok()?;
+            Some((state, ppid, pgrp))
         })
+        .collect()
+}
+
+/// Live processes whose process group is `pgid`.
+fn group_members(pgid: i32) -> usize {
+    processes()
+        .into_iter()
+        .filter(|(state, _, pgrp)| *pgrp == pgid && state != "Z")
         .count()
 }
 
@@ -289,6 +297,70 @@ fn issue_3_hostile_frames_end_only_that_connection() {
         run(&mut s, 1, &spec(&["echo", "still here"], 1000, 1000)).stdout,
         b"still here\n"
     );
+}
+
+/// Zombie processes whose parent is `pid`.
+fn zombie_children(pid: u32) -> usize {
+    processes()
+        .into_iter()
+        .filter(|(state, ppid, _)| state == "Z" && u32::try_from(*ppid) == Ok(pid))
+        .count()
+}
+
+/// A foreground command runs on its connection's thread until the connection speaks; its
+/// end is reaped there. What must still hold: every exit code, in any order of races with
+/// the reaper; a command that closed its output but still runs keeps its deadline; and the
+/// connection stays served while such a command waits to end.
+#[test]
+fn issue_18_a_command_run_inline_keeps_codes_deadlines_and_the_connection() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    for i in 0..200u32 {
+        let code = i % 7;
+        let o = run(
+            &mut s,
+            i + 1,
+            &spec(&["sh", "-c", &format!("exit {code}")], 10_000, 100),
+        );
+        assert_eq!(o.exit.code, code as i32, "run {i}");
+    }
+    assert_eq!(
+        run(&mut s, 300, &spec(&["sh", "-c", "kill -KILL $$"], 1000, 100))
+            .exit
+            .code,
+        137
+    );
+    // Every one was reaped, by its run or by the reaper.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(zombie_children(sup.child.id()), 0, "zombies left behind");
+
+    // Output closed, still running: the deadline ends it.
+    let started = Instant::now();
+    let o = run(
+        &mut s,
+        400,
+        &spec(&["sh", "-c", "exec >/dev/null 2>&1; sleep 30"], 300, 100),
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!((o.exit.code, o.exit.timed_out), (124, true));
+
+    // While one waits (output closed) for its end, the connection starts and answers
+    // another, which ends first.
+    send_start(
+        &mut s,
+        500,
+        &spec(&["sh", "-c", "exec >/dev/null 2>&1; sleep 1"], 10_000, 100),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    send_start(&mut s, 501, &spec(&["echo", "second"], 10_000, 100));
+    let mut order = Vec::new();
+    while order.len() < 2 {
+        let f = Frame::read_from(&mut s).unwrap();
+        if f.kind == Kind::Exit {
+            order.push(f.job);
+        }
+    }
+    assert_eq!(order, [501, 500]);
 }
 
 #[test]

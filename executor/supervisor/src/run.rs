@@ -1,0 +1,291 @@
+//! A started job's remaining work: read its output as it comes (bounded by its limit),
+//! keep its deadline, see its end and report it.
+//!
+//! A [`Run`] is run on one thread from start to end, and may be stopped half-way and moved:
+//! a connection's thread runs a command inline (no hand-off to another thread between the
+//! command's exit and its `Exit` frame) until the connection has something to say, and
+//! then hands the rest to a worker. Its end is seen through a pidfd and reaped here; where
+//! the kernel refuses pidfds, the reaper thread reports it instead, and the run never runs
+//! inline (it could not watch the connection while it waits for the exit).
+
+use std::io::{self, Read};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{Pid, Signal, WaitOptions};
+
+use crate::frame::{CHUNK, ExitInfo, Kind};
+use crate::server::{Sink, State, TAGS, kill_group, lock, settle_group, shell_code};
+
+/// Everything a started job's run needs.
+pub(crate) struct Job {
+    pub(crate) state: Arc<State>,
+    pub(crate) sink: Sink,
+    /// The job's process group, which is also its first process's pid.
+    pub(crate) pgid: i32,
+    /// A pidfd of the job's first process, where the kernel gives one.
+    pub(crate) pidfd: Option<OwnedFd>,
+    /// Its exit status, from the reaper (when the reaper reaps it first).
+    pub(crate) exit_rx: Receiver<i32>,
+    /// Its stdout and stderr, until each is closed.
+    pub(crate) pipes: Vec<(Kind, std::fs::File)>,
+    /// Output bytes allowed in all; past it the job is truncated and killed.
+    pub(crate) limit: u64,
+    pub(crate) deadline: Instant,
+    /// The cgroup's out-of-memory kill count when it started.
+    pub(crate) oom_before: Option<u64>,
+}
+
+/// A job being run; see the module's docs.
+pub(crate) struct Run {
+    job: Job,
+    used: u64,
+    killed_at: Option<Instant>,
+    timed_out: bool,
+    truncated: bool,
+}
+
+/// Polls wake at least this often while the job is killed (to give up on escaped holders
+/// of its pipes) and never sleep past the deadline.
+const TICK: Duration = Duration::from_millis(100);
+/// A killed job's pipes held by a process that escaped even the tag are let go after this.
+const ESCAPE_GRACE: Duration = Duration::from_secs(1);
+
+impl Run {
+    pub(crate) fn new(job: Job) -> Self {
+        Self {
+            job,
+            used: 0,
+            killed_at: None,
+            timed_out: false,
+            truncated: false,
+        }
+    }
+
+    /// Whether it can run on a thread that must also watch another descriptor: only when
+    /// it can wait for its exit on a descriptor too.
+    pub(crate) fn can_watch(&self) -> bool {
+        self.job.pidfd.is_some()
+    }
+
+    /// Runs the job to its end and reports it. With `watch`, it stops as soon as `watch`
+    /// is readable (or hung up) and returns itself, to be run on elsewhere.
+    pub(crate) fn run(mut self, watch: Option<BorrowedFd<'_>>) -> Option<Self> {
+        if self.pump(watch) {
+            return Some(self);
+        }
+        let status = match self.wait_exit(watch) {
+            Some(code) => code,
+            None => return Some(self),
+        };
+        self.end(status);
+        None
+    }
+
+    fn left(&self) -> Duration {
+        self.job.deadline.saturating_duration_since(Instant::now())
+    }
+
+    fn killed(&self) -> bool {
+        self.timed_out || self.truncated
+    }
+
+    /// Past the deadline: the job timed out, and its group is killed (once).
+    fn check_deadline(&mut self) {
+        if !self.timed_out && self.left().is_zero() {
+            self.timed_out = true;
+            kill_group(self.job.pgid, Signal::KILL);
+        }
+    }
+
+    /// How long a poll may sleep.
+    fn tick(&self) -> Timespec {
+        let wait = if self.killed() {
+            TICK
+        } else {
+            self.left().min(TICK)
+        };
+        Timespec {
+            tv_sec: 0,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        }
+    }
+
+    /// Reads the pipes until each is closed, handing their bytes to the sink as they come,
+    /// `limit` bytes in all: past it the job is truncated, its group killed and reading
+    /// stops (the limit is enforced here, at the source). Once the job was killed (timeout
+    /// or limit), a holder that escaped even the tag (it cleared its environment) gets a
+    /// second to go, and is then left to itself: the answer does not wait for it.
+    /// `true`: stopped because `watch` became readable.
+    fn pump(&mut self, watch: Option<BorrowedFd<'_>>) -> bool {
+        let mut buf = [0u8; CHUNK];
+        while !self.job.pipes.is_empty() {
+            self.check_deadline();
+            let tick = self.tick();
+            let (ready, watched) = {
+                let mut fds: Vec<PollFd<'_>> = self
+                    .job
+                    .pipes
+                    .iter()
+                    .map(|(_, f)| PollFd::new(f, PollFlags::IN))
+                    .collect();
+                if let Some(w) = &watch {
+                    fds.push(PollFd::from_borrowed_fd(*w, PollFlags::IN));
+                }
+                match rustix::event::poll(&mut fds, Some(&tick)) {
+                    Ok(_) => {}
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(_) => {
+                        self.job.pipes.clear();
+                        break;
+                    }
+                }
+                let mut ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+                let watched = watch.is_some() && ready.pop() == Some(true);
+                (ready, watched)
+            };
+            if watched {
+                return true;
+            }
+            if !ready.contains(&true) {
+                if self.killed()
+                    && self.killed_at.get_or_insert_with(Instant::now).elapsed() >= ESCAPE_GRACE
+                {
+                    self.job.pipes.clear();
+                }
+                continue;
+            }
+            let mut closed = Vec::new();
+            for (i, (kind, pipe)) in self.job.pipes.iter_mut().enumerate() {
+                if !ready[i] {
+                    continue;
+                }
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) => {
+                        closed.push(i);
+                        continue;
+                    }
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        closed.push(i);
+                        continue;
+                    }
+                };
+                let room = usize::try_from(self.job.limit.saturating_sub(self.used))
+                    .unwrap_or(usize::MAX);
+                self.used = self.used.saturating_add(n as u64);
+                let keep = n.min(room);
+                if keep > 0 {
+                    self.job.sink.output(*kind, &buf[..keep]);
+                }
+                if keep < n {
+                    self.truncated = true;
+                    kill_group(self.job.pgid, Signal::KILL);
+                    break;
+                }
+            }
+            if self.truncated {
+                self.job.pipes.clear();
+                break;
+            }
+            for i in closed.into_iter().rev() {
+                self.job.pipes.remove(i);
+            }
+        }
+        false
+    }
+
+    /// The job's exit code (output closed; the deadline still holds until it exits).
+    /// `None`: `watch` became readable first.
+    fn wait_exit(&mut self, watch: Option<BorrowedFd<'_>>) -> Option<i32> {
+        let Some(pidfd) = self.job.pidfd.take() else {
+            return Some(self.wait_reaper());
+        };
+        let code = loop {
+            if let Some(code) = self.reap() {
+                break Some(code);
+            }
+            self.check_deadline();
+            let tick = self.tick();
+            let mut fds = vec![PollFd::new(&pidfd, PollFlags::IN)];
+            if let Some(w) = &watch {
+                fds.push(PollFd::from_borrowed_fd(*w, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, Some(&tick)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                // No way to watch it any more: the reaper tells.
+                Err(_) => break Some(self.wait_reaper()),
+            }
+            if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
+                break None;
+            }
+        };
+        self.job.pidfd = Some(pidfd);
+        code
+    }
+
+    /// Reaps the job's first process if it has exited; if the reaper got it first, its
+    /// code comes from the reaper (which is handing it over right now).
+    fn reap(&self) -> Option<i32> {
+        let pid = Pid::from_raw(self.job.pgid)?;
+        // Under the reaper's lock: no new process can be given this pid and registered
+        // between the reaping and the removal of our waiter.
+        let mut reaped = lock(&self.job.state.reaped);
+        match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
+            Ok(Some((_, status))) => {
+                reaped.waiters.remove(&self.job.pgid);
+                Some(shell_code(status))
+            }
+            Ok(None) => None,
+            Err(_) => {
+                drop(reaped);
+                Some(self.job.exit_rx.recv().unwrap_or(255))
+            }
+        }
+    }
+
+    /// Waits for the reaper's report, keeping the deadline.
+    fn wait_reaper(&mut self) -> i32 {
+        loop {
+            if self.timed_out {
+                return self.job.exit_rx.recv().unwrap_or(255);
+            }
+            match self.job.exit_rx.recv_timeout(self.left()) {
+                Ok(code) => return code,
+                Err(RecvTimeoutError::Timeout) => self.check_deadline(),
+                Err(RecvTimeoutError::Disconnected) => return 255,
+            }
+        }
+    }
+
+    /// Reports the end: the group is killed first when the job was (e.g. `cmd &` whose
+    /// output was closed), and its registrations are removed.
+    fn end(self, status: i32) {
+        let Job {
+            state, sink, pgid, ..
+        } = &self.job;
+        if self.killed() {
+            kill_group(*pgid, Signal::KILL);
+            settle_group(*pgid);
+        }
+        lock(&state.groups).remove(pgid);
+        lock(&TAGS).remove(pgid);
+        if let Sink::Stream { job, jobs, .. } = sink {
+            lock(jobs).remove(job);
+        }
+        let oom_killed = !self.killed()
+            // Read the count again only for a SIGKILL: a warm exec reads it once.
+            && status == 128 + 9
+            && crate::oom::killed(status, self.job.oom_before, crate::oom::kills());
+        sink.exit(ExitInfo {
+            code: if self.timed_out { 124 } else { status },
+            timed_out: self.timed_out,
+            truncated: self.truncated,
+            oom_killed,
+        });
+    }
+}
