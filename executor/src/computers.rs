@@ -29,9 +29,8 @@ use tracing::Instrument;
 
 use crate::backend::Backend;
 use crate::place::{Failure, Place};
-use crate::progress::Progress;
+use crate::progress::{Notifier, Progress};
 use crate::spec::{ContainerRecord, ExecSpec};
-use tokio::sync::mpsc::UnboundedSender;
 
 pub use crate::error::ComputerError;
 
@@ -509,7 +508,7 @@ pub struct SessionHost {
     team: Option<String>,
     /// The caller's id of its default computer.
     default: Arc<tokio::sync::Mutex<Option<String>>>,
-    notifier: Option<UnboundedSender<serde_json::Value>>,
+    notifier: Option<Notifier>,
 }
 
 impl SessionHost {
@@ -532,8 +531,8 @@ impl SessionHost {
         host
     }
 
-    /// Lets tool calls send progress notifications on this channel (stdio).
-    pub fn with_notifier(mut self, tx: UnboundedSender<serde_json::Value>) -> Self {
+    /// Lets tool calls send progress notifications through `tx` (stdio, an SSE stream).
+    pub fn with_notifier(mut self, tx: Notifier) -> Self {
         self.notifier = Some(tx);
         self
     }

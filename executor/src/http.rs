@@ -284,7 +284,7 @@ fn stream_request(
     on_done: impl FnOnce() + Send + 'static,
 ) -> (Response, Option<(String, AbortHandle)>) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let host = host.with_notifier(tx.clone());
+    let host = host.with_notifier(crate::progress::Notifier::channel(tx.clone()));
     let key = id.to_string();
     let task = tokio::spawn(async move {
         let resp = d.request(&host, &era, id, &method, params.as_ref()).await;

@@ -11,18 +11,45 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc::UnboundedSender;
+
+/// Where a transport takes the notifications that go out beside a pending request: it
+/// sends them in the order they are given, before anything the same task answers later.
+#[derive(Clone)]
+pub struct Notifier(Arc<dyn Fn(Value) + Send + Sync>);
+
+impl Notifier {
+    pub fn new(send: impl Fn(Value) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(send))
+    }
+
+    /// Sends to a channel (an SSE stream's, a test's).
+    pub fn channel(tx: tokio::sync::mpsc::UnboundedSender<Value>) -> Self {
+        Self::new(move |msg| {
+            let _ = tx.send(msg);
+        })
+    }
+
+    pub fn send(&self, msg: Value) {
+        (self.0)(msg);
+    }
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notifier")
+    }
+}
 
 /// Where progress goes for one tool call.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
-    sink: Option<(UnboundedSender<Value>, Value)>,
+    sink: Option<(Notifier, Value)>,
     step: Arc<AtomicU64>,
 }
 
 impl Progress {
-    /// Progress for a call with `token`, delivered on `tx`.
-    pub fn new(tx: Option<UnboundedSender<Value>>, token: Option<Value>) -> Self {
+    /// Progress for a call with `token`, delivered to `tx`.
+    pub fn new(tx: Option<Notifier>, token: Option<Value>) -> Self {
         Self {
             sink: tx.zip(token),
             step: Arc::default(),
@@ -33,7 +60,7 @@ impl Progress {
     pub fn report(&self, message: &str) {
         if let Some((tx, token)) = &self.sink {
             let progress = self.step.fetch_add(1, Ordering::Relaxed) + 1;
-            let _ = tx.send(json!({
+            tx.send(json!({
                 "jsonrpc": "2.0",
                 "method": "notifications/progress",
                 "params": {"progressToken": token, "progress": progress, "message": message},
@@ -127,7 +154,7 @@ mod tests {
     #[test]
     fn output_lines_are_reported_newest_first_and_throttled() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut t = LineTicker::new(Progress::new(Some(tx), Some(json!(7))));
+        let mut t = LineTicker::new(Progress::new(Some(Notifier::channel(tx)), Some(json!(7))));
         t.push(b"par");
         t.push(b"tial one\ntwo\r\nthr");
         let first = rx.try_recv().unwrap();
@@ -140,7 +167,7 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap()["params"]["message"], "five");
         // No token: nothing at all, and no work.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut off = LineTicker::new(Progress::new(Some(tx), None));
+        let mut off = LineTicker::new(Progress::new(Some(Notifier::channel(tx)), None));
         off.push(b"a\n");
         assert!(rx.try_recv().is_err());
     }
@@ -148,9 +175,9 @@ mod tests {
     #[test]
     fn reports_increase_and_need_a_token() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        Progress::new(Some(tx.clone()), None).report("x");
+        Progress::new(Some(Notifier::channel(tx.clone())), None).report("x");
         assert!(rx.try_recv().is_err());
-        let p = Progress::new(Some(tx), Some(json!("t1")));
+        let p = Progress::new(Some(Notifier::channel(tx)), Some(json!("t1")));
         p.report("a");
         p.report("b");
         let a = rx.try_recv().unwrap();

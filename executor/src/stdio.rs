@@ -2,17 +2,16 @@
 //!
 //! Owns framing, concurrency (each request runs as its own task, so several execs run at
 //! once and a slow one never blocks `ping`), `notifications/cancelled` (aborting a request
-//! kills its command inside the computer) and the end of the session on EOF. Only JSON-RPC
-//! goes to stdout; logs go to stderr.
+//! kills its command inside the computer), the order of what goes out ([`Out`]) and the end
+//! of the session on EOF. Only JSON-RPC goes to stdout; logs go to stderr.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use serde_json::Value;
 use shared::mcp::{
     Dispatcher, Era, Incoming, MODERN_VERSION, negotiate, parse_message, success_response,
 };
-use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use crate::computers::SessionHost;
@@ -33,10 +32,11 @@ enum Line {
     TooLarge,
 }
 
-/// Reads stdin lines on a thread of its own and hands them over (the channel closes at
-/// EOF). A thread, not tokio's stdin: that one hands every read to the blocking pool,
-/// which costs a warm exec two wake-ups more.
-fn read_lines(tx: mpsc::UnboundedSender<std::io::Result<Line>>) {
+/// Reads stdin lines on a thread of its own and hands each to `session` there, until EOF
+/// or a read error. A thread, not tokio's stdin: that one hands every read to the blocking
+/// pool, which costs a warm exec two wake-ups more; and the requests are spawned onto the
+/// runtime from here, so a request reaches a worker in one hand-off.
+fn read_lines(session: &mut Session) -> std::io::Result<()> {
     use std::io::{BufRead, Read};
     let stdin = std::io::stdin();
     let mut reader = std::io::BufReader::with_capacity(64 * 1024, stdin.lock());
@@ -45,80 +45,154 @@ fn read_lines(tx: mpsc::UnboundedSender<std::io::Result<Line>>) {
         let read = (&mut reader)
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line);
-        let item = match read {
-            Ok(0) => return,
-            Ok(_) if line.len() > MAX_LINE => {
+        match read? {
+            0 => return Ok(()),
+            _ if line.len() > MAX_LINE => {
                 // Skip the rest of the oversized line.
                 if !line.ends_with(b"\n") {
                     let mut sink = Vec::new();
-                    if let Err(e) = reader.read_until(b'\n', &mut sink) {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
+                    reader.read_until(b'\n', &mut sink)?;
                 }
-                Ok(Line::TooLarge)
+                session.take(Line::TooLarge);
             }
-            Ok(_) => Ok(Line::Read(line)),
-            Err(e) => Err(e),
-        };
-        let failed = item.is_err();
-        if tx.send(item).is_err() || failed {
-            return;
+            _ => session.take(Line::Read(line)),
         }
     }
 }
 
-/// Serves until stdin closes. Returns after the in-flight commands were stopped.
-pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::Result<()> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-    // Answers are written by a thread of its own, for the same reason as the reader.
-    let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        let stdout = std::io::stdout();
-        while let Some(msg) = rx.blocking_recv() {
-            let mut line = shared::json::to_vec(&msg);
-            line.push(b'\n');
-            let mut out = stdout.lock();
-            if out.write_all(&line).and_then(|()| out.flush()).is_err() {
-                break;
-            }
+/// Lines at most this long are written by the task that has them, when nothing is queued
+/// or being written: a small answer reaches stdout with no hand-off between threads. A
+/// pipe takes this much at once, so such a write does not wait for a reader that keeps up.
+const INLINE_MAX: usize = 16 * 1024;
+
+/// stdout, written one whole line at a time, in the order lines are given: inline by the
+/// task that has a small line when stdout is idle, else queued for the writer thread (big
+/// answers, or while another line is being written). A thread, not tokio's stdout, for the
+/// same reason as the reader.
+#[derive(Default)]
+struct Out {
+    state: Mutex<OutState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct OutState {
+    queue: VecDeque<Vec<u8>>,
+    /// A line is being written (inline or by the writer).
+    busy: bool,
+    /// stdout failed: nothing more is written.
+    broken: bool,
+    /// No more lines will come: the writer ends once the queue is empty.
+    done: bool,
+}
+
+impl Out {
+    fn state(&self) -> MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends one message.
+    fn emit(&self, msg: &Value) {
+        let mut line = shared::json::to_vec(msg);
+        line.push(b'\n');
+        let mut st = self.state();
+        if st.broken {
+            return;
         }
-    });
-    let (lines_tx, mut lines) = mpsc::unbounded_channel();
-    std::thread::spawn(move || read_lines(lines_tx));
-    let host = host.with_notifier(tx.clone());
-    let inflight: InFlight = Arc::default();
-    let mut era: Option<Era> = None;
-    while let Some(item) = lines.recv().await {
-        let line = match item? {
+        if line.len() <= INLINE_MAX && !st.busy && st.queue.is_empty() {
+            st.busy = true;
+            drop(st);
+            let ok = write_line(&line);
+            let mut st = self.state();
+            st.busy = false;
+            st.broken |= !ok;
+            if !st.queue.is_empty() || st.broken {
+                self.wake.notify_one();
+            }
+            return;
+        }
+        st.queue.push_back(line);
+        self.wake.notify_one();
+    }
+
+    /// The writer thread: writes queued lines until [`Out::finish`] and an empty queue.
+    fn write_queued(&self) {
+        loop {
+            let line = {
+                let mut st = self.state();
+                loop {
+                    if st.broken {
+                        return;
+                    }
+                    if !st.busy {
+                        if let Some(line) = st.queue.pop_front() {
+                            st.busy = true;
+                            break line;
+                        }
+                        if st.done {
+                            return;
+                        }
+                    }
+                    st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let ok = write_line(&line);
+            let mut st = self.state();
+            st.busy = false;
+            st.broken |= !ok;
+        }
+    }
+
+    /// No more lines: the writer writes what is queued and ends.
+    fn finish(&self) {
+        self.state().done = true;
+        self.wake.notify_one();
+    }
+}
+
+fn write_line(line: &[u8]) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(line).and_then(|()| out.flush()).is_ok()
+}
+
+/// The state of the one stdio session, kept by the reader thread.
+struct Session {
+    dispatcher: Arc<Dispatcher>,
+    host: SessionHost,
+    out: Arc<Out>,
+    inflight: InFlight,
+    era: Option<Era>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Session {
+    /// Serves one line of stdin: answers what needs no work at once, and spawns a task
+    /// for each request.
+    fn take(&mut self, line: Line) {
+        let line = match line {
             Line::Read(line) => line,
             Line::TooLarge => {
-                let _ = tx.send(shared::mcp::error_response(
+                return self.out.emit(&shared::mcp::error_response(
                     Value::Null,
                     shared::mcp::codes::INVALID_REQUEST,
                     "message too large (16 MiB at most)",
                     None,
                 ));
-                continue;
             }
         };
         let trimmed = line.trim_ascii();
         if trimmed.is_empty() {
-            continue;
+            return;
         }
         match parse_message(trimmed) {
-            Err(resp) => {
-                let _ = tx.send(resp);
-            }
+            Err(resp) => self.out.emit(&resp),
             Ok(Incoming::Response) => {}
             Ok(Incoming::Notification { method, params }) => {
                 if method == "notifications/cancelled"
                     && let Some(id) = params.as_ref().and_then(|p| p.get("requestId"))
                 {
-                    let handle = inflight
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&key(id));
+                    let handle = lock(&self.inflight).remove(&key(id));
                     if let Some(h) = handle {
                         tracing::info!(request_id = %id, "request cancelled by the client");
                         h.abort();
@@ -132,50 +206,72 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
                         .and_then(|p| p.get("protocolVersion"))
                         .and_then(Value::as_str);
                     let version = negotiate(requested);
-                    era = Some(Era::Legacy(version.to_owned()));
-                    let _ = tx.send(success_response(id, dispatcher.initialize_result(version)));
-                    continue;
+                    self.era = Some(Era::Legacy(version.to_owned()));
+                    let result = self.dispatcher.initialize_result(version);
+                    return self.out.emit(&success_response(id, result));
                 }
-                let request_era = match (&era, requested_modern(params.as_ref())) {
+                let request_era = match (&self.era, requested_modern(params.as_ref())) {
                     (_, true) | (None, _) => Era::Modern,
                     (Some(e), false) => e.clone(),
                 };
-                let tx = tx.clone();
-                let d = dispatcher.clone();
-                let h = host.clone();
+                let out = self.out.clone();
+                let d = self.dispatcher.clone();
+                let h = self.host.clone();
                 let k = key(&id);
-                let flight = inflight.clone();
-                let task = tokio::spawn(async move {
+                let flight = self.inflight.clone();
+                // Registered before the task can end and remove itself.
+                let mut inflight = lock(&self.inflight);
+                let task = self.runtime.spawn(async move {
                     let resp = d
                         .request(&h, &request_era, id.clone(), &method, params.as_ref())
                         .await;
-                    flight
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&key(&id));
-                    let _ = tx.send(resp);
+                    lock(&flight).remove(&key(&id));
+                    out.emit(&resp);
                 });
-                inflight
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(k, task.abort_handle());
+                inflight.insert(k, task.abort_handle());
             }
         }
     }
+}
+
+fn lock(inflight: &InFlight) -> MutexGuard<'_, HashMap<String, AbortHandle>> {
+    inflight.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Serves until stdin closes. Returns after the in-flight commands were stopped.
+pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::Result<()> {
+    let out = Arc::new(Out::default());
+    let writer = {
+        let out = out.clone();
+        std::thread::spawn(move || out.write_queued())
+    };
+    let host = host.with_notifier({
+        let out = out.clone();
+        crate::progress::Notifier::new(move |msg| out.emit(&msg))
+    });
+    let inflight: InFlight = Arc::default();
+    let mut session = Session {
+        dispatcher,
+        host: host.clone(),
+        out: out.clone(),
+        inflight: inflight.clone(),
+        era: None,
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = ended_tx.send(read_lines(&mut session));
+    });
+    let read = ended.await.unwrap_or(Ok(()));
     // EOF: the client is gone. Stop what still runs; nobody will read the answers.
-    let handles: Vec<AbortHandle> = inflight
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(_, h)| h)
-        .collect();
+    let handles: Vec<AbortHandle> = lock(&inflight).drain().map(|(_, h)| h).collect();
     for h in handles {
         h.abort();
     }
     drop(host);
-    drop(tx);
+    out.finish();
     let _ = tokio::task::spawn_blocking(move || writer.join()).await;
-    Ok(())
+    read
 }
 
 fn requested_modern(params: Option<&Value>) -> bool {

@@ -53,10 +53,14 @@ fn cargo_build(args: &[&str], env: &[(&str, &Path)], what: &str) -> PathBuf {
 }
 
 /// The server binary, built once per run with the supervisor embedded: release for the
-/// benchmark (`MSC_RELEASE=1`), debug for tests.
+/// benchmark (`MSC_RELEASE=1`), debug for tests. `MSC_SERVER_BINARY=<path>` runs a given
+/// build instead (to set two builds side by side in the benchmark).
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(given) = std::env::var_os("MSC_SERVER_BINARY") {
+            return PathBuf::from(given);
+        }
         let supervisor = supervisor_binary();
         let toolbox = toolbox_wasm();
         let release = std::env::var_os("MSC_RELEASE").is_some();

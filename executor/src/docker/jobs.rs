@@ -142,6 +142,7 @@ impl Docker {
                 stdin: true,
                 timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
                 output_limit: 0,
+                quiet: true,
             },
             buffer_bytes: BUFFER_BYTES,
         };

@@ -485,6 +485,8 @@ impl Docker {
             stdin: spec.stdin.is_some(),
             timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             output_limit: spec.output_limit as u64,
+            // The pid is of no use here: one frame, and one wake-up, fewer per command.
+            quiet: true,
         };
         let body =
             serde_json::to_vec(&start).map_err(|e| DockerError::Supervisor(e.to_string()))?;

@@ -157,6 +157,10 @@ pub struct StartSpec {
     pub stdin: bool,
     pub timeout_ms: u64,
     pub output_limit: u64,
+    /// No `Started` frame: the client has no use for the pid (one frame, and one wake-up
+    /// of the client, fewer per command). Older supervisors ignore it and send it anyway.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quiet: bool,
 }
 
 /// How a job ended (the payload of an `Exit` frame, JSON).

@@ -175,8 +175,8 @@ impl Run {
                         continue;
                     }
                 };
-                let room = usize::try_from(self.job.limit.saturating_sub(self.used))
-                    .unwrap_or(usize::MAX);
+                let room =
+                    usize::try_from(self.job.limit.saturating_sub(self.used)).unwrap_or(usize::MAX);
                 self.used = self.used.saturating_add(n as u64);
                 let keep = n.min(room);
                 if keep > 0 {

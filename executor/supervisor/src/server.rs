@@ -340,7 +340,9 @@ pub(crate) fn launch(
         wake.notify_all();
     }
     lock(&state.groups).insert(pgid, ());
-    if let Sink::Stream { w, job, .. } = &sink {
+    if let Sink::Stream { w, job, .. } = &sink
+        && !spec.quiet
+    {
         send(
             w,
             &Frame::new(Kind::Started, *job, pgid.to_string().into_bytes()),

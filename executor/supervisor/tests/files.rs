@@ -501,6 +501,7 @@ fn issue_15_a_slow_disk_does_not_hold_up_other_frames() {
         stdin: false,
         timeout_ms: 10_000,
         output_limit: 1 << 20,
+        quiet: false,
     };
     Frame::new(Kind::Start, 4, serde_json::to_vec(&start).unwrap())
         .write_to(&mut s)

@@ -21,6 +21,7 @@ fn spec(argv: &[&str], timeout_ms: u64, output_limit: u64) -> StartSpec {
         stdin: false,
         timeout_ms,
         output_limit,
+        quiet: false,
     }
 }
 
@@ -325,10 +326,22 @@ fn issue_18_a_command_run_inline_keeps_codes_deadlines_and_the_connection() {
         assert_eq!(o.exit.code, code as i32, "run {i}");
     }
     assert_eq!(
-        run(&mut s, 300, &spec(&["sh", "-c", "kill -KILL $$"], 1000, 100))
-            .exit
-            .code,
+        run(
+            &mut s,
+            300,
+            &spec(&["sh", "-c", "kill -KILL $$"], 1000, 100)
+        )
+        .exit
+        .code,
         137
+    );
+    // A quiet start sends no `Started` frame: the output and the exit only.
+    let mut quiet = spec(&["echo", "hi"], 10_000, 100);
+    quiet.quiet = true;
+    let o = run(&mut s, 301, &quiet);
+    assert_eq!(
+        (o.pid, o.stdout.as_slice(), o.exit.code),
+        (None, &b"hi\n"[..], 0)
     );
     // Every one was reaped, by its run or by the reaper.
     std::thread::sleep(Duration::from_millis(100));
