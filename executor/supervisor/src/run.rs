@@ -9,16 +9,16 @@
 //! inline (it could not watch the connection while it waits for the exit).
 
 use std::io::{self, Read};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::process::Signal;
 
 use crate::frame::{CHUNK, ExitInfo, Kind};
-use crate::server::{Sink, State, TAGS, kill_group, lock, settle_group, shell_code};
+use crate::server::{Sink, State, TAGS, kill_group, lock, settle_group};
 
 /// Everything a started job's run needs.
 pub(crate) struct Job {
@@ -53,6 +53,17 @@ pub(crate) struct Run {
 const TICK: Duration = Duration::from_millis(100);
 /// A killed job's pipes held by a process that escaped even the tag are let go after this.
 const ESCAPE_GRACE: Duration = Duration::from_secs(1);
+
+/// Shell-style code of a `waitid` status: the exit status, or 128+N for signal N.
+fn id_code(status: &rustix::process::WaitIdStatus) -> i32 {
+    if let Some(code) = status.exit_status() {
+        code
+    } else if let Some(sig) = status.terminating_signal() {
+        128 + sig
+    } else {
+        255
+    }
+}
 
 impl Run {
     pub(crate) fn new(job: Job) -> Self {
@@ -206,7 +217,7 @@ impl Run {
             return Some(self.wait_reaper());
         };
         let code = loop {
-            if let Some(code) = self.reap() {
+            if let Some(code) = self.reap(&pidfd) {
                 break Some(code);
             }
             self.check_deadline();
@@ -229,16 +240,18 @@ impl Run {
     }
 
     /// Reaps the job's first process if it has exited; if the reaper got it first, its
-    /// code comes from the reaper (which is handing it over right now).
-    fn reap(&self) -> Option<i32> {
-        let pid = Pid::from_raw(self.job.pgid)?;
-        // Under the reaper's lock: no new process can be given this pid and registered
+    /// code comes from the reaper (which is handing it over right now). Through the pidfd,
+    /// never the pid: a pid freed by the reaper may already name another job's process.
+    fn reap(&self, pidfd: &OwnedFd) -> Option<i32> {
+        use rustix::process::{WaitId, WaitIdOptions};
+        // Under the reaper's lock: no new process can be registered under this pid
         // between the reaping and the removal of our waiter.
         let mut reaped = lock(&self.job.state.reaped);
-        match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
-            Ok(Some((_, status))) => {
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG;
+        match rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options) {
+            Ok(Some(status)) => {
                 reaped.waiters.remove(&self.job.pgid);
-                Some(shell_code(status))
+                Some(id_code(&status))
             }
             Ok(None) => None,
             Err(_) => {

@@ -55,7 +55,7 @@ pub(crate) struct State {
 }
 
 /// Shell-style code of a wait status: the exit status, or 128+N for signal N.
-pub(crate) fn shell_code(status: rustix::process::WaitStatus) -> i32 {
+fn shell_code(status: rustix::process::WaitStatus) -> i32 {
     if let Some(code) = status.exit_status() {
         code
     } else if let Some(sig) = status.terminating_signal() {
