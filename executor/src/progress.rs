@@ -3,8 +3,8 @@
 //! ([`LineTicker`], SPEC §3.8).
 //!
 //! A caller opts in with `_meta.progressToken`; transports that can deliver notifications
-//! alongside a pending request (stdio) hand the host a sender. Where there is no token or
-//! no channel, reporting is a no-op.
+//! alongside a pending request (stdio, an SSE stream) hand the host a [`Notifier`]. Where
+//! there is no token or no notifier, reporting is a no-op.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
