@@ -54,6 +54,15 @@ const TICK: Duration = Duration::from_millis(100);
 /// A killed job's pipes held by a process that escaped even the tag are let go after this.
 const ESCAPE_GRACE: Duration = Duration::from_secs(1);
 
+/// What [`Run::reap`] found.
+enum Reap {
+    Code(i32),
+    /// Still running.
+    NotYet,
+    /// This kernel cannot wait on a pidfd.
+    Unsupported,
+}
+
 /// Shell-style code of a `waitid` status: the exit status, or 128+N for signal N.
 fn id_code(status: &rustix::process::WaitIdStatus) -> i32 {
     if let Some(code) = status.exit_status() {
@@ -217,8 +226,13 @@ impl Run {
             return Some(self.wait_reaper());
         };
         let code = loop {
-            if let Some(code) = self.reap(&pidfd) {
-                break Some(code);
+            match self.reap(&pidfd) {
+                Reap::Code(code) => break Some(code),
+                Reap::NotYet => {}
+                // A kernel with pidfds but no waitid on them (5.3): the reaper tells, on a
+                // thread that need not watch anything else.
+                Reap::Unsupported if watch.is_some() => break None,
+                Reap::Unsupported => break Some(self.wait_reaper()),
             }
             self.check_deadline();
             let tick = self.tick();
@@ -242,7 +256,7 @@ impl Run {
     /// Reaps the job's first process if it has exited; if the reaper got it first, its
     /// code comes from the reaper (which is handing it over right now). Through the pidfd,
     /// never the pid: a pid freed by the reaper may already name another job's process.
-    fn reap(&self, pidfd: &OwnedFd) -> Option<i32> {
+    fn reap(&self, pidfd: &OwnedFd) -> Reap {
         use rustix::process::{WaitId, WaitIdOptions};
         // Under the reaper's lock: no new process can be registered under this pid
         // between the reaping and the removal of our waiter.
@@ -251,13 +265,14 @@ impl Run {
         match rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options) {
             Ok(Some(status)) => {
                 reaped.waiters.remove(&self.job.pgid);
-                Some(id_code(&status))
+                Reap::Code(id_code(&status))
             }
-            Ok(None) => None,
-            Err(_) => {
+            Ok(None) => Reap::NotYet,
+            Err(rustix::io::Errno::CHILD) => {
                 drop(reaped);
-                Some(self.job.exit_rx.recv().unwrap_or(255))
+                Reap::Code(self.job.exit_rx.recv().unwrap_or(255))
             }
+            Err(_) => Reap::Unsupported,
         }
     }
 
