@@ -18,7 +18,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::Signal;
 
 use crate::frame::{CHUNK, ExitInfo, Kind};
-use crate::server::{Sink, State, TAGS, kill_group, lock, settle_group};
+use crate::server::{Sink, State, TAGS, code_of, kill_group, lock, settle_group};
 
 /// Everything a started job's run needs.
 pub(crate) struct Job {
@@ -61,17 +61,6 @@ enum Reap {
     NotYet,
     /// This kernel cannot wait on a pidfd.
     Unsupported,
-}
-
-/// Shell-style code of a `waitid` status: the exit status, or 128+N for signal N.
-fn id_code(status: &rustix::process::WaitIdStatus) -> i32 {
-    if let Some(code) = status.exit_status() {
-        code
-    } else if let Some(sig) = status.terminating_signal() {
-        128 + sig
-    } else {
-        255
-    }
 }
 
 impl Run {
@@ -265,7 +254,7 @@ impl Run {
         match rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), options) {
             Ok(Some(status)) => {
                 reaped.waiters.remove(&self.job.pgid);
-                Reap::Code(id_code(&status))
+                Reap::Code(code_of(status.exit_status(), status.terminating_signal()))
             }
             Ok(None) => Reap::NotYet,
             Err(rustix::io::Errno::CHILD) => {

@@ -54,15 +54,18 @@ pub(crate) struct State {
     pub(crate) groups: Mutex<HashMap<i32, ()>>,
 }
 
-/// Shell-style code of a wait status: the exit status, or 128+N for signal N.
-fn shell_code(status: rustix::process::WaitStatus) -> i32 {
-    if let Some(code) = status.exit_status() {
-        code
-    } else if let Some(sig) = status.terminating_signal() {
-        128 + sig
-    } else {
-        255
+/// Shell-style code of a process's end: its exit status, or 128+N for signal N.
+pub(crate) fn code_of(exit_status: Option<i32>, signal: Option<i32>) -> i32 {
+    match (exit_status, signal) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 255,
     }
+}
+
+/// Shell-style code of a wait status.
+fn shell_code(status: rustix::process::WaitStatus) -> i32 {
+    code_of(status.exit_status(), status.terminating_signal())
 }
 
 /// The environment variable that marks every process of a job: a process that leaves the
