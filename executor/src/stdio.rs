@@ -32,32 +32,141 @@ enum Line {
     TooLarge,
 }
 
-/// Reads stdin lines on a thread of its own and hands each to `session` there, until EOF
-/// or a read error. A thread, not tokio's stdin: that one hands every read to the blocking
-/// pool, which costs a warm exec two wake-ups more; and the requests are spawned onto the
-/// runtime from here, so a request reaches a worker in one hand-off.
-fn read_lines(session: &mut Session) -> std::io::Result<()> {
-    use std::io::{BufRead, Read};
-    let stdin = std::io::stdin();
-    let mut reader = std::io::BufReader::with_capacity(64 * 1024, stdin.lock());
-    loop {
-        let mut line = Vec::new();
-        let read = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line);
-        match read? {
-            0 => return Ok(()),
-            _ if line.len() > MAX_LINE => {
-                // Skip the rest of the oversized line.
-                if !line.ends_with(b"\n") {
-                    let mut sink = Vec::new();
-                    reader.read_until(b'\n', &mut sink)?;
-                }
-                session.take(Line::TooLarge);
+/// Splits stdin's bytes into lines (each with its `\n`), as they come; a line longer than
+/// [`MAX_LINE`] becomes one [`Line::TooLarge`] and the rest of it is skipped.
+#[derive(Default)]
+struct Splitter {
+    line: Vec<u8>,
+    /// Inside a line already answered as too large.
+    skipping: bool,
+}
+
+impl Splitter {
+    /// Hands each line that `bytes` completes to `take`, and keeps the unfinished rest.
+    fn feed(&mut self, mut bytes: &[u8], take: &mut impl FnMut(Line)) {
+        while !bytes.is_empty() {
+            let end = bytes.iter().position(|b| *b == b'\n');
+            let (part, rest) = bytes.split_at(end.map_or(bytes.len(), |i| i + 1));
+            bytes = rest;
+            let done = end.is_some();
+            if self.skipping {
+                self.skipping = !done;
+                continue;
             }
-            _ => session.take(Line::Read(line)),
+            if self.line.len() + part.len() > MAX_LINE {
+                self.line = Vec::new();
+                self.skipping = !done;
+                take(Line::TooLarge);
+                continue;
+            }
+            self.line.extend_from_slice(part);
+            if done {
+                take(Line::Read(std::mem::take(&mut self.line)));
+            }
         }
     }
+
+    /// At the end of input: an unfinished last line is still a line.
+    fn finish(self, take: &mut impl FnMut(Line)) {
+        if !self.line.is_empty() {
+            take(Line::Read(self.line));
+        }
+    }
+}
+
+/// Bytes read from stdin at once.
+const CHUNK: usize = 64 * 1024;
+
+/// Reads stdin on a thread of its own and hands each line to `session` there, until EOF
+/// or a read error: for a stdin the runtime cannot watch (a file, a terminal). A thread,
+/// not tokio's stdin: that one hands every read to the blocking pool, which costs a warm
+/// exec two wake-ups more.
+fn read_lines(session: &mut Session) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut stdin = std::io::stdin().lock();
+    let mut chunk = vec![0u8; CHUNK];
+    let mut split = Splitter::default();
+    loop {
+        match stdin.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => split.feed(&chunk[..n], &mut |l| session.take(l)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    split.finish(&mut |l| session.take(l));
+    Ok(())
+}
+
+/// stdin, when it is a pipe or a socket (what an MCP client gives), watched by the
+/// runtime's poller: a request then wakes a worker directly, which reads it and runs it,
+/// with no hand-off from a reader thread. A copy of the descriptor, left blocking (others
+/// may share it): only what `FIONREAD` says is there is read, so no read ever blocks.
+fn watchable_stdin() -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use rustix::fs::FileType;
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let stat = rustix::fs::fstat(stdin.as_fd()).ok()?;
+    if !matches!(
+        FileType::from_raw_mode(stat.st_mode),
+        FileType::Fifo | FileType::Socket
+    ) {
+        return None;
+    }
+    let fd = stdin.as_fd().try_clone_to_owned().ok()?;
+    // SAFETY: the contract is that the descriptor stays open and names the same file
+    // description for the AsyncFd's whole life. It owns the OwnedFd, which owns the
+    // descriptor: nothing else closes or replaces it.
+    #[allow(unsafe_code)]
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    };
+    fd.ok()
+}
+
+/// What is in `fd` now, at most `buf.len()` bytes; `Ok(0)` at its end (`closed`: the other
+/// side hung up), `WouldBlock` when nothing is there yet.
+fn read_available(
+    fd: &std::os::fd::OwnedFd,
+    buf: &mut [u8],
+    closed: bool,
+) -> std::io::Result<usize> {
+    let available = rustix::io::ioctl_fionread(fd)?;
+    if available == 0 && !closed {
+        return Err(std::io::ErrorKind::WouldBlock.into());
+    }
+    let want = usize::try_from(available)
+        .unwrap_or(usize::MAX)
+        .clamp(1, buf.len());
+    let buf = buf.get_mut(..want).unwrap_or_default();
+    loop {
+        match rustix::io::read(fd, &mut *buf) {
+            Err(rustix::io::Errno::INTR) => {}
+            r => return Ok(r?),
+        }
+    }
+}
+
+/// Reads stdin on the runtime (see [`watchable_stdin`]) and hands each line to `session`,
+/// until EOF or a read error.
+async fn read_lines_polled(
+    session: &mut Session,
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+) -> std::io::Result<()> {
+    let mut chunk = vec![0u8; CHUNK];
+    let mut split = Splitter::default();
+    loop {
+        let mut ready = fd.readable().await?;
+        let closed = ready.ready().is_read_closed();
+        match ready.try_io(|fd| read_available(fd.get_ref(), &mut chunk, closed)) {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => split.feed(&chunk[..n], &mut |l| session.take(l)),
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => {}
+        }
+    }
+    split.finish(&mut |l| session.take(l));
+    Ok(())
 }
 
 /// Lines at most this long are written by the task that has them, when nothing is queued
@@ -258,11 +367,20 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
         era: None,
         runtime: tokio::runtime::Handle::current(),
     };
-    let (ended_tx, ended) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = ended_tx.send(read_lines(&mut session));
-    });
-    let read = ended.await.unwrap_or(Ok(()));
+    let read = match watchable_stdin() {
+        // On a worker, not here on the runtime's entry thread: a request spawned from a
+        // worker starts on the same worker.
+        Some(fd) => tokio::spawn(async move { read_lines_polled(&mut session, fd).await })
+            .await
+            .unwrap_or(Ok(())),
+        None => {
+            let (ended_tx, ended) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
+                let _ = ended_tx.send(read_lines(&mut session));
+            });
+            ended.await.unwrap_or(Ok(()))
+        }
+    };
     // EOF: the client is gone. Stop what still runs; nobody will read the answers.
     let handles: Vec<AbortHandle> = lock(&inflight).drain().map(|(_, h)| h).collect();
     for h in handles {
@@ -280,4 +398,55 @@ fn requested_modern(params: Option<&Value>) -> bool {
         .and_then(|m| m.get(shared::mcp::META_PROTOCOL_VERSION))
         .and_then(Value::as_str)
         == Some(MODERN_VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a splitter makes of `chunks`, fed one after another.
+    fn split(chunks: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        let mut take = |l: Line| {
+            out.push(match l {
+                Line::Read(bytes) => Some(bytes),
+                Line::TooLarge => None,
+            })
+        };
+        let mut s = Splitter::default();
+        for c in chunks {
+            s.feed(c, &mut take);
+        }
+        s.finish(&mut take);
+        out
+    }
+
+    #[test]
+    fn lines_are_split_across_and_within_reads() {
+        assert_eq!(
+            split(&[b"{\"a\":1}\n{\"b\"", b":2}\n\n{\"c\":3}"]),
+            [
+                Some(b"{\"a\":1}\n".to_vec()),
+                Some(b"{\"b\":2}\n".to_vec()),
+                Some(b"\n".to_vec()),
+                // The last line needs no newline.
+                Some(b"{\"c\":3}".to_vec()),
+            ]
+        );
+        assert!(split(&[]).is_empty());
+        assert!(split(&[b"", b""]).is_empty());
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_answered_once_and_skipped() {
+        let big = vec![b'x'; MAX_LINE];
+        // MAX_LINE bytes with their newline fit; one more does not.
+        let fits = [&big[..MAX_LINE - 1], b"\n"].concat();
+        assert_eq!(split(&[&fits]), [Some(fits.clone())]);
+        let out = split(&[&big, b"yyy", b"y\nnext\n"]);
+        assert_eq!(out, [None, Some(b"next\n".to_vec())]);
+        // Over the limit in one read, and at the end of input without a newline.
+        let out = split(&[&[&big[..], b"x\nok\n"].concat(), &big, b"z"]);
+        assert_eq!(out, [None, Some(b"ok\n".to_vec()), None]);
+    }
 }

@@ -239,6 +239,7 @@ impl Docker {
             if let Some(host_pid) = info.pid.filter(|p| *p > 1) {
                 let status = tokio::process::Command::new("kill")
                     .args(["-KILL", "--", &format!("-{host_pid}")])
+                    .stdin(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .status()
                     .await;

@@ -8,12 +8,27 @@ const FILES: [&str; 2] = [
     "/sys/fs/cgroup/memory/memory.oom_control",
 ];
 
+/// The count's file, opened once: a read from offset 0 makes the kernel write it anew, so
+/// each look is one `pread` instead of an open, reads and a close.
+static FILE: std::sync::LazyLock<Option<std::fs::File>> = std::sync::LazyLock::new(|| {
+    FILES.iter().find_map(|f| {
+        let file = std::fs::File::open(f).ok()?;
+        read(&file).is_some().then_some(file)
+    })
+});
+
+/// The `oom_kill` value in `file`, read from its start.
+fn read(file: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 1024];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    parse(std::str::from_utf8(buf.get(..n)?).ok()?)
+}
+
 /// The number of processes the out-of-memory killer ended in this computer's cgroup, or
 /// `None` where no memory cgroup is visible.
 pub fn kills() -> Option<u64> {
-    FILES
-        .iter()
-        .find_map(|f| std::fs::read_to_string(f).ok().and_then(|t| parse(&t)))
+    FILE.as_ref().and_then(read)
 }
 
 /// The `oom_kill` value of a `memory.events` or `memory.oom_control` text.

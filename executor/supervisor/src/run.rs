@@ -4,9 +4,10 @@
 //! A [`Run`] is run on one thread from start to end, and may be stopped half-way and moved:
 //! a connection's thread runs a command inline (no hand-off to another thread between the
 //! command's exit and its `Exit` frame) until the connection has something to say, and
-//! then hands the rest to a worker. Its end is seen through a pidfd and reaped here; where
-//! the kernel refuses pidfds, the reaper thread reports it instead, and the run never runs
-//! inline (it could not watch the connection while it waits for the exit).
+//! then hands the rest to a worker. Its end is seen through a pidfd and reaped here, as
+//! soon as it comes (even while its output is still open, so no zombie waits for it);
+//! where the kernel refuses pidfds, the reaper thread reports it instead, and the run never
+//! runs inline (it could not watch the connection while it waits for the exit).
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -28,7 +29,7 @@ pub(crate) struct Job {
     pub(crate) pgid: i32,
     /// A pidfd of the job's first process, where the kernel gives one.
     pub(crate) pidfd: Option<OwnedFd>,
-    /// Its exit status, from the reaper (when the reaper reaps it first).
+    /// Its exit status, from the reaper (when there is no pidfd, or waiting on it failed).
     pub(crate) exit_rx: Receiver<i32>,
     /// Its stdout and stderr, until each is closed.
     pub(crate) pipes: Vec<(Kind, std::fs::File)>,
@@ -42,6 +43,8 @@ pub(crate) struct Job {
 /// A job being run; see the module's docs.
 pub(crate) struct Run {
     job: Job,
+    /// Its first process's exit code, once reaped.
+    code: Option<i32>,
     used: u64,
     killed_at: Option<Instant>,
     timed_out: bool,
@@ -67,6 +70,7 @@ impl Run {
     pub(crate) fn new(job: Job) -> Self {
         Self {
             job,
+            code: None,
             used: 0,
             killed_at: None,
             timed_out: false,
@@ -86,7 +90,11 @@ impl Run {
         if self.pump(watch) {
             return Some(self);
         }
-        let status = match self.wait_exit(watch) {
+        let status = match self.code {
+            Some(code) => Some(code),
+            None => self.wait_exit(watch),
+        };
+        let status = match status {
             Some(code) => code,
             None => return Some(self),
         };
@@ -134,13 +142,17 @@ impl Run {
         while !self.job.pipes.is_empty() {
             self.check_deadline();
             let tick = self.tick();
-            let (ready, watched) = {
+            let (ready, ended, watched) = {
                 let mut fds: Vec<PollFd<'_>> = self
                     .job
                     .pipes
                     .iter()
                     .map(|(_, f)| PollFd::new(f, PollFlags::IN))
                     .collect();
+                let pidfd = self.job.pidfd.as_ref().filter(|_| self.code.is_none());
+                if let Some(p) = pidfd {
+                    fds.push(PollFd::new(p, PollFlags::IN));
+                }
                 if let Some(w) = &watch {
                     fds.push(PollFd::from_borrowed_fd(*w, PollFlags::IN));
                 }
@@ -154,10 +166,14 @@ impl Run {
                 }
                 let mut ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
                 let watched = watch.is_some() && ready.pop() == Some(true);
-                (ready, watched)
+                let ended = pidfd.is_some() && ready.pop() == Some(true);
+                (ready, ended, watched)
             };
             if watched {
                 return true;
+            }
+            if ended {
+                self.reap_now();
             }
             if !ready.contains(&true) {
                 if self.killed()
@@ -208,11 +224,36 @@ impl Run {
         false
     }
 
+    /// Reaps the first process, which has ended, keeping its code for the report.
+    fn reap_now(&mut self) {
+        let Some(pidfd) = self.job.pidfd.take() else {
+            return;
+        };
+        match self.reap(&pidfd) {
+            Reap::Code(code) => self.code = Some(code),
+            Reap::NotYet => self.job.pidfd = Some(pidfd),
+            Reap::Unsupported => self.leave_to_reaper(),
+        }
+    }
+
+    /// This kernel cannot wait on a pidfd (5.3): the reaper reaps the process and tells.
+    fn leave_to_reaper(&mut self) {
+        self.job.pidfd = None;
+        if let Some(w) = lock(&self.job.state.reaped).waiters.get_mut(&self.job.pgid) {
+            w.watched = false;
+        }
+    }
+
     /// The job's exit code (output closed; the deadline still holds until it exits).
     /// `None`: `watch` became readable first.
     fn wait_exit(&mut self, watch: Option<BorrowedFd<'_>>) -> Option<i32> {
         let Some(pidfd) = self.job.pidfd.take() else {
-            return Some(self.wait_reaper());
+            // The reaper tells, on a thread that need not watch anything else.
+            return if watch.is_some() {
+                None
+            } else {
+                Some(self.wait_reaper())
+            };
         };
         let code = loop {
             match self.reap(&pidfd) {
@@ -220,8 +261,14 @@ impl Run {
                 Reap::NotYet => {}
                 // A kernel with pidfds but no waitid on them (5.3): the reaper tells, on a
                 // thread that need not watch anything else.
-                Reap::Unsupported if watch.is_some() => break None,
-                Reap::Unsupported => break Some(self.wait_reaper()),
+                Reap::Unsupported => {
+                    self.leave_to_reaper();
+                    return if watch.is_some() {
+                        None
+                    } else {
+                        Some(self.wait_reaper())
+                    };
+                }
             }
             self.check_deadline();
             let tick = self.tick();
@@ -232,19 +279,25 @@ impl Run {
             match rustix::event::poll(&mut fds, Some(&tick)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 // No way to watch it any more: the reaper tells.
-                Err(_) => break Some(self.wait_reaper()),
+                Err(_) => {
+                    self.leave_to_reaper();
+                    return Some(self.wait_reaper());
+                }
             }
             if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
                 break None;
             }
         };
-        self.job.pidfd = Some(pidfd);
+        if code.is_none() {
+            self.job.pidfd = Some(pidfd);
+        }
         code
     }
 
-    /// Reaps the job's first process if it has exited; if the reaper got it first, its
-    /// code comes from the reaper (which is handing it over right now). Through the pidfd,
-    /// never the pid: a pid freed by the reaper may already name another job's process.
+    /// Reaps the job's first process if it has exited. Through the pidfd, never the pid: a
+    /// pid freed by the reaper may already name another job's process. The reaper leaves a
+    /// watched process alone; should it have reaped this one anyway, it sent the code
+    /// before it let go of the lock.
     fn reap(&self, pidfd: &OwnedFd) -> Reap {
         use rustix::process::{WaitId, WaitIdOptions};
         // Under the reaper's lock: no new process can be registered under this pid
@@ -259,7 +312,7 @@ impl Run {
             Ok(None) => Reap::NotYet,
             Err(rustix::io::Errno::CHILD) => {
                 drop(reaped);
-                Reap::Code(self.job.exit_rx.recv().unwrap_or(255))
+                Reap::Code(self.job.exit_rx.try_recv().unwrap_or(255))
             }
             Err(_) => Reap::Unsupported,
         }

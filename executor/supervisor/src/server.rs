@@ -3,10 +3,12 @@
 //! and reaps every child (it is PID 1 in a computer).
 //!
 //! Threads, not async: a job is a handful of blocking reads and one wait, and the binary
-//! must stay small and static. One reaper thread owns `wait()`: every exit status goes
-//! through it, so no spawn can race another waiter. A connection that ends (the server went
-//! away) kills the jobs it started. Frames from the socket are untrusted: malformed ones
-//! end that connection, never the supervisor.
+//! must stay small and static. A job's run reaps its own first process through a pidfd;
+//! the reaper thread reaps everything else (orphans, whose parent was us or who were
+//! reparented to us, and jobs where the kernel gave no pidfd), woken by `SIGCHLD` through a
+//! signalfd, and never takes a process a run watches, so a run never waits for a hand-off.
+//! A connection that ends (the server went away) kills the jobs it started. Frames from
+//! the socket are untrusted: malformed ones end that connection, never the supervisor.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -20,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::process::{Pid, Signal};
 
 use crate::frame::{CHUNK, ExitInfo, Frame, FrameError, JobControl, Kind, PONG_FILES, StartSpec};
 use crate::jobs::{Jobs, Kept};
@@ -36,10 +38,20 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Exit statuses, handed from the reaper to whoever waits for a pid.
+/// Who waits for a job's first process to end, by its pid.
+pub(crate) struct Waiter {
+    /// Where the reaper sends the exit code when it reaps the process.
+    pub(crate) tx: Sender<i32>,
+    /// Its run reaps it through a pidfd: the reaper leaves it alone.
+    pub(crate) watched: bool,
+}
+
+/// Exit statuses, handed from the reaper to whoever waits for a pid. Spawning, reaping and
+/// the registration of waiters all happen under its lock, so no pid is reaped between its
+/// spawn and its registration.
 #[derive(Default)]
 pub(crate) struct Reaped {
-    pub(crate) waiters: HashMap<i32, Sender<i32>>,
+    pub(crate) waiters: HashMap<i32, Waiter>,
 }
 
 /// Shared state of the supervisor.
@@ -48,8 +60,6 @@ pub(crate) struct State {
     /// Kept jobs: they outlive the connection that started them.
     pub(crate) kept: Jobs,
     pub(crate) reaped: Mutex<Reaped>,
-    /// Wakes the reaper when it has no children and a job was just spawned.
-    spawned: (Mutex<u64>, std::sync::Condvar),
     /// Process groups of every running job, for shutdown.
     pub(crate) groups: Mutex<HashMap<i32, ()>>,
 }
@@ -61,11 +71,6 @@ pub(crate) fn code_of(exit_status: Option<i32>, signal: Option<i32>) -> i32 {
         (None, Some(sig)) => 128 + sig,
         (None, None) => 255,
     }
-}
-
-/// Shell-style code of a wait status.
-fn shell_code(status: rustix::process::WaitStatus) -> i32 {
-    code_of(status.exit_status(), status.terminating_signal())
 }
 
 /// The environment variable that marks every process of a job: a process that leaves the
@@ -126,28 +131,73 @@ pub(crate) fn settle_group(pgid: i32) {
     }
 }
 
+/// How long the reaper sleeps when no `SIGCHLD` comes: the safety net, and how soon it
+/// looks again past a watched process that its run has not reaped yet.
+const REAPER_TICK: Duration = Duration::from_millis(100);
+const REAPER_RETRY: Duration = Duration::from_millis(5);
+
+/// Blocks `SIGCHLD` in the calling thread (and so in every thread it starts): the reaper
+/// takes it from a signalfd, and no handler interrupts a job's thread. Spawned processes
+/// start with an empty mask.
+pub(crate) fn block_sigchld() {
+    let _ = nix::sys::signal::SigSet::from(nix::sys::signal::Signal::SIGCHLD).thread_block();
+}
+
 fn reaper(state: Arc<State>) {
-    let (count, wake) = &state.spawned;
+    use nix::sys::signal::{SigSet, Signal as NixSignal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let sigchld = SignalFd::with_flags(
+        &SigSet::from(NixSignal::SIGCHLD),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )
+    .ok();
     loop {
-        // Read the spawn count before waiting, so a spawn that races ECHILD is not missed.
-        let seen = *lock(count);
-        match rustix::process::wait(WaitOptions::empty()) {
-            Ok(Some((pid, status))) => {
-                let waiter = lock(&state.reaped)
-                    .waiters
-                    .remove(&pid.as_raw_nonzero().get());
-                if let Some(tx) = waiter {
-                    let _ = tx.send(shell_code(status));
-                }
+        let wait = if reap_unwatched(&state) {
+            REAPER_RETRY
+        } else {
+            REAPER_TICK
+        };
+        match &sigchld {
+            Some(fd) => {
+                let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                let tick = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: i64::from(wait.subsec_nanos()),
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&tick));
+                while let Ok(Some(_)) = fd.read_signal() {}
             }
-            Err(rustix::io::Errno::INTR) | Ok(None) => {}
-            // No children: sleep until a job is spawned (the timeout is only a safety net).
-            Err(_) => {
-                let guard = lock(count);
-                if *guard == seen {
-                    let _ = wake.wait_timeout(guard, Duration::from_millis(500));
-                }
-            }
+            None => thread::sleep(REAPER_RETRY),
+        }
+    }
+}
+
+/// Reaps every ended child that no run watches, and hands its code to its waiter if it has
+/// one. `true` when it stopped at an ended process whose run will reap it (the kernel shows
+/// ended children oldest first, so the ones behind it wait for the next look).
+fn reap_unwatched(state: &State) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    loop {
+        let mut reaped = lock(&state.reaped);
+        let peek = waitid(
+            Id::All,
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        );
+        let pid = match peek {
+            Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..)) => pid,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return false,
+        };
+        if reaped.waiters.get(&pid.as_raw()).is_some_and(|w| w.watched) {
+            return true;
+        }
+        let code = match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
+            Ok(WaitStatus::Exited(_, code)) => code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
+            _ => continue,
+        };
+        if let Some(w) = reaped.waiters.remove(&pid.as_raw()) {
+            let _ = w.tx.send(code);
         }
     }
 }
@@ -320,13 +370,25 @@ pub(crate) fn launch(
     });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let (exit_tx, exit_rx) = mpsc::channel();
-    let mut child = {
-        // Spawn and register under the reaper's lock, so it cannot see the pid first.
+    // Spawn, open its pidfd and register under the reaper's lock: the reaper cannot reap
+    // it before the pidfd is open (so the pidfd names this process, never a later one with
+    // the same pid), and it leaves a watched process to its run. Where the kernel or a
+    // seccomp profile refuses pidfds, the reaper reaps it and tells.
+    let (mut child, pidfd) = {
         let mut reaped = lock(&state.reaped);
         match cmd.spawn() {
             Ok(c) => {
-                reaped.waiters.insert(c.id() as i32, exit_tx);
-                c
+                let pidfd = Pid::from_raw(c.id() as i32).and_then(|pid| {
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+                });
+                reaped.waiters.insert(
+                    c.id() as i32,
+                    Waiter {
+                        tx: exit_tx,
+                        watched: pidfd.is_some(),
+                    },
+                );
+                (c, pidfd)
             }
             Err(e) => {
                 drop(reaped);
@@ -337,11 +399,6 @@ pub(crate) fn launch(
     };
     let pgid = child.id() as i32;
     lock(&TAGS).insert(pgid, tag);
-    {
-        let (count, wake) = &state.spawned;
-        *lock(count) += 1;
-        wake.notify_all();
-    }
     lock(&state.groups).insert(pgid, ());
     if let Sink::Stream { w, job, .. } = &sink
         && !spec.quiet
@@ -398,11 +455,6 @@ pub(crate) fn launch(
     let deadline = now
         .checked_add(Duration::from_millis(spec.timeout_ms.max(1)))
         .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
-    // The pidfd lets the job's own task see and reap its end (no hand-off from the
-    // reaper); where the kernel or a seccomp profile refuses it, the reaper tells.
-    let pidfd = Pid::from_raw(pgid).and_then(|pid| {
-        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-    });
     drop(child);
     let run = Run::new(crate::run::Job {
         state: state.clone(),
@@ -596,6 +648,8 @@ pub fn run(socket: &Path, host_socket: Option<(&Path, u32)>) -> io::Result<()> {
     if rustix::process::getpid().as_raw_nonzero().get() != 1 {
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     }
+    // Before any thread is started, so that every thread blocks it.
+    block_sigchld();
     let state = Arc::new(State::default());
     {
         let state = state.clone();

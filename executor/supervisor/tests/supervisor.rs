@@ -376,6 +376,72 @@ fn issue_18_a_command_run_inline_keeps_codes_deadlines_and_the_connection() {
     assert_eq!(order, [501, 500]);
 }
 
+/// A run reaps its own process through a pidfd, as soon as it ends, even while its output
+/// is still held open; the reaper takes the rest (orphans) when `SIGCHLD` comes, and never
+/// a process a run watches. No zombie is left waiting in either case.
+#[test]
+fn issue_18_ends_are_reaped_at_once_by_their_run_or_the_reaper() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    // The shell ends at once; the `sleep` it leaves holds the output for a second.
+    let started = Instant::now();
+    send_start(
+        &mut s,
+        600,
+        &spec(&["sh", "-c", "sleep 1 & exit 5"], 10_000, 100),
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        zombie_children(sup.child.id()),
+        0,
+        "the ended shell waits as a zombie for its output to close"
+    );
+    let o = collect(&mut s, 600);
+    assert_eq!(o.exit.code, 5);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the output was not awaited"
+    );
+    // An orphan (its parent ended; it is ours now) is reaped by the reaper when it ends.
+    let o = run(
+        &mut s,
+        601,
+        &spec(
+            &["sh", "-c", "(sleep 0.3 >/dev/null 2>&1 &); exit 0"],
+            10_000,
+            100,
+        ),
+    );
+    assert_eq!(o.exit.code, 0);
+    assert!(
+        running(&["sleep", "0.3"]) >= 1,
+        "the orphan was not running: this test proves nothing"
+    );
+    std::thread::sleep(Duration::from_millis(900));
+    assert_eq!(running(&["sleep", "0.3"]), 0);
+    assert_eq!(
+        zombie_children(sup.child.id()),
+        0,
+        "an orphan was left a zombie"
+    );
+    // Codes still come back right, interleaved with orphans ending.
+    for i in 0..50u32 {
+        let code = i % 5;
+        let o = run(
+            &mut s,
+            700 + i,
+            &spec(
+                &["sh", "-c", &format!("(sleep 0.01 &); exit {code}")],
+                10_000,
+                100,
+            ),
+        );
+        assert_eq!(o.exit.code, code as i32, "run {i}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(zombie_children(sup.child.id()), 0, "zombies left behind");
+}
+
 #[test]
 fn issue_3_sigterm_stops_everything() {
     let mut sup = start();

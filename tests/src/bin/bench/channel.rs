@@ -1,5 +1,6 @@
 //! Issue 18: a warm exec of `true` over the direct supervisor channel and over the relay,
-//! each a raw round trip (JSON-RPC lines on the server's stdio, no SDK in the way), next to
+//! each a raw round trip (JSON-RPC lines on the server's stdio, no SDK in the way, timed by
+//! a blocking client so that no async runtime's hand-offs are counted), next to
 //! the floor: a fork+exec of `true` inside the same container, timed by the supervisor
 //! (`msc-supervisor spawn-floor`).
 
@@ -72,20 +73,84 @@ impl Raw {
         }
     }
 
-    async fn exec_true(&mut self, computer_id: &str) -> Result<()> {
-        let answer = self
-            .request(
-                "tools/call",
-                json!({"name": "terminal_execute", "arguments": {"args": ["true"], "computer_id": computer_id}}),
-            )
-            .await?;
+    pub(super) async fn stop(mut self) -> Result<()> {
+        drop(self.stdin);
+        self.child.wait().await?;
+        Ok(())
+    }
+}
+
+/// The same raw client, blocking: one thread writes a request and blocks reading its
+/// answer, so an async runtime's own hand-offs (its poller waking the awaiting task on
+/// another thread) are not counted as the server's. The channel's rows use it.
+struct Blocking {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    next: u64,
+    line: String,
+}
+
+impl Blocking {
+    fn start(t: &str, opts: &ServerOpts) -> Result<Self> {
+        let mut cmd = command(t, &state_dir(t), opts);
+        let cmd = cmd
+            .as_std_mut()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log_file(t));
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
+        let mut raw = Self {
+            child,
+            stdin,
+            out,
+            next: 1,
+            line: String::new(),
+        };
+        raw.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}),
+        )?;
+        use std::io::Write;
+        raw.stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")?;
+        Ok(raw)
+    }
+
+    fn request(&mut self, method: &str, params: serde_json::Value) -> Result<&str> {
+        use std::io::{BufRead, Write};
+        let id = self.next;
+        self.next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.stdin.write_all(format!("{line}\n").as_bytes())?;
+        let want = format!("\"id\":{id}");
+        loop {
+            self.line.clear();
+            anyhow::ensure!(
+                self.out.read_line(&mut self.line)? > 0,
+                "the server closed stdout"
+            );
+            // Notifications (progress, logs) may come first.
+            if self.line.contains(&want) {
+                return Ok(&self.line);
+            }
+        }
+    }
+
+    fn exec_true(&mut self, computer_id: &str) -> Result<()> {
+        let answer = self.request(
+            "tools/call",
+            json!({"name": "terminal_execute", "arguments": {"args": ["true"], "computer_id": computer_id}}),
+        )?;
         anyhow::ensure!(answer.contains("\"exit_code\":0"), "{answer}");
         Ok(())
     }
 
-    pub(super) async fn stop(mut self) -> Result<()> {
+    fn stop(mut self) -> Result<()> {
         drop(self.stdin);
-        self.child.wait().await?;
+        self.child.wait()?;
         Ok(())
     }
 }
@@ -118,24 +183,32 @@ async fn spawn_floor(d: &bollard::Docker, container: &str) -> Result<f64> {
 
 pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     let d = docker()?;
-    let mut direct = Raw::start(t, &ServerOpts::default()).await?;
-    let mut relay = Raw::start(t, &ServerOpts::default().arg("--supervisor-channel=relay")).await?;
     let (di, ri) = (format!("{t}-chand"), format!("{t}-chanr"));
-    for _ in 0..50 {
-        direct.exec_true(&di).await?;
-        relay.exec_true(&ri).await?;
-    }
-    let (mut dv, mut rv) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
-    for i in 0..RUNS * 2 {
-        let s = Instant::now();
-        if i % 2 == 0 {
-            direct.exec_true(&di).await?;
-            dv.push(ms(s.elapsed()));
-        } else {
-            relay.exec_true(&ri).await?;
-            rv.push(ms(s.elapsed()));
-        }
-    }
+    let (direct, relay, mut dv, mut rv) = {
+        let (t, di, ri) = (t.to_owned(), di.clone(), ri.clone());
+        tokio::task::spawn_blocking(move || -> Result<_> {
+            let mut direct = Blocking::start(&t, &ServerOpts::default())?;
+            let mut relay =
+                Blocking::start(&t, &ServerOpts::default().arg("--supervisor-channel=relay"))?;
+            for _ in 0..50 {
+                direct.exec_true(&di)?;
+                relay.exec_true(&ri)?;
+            }
+            let (mut dv, mut rv) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
+            for i in 0..RUNS * 2 {
+                let s = Instant::now();
+                if i % 2 == 0 {
+                    direct.exec_true(&di)?;
+                    dv.push(ms(s.elapsed()));
+                } else {
+                    relay.exec_true(&ri)?;
+                    rv.push(ms(s.elapsed()));
+                }
+            }
+            Ok((direct, relay, dv, rv))
+        })
+        .await??
+    };
     let floor = spawn_floor(&d, &format!("kilntainer-{di}")).await?;
     dv.sort_by(f64::total_cmp);
     rv.sort_by(f64::total_cmp);
@@ -164,7 +237,10 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         target: "direct <= relay".into(),
         pass: d50 <= r50,
     });
-    direct.stop().await?;
-    relay.stop().await?;
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        direct.stop()?;
+        relay.stop()
+    })
+    .await??;
     Ok(())
 }
