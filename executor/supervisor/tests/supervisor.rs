@@ -407,18 +407,18 @@ fn issue_18_ends_are_reaped_at_once_by_their_run_or_the_reaper() {
         &mut s,
         601,
         &spec(
-            &["sh", "-c", "(sleep 0.3 >/dev/null 2>&1 &); exit 0"],
+            &["sh", "-c", "(sleep 0.7 >/dev/null 2>&1 &); exit 0"],
             10_000,
             100,
         ),
     );
     assert_eq!(o.exit.code, 0);
     assert!(
-        running(&["sleep", "0.3"]) >= 1,
+        running(&["sleep", "0.7"]) >= 1,
         "the orphan was not running: this test proves nothing"
     );
-    std::thread::sleep(Duration::from_millis(900));
-    assert_eq!(running(&["sleep", "0.3"]), 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(running(&["sleep", "0.7"]), 0);
     assert_eq!(
         zombie_children(sup.child.id()),
         0,
