@@ -98,10 +98,11 @@ fn read_lines(session: &mut Session) -> std::io::Result<()> {
     Ok(())
 }
 
-/// stdin, when it is a pipe or a socket (what an MCP client gives), watched by the
-/// runtime's poller: a request then wakes a worker directly, which reads it and runs it,
-/// with no hand-off from a reader thread. A copy of the descriptor, left blocking (others
-/// may share it): only what `FIONREAD` says is there is read, so no read ever blocks.
+/// stdin, when it is a pipe or a socket (what an MCP client gives) that answers
+/// `FIONREAD`, watched by the runtime's poller: a request then wakes a worker directly,
+/// which reads it and runs it, with no hand-off from a reader thread. A copy of the
+/// descriptor, left blocking (others may share it): only what `FIONREAD` says is there is
+/// read, so no read ever blocks.
 fn watchable_stdin() -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
     use rustix::fs::FileType;
     use std::os::fd::AsFd;
@@ -113,6 +114,8 @@ fn watchable_stdin() -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
     ) {
         return None;
     }
+    // Where the kernel cannot say how much is waiting, the thread reads.
+    rustix::io::ioctl_fionread(stdin.as_fd()).ok()?;
     let fd = stdin.as_fd().try_clone_to_owned().ok()?;
     // SAFETY: the contract is that the descriptor stays open and names the same file
     // description for the AsyncFd's whole life. It owns the OwnedFd, which owns the

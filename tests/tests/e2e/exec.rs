@@ -374,3 +374,96 @@ async fn issue_2_progress_while_a_computer_starts_and_missing_image() -> anyhow:
     c.cancel().await?;
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
+
+/// stdin is read on the runtime's poller when it is a pipe or a socket, and by a thread
+/// when it is a file: every kind is served, and the session ends at EOF. (At EOF what still
+/// runs is stopped, so a file's requests other than `initialize`, which is answered at
+/// once, are not answered: the file's last line, without its newline, is one.)
+#[tokio::test]
+async fn issue_18_stdin_as_a_file_a_pipe_or_a_socket() -> anyhow::Result<()> {
+    use std::io::Write;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let t = tag("stdinkinds");
+    let init = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+            "capabilities": {}, "clientInfo": {"name": "k", "version": "1"}}})
+        .to_string()
+    };
+    let lines = [
+        init(1),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string(),
+    ];
+    for kind in ["file", "pipe", "socket"] {
+        let mut cmd = command(&t, &state_dir(&t), &ServerOpts::default());
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(log_file(&t)));
+        let mut socket = None;
+        match kind {
+            "file" => {
+                let path = state_dir(&t).join("requests.jsonl");
+                std::fs::write(&path, format!("{}\n{}", init(1), init(3)))?;
+                cmd.stdin(std::fs::File::open(&path)?);
+            }
+            "pipe" => {
+                cmd.stdin(std::process::Stdio::piped());
+            }
+            _ => {
+                let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+                cmd.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                    theirs,
+                )));
+                socket = Some(ours);
+            }
+        }
+        let mut child = cmd.spawn()?;
+        let mut pipe = child.stdin.take();
+        let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        if let Some(p) = &mut pipe {
+            p.write_all(input.as_bytes()).await?;
+        }
+        if let Some(s) = &mut socket {
+            s.write_all(input.as_bytes())?;
+        }
+        let want = if kind == "file" {
+            vec![1, 3]
+        } else {
+            vec![1, 2, 3]
+        };
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        while seen.len() < want.len() {
+            let line = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+                .await
+                .map_err(|_| anyhow::anyhow!("{kind}: answers {seen:?} of {want:?}"))??
+                .ok_or_else(|| anyhow::anyhow!("{kind}: stdout closed after {seen:?}"))?;
+            let v: serde_json::Value = serde_json::from_str(&line)?;
+            match v["id"].as_u64() {
+                Some(2) => assert!(
+                    v["result"]["tools"]
+                        .as_array()
+                        .is_some_and(|t| !t.is_empty()),
+                    "{v}"
+                ),
+                Some(3) if kind != "file" => assert_eq!(v["result"], json!({})),
+                Some(1 | 3) => assert!(v["result"]["serverInfo"].is_object(), "{v}"),
+                _ => anyhow::bail!("{kind}: unexpected {v}"),
+            }
+            seen.push(v["id"].as_u64().unwrap_or_default());
+        }
+        // Requests run concurrently: answers come in any order.
+        seen.sort_unstable();
+        assert_eq!(seen, want, "{kind}");
+        // EOF ends the session.
+        drop(pipe);
+        if let Some(s) = &socket {
+            s.shutdown(std::net::Shutdown::Write)?;
+        }
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .map_err(|_| anyhow::anyhow!("{kind}: the session did not end at EOF"))??;
+        assert!(status.success(), "{kind}: {status}");
+    }
+    Ok(())
+}
