@@ -215,16 +215,22 @@ impl Out {
             st.busy = true;
             drop(st);
             let ok = write_line(&line);
-            let mut st = self.state();
-            st.busy = false;
-            st.broken |= !ok;
-            if !st.queue.is_empty() || st.broken {
-                self.wake.notify_one();
-            }
-            return;
+            return self.written_inline(ok);
         }
         st.queue.push_back(line);
         self.wake.notify_one();
+    }
+
+    /// A line written inline is out (`ok`: stdout took it).
+    fn written_inline(&self, ok: bool) {
+        let mut st = self.state();
+        st.busy = false;
+        st.broken |= !ok;
+        // The writer may be waiting for this line to be out: for the next queued line, or
+        // to end (it was told to while this line was being written).
+        if !st.queue.is_empty() || st.broken || st.done {
+            self.wake.notify_one();
+        }
     }
 
     /// The writer thread: writes queued lines until [`Out::finish`] and an empty queue.
@@ -422,6 +428,35 @@ mod tests {
         }
         s.finish(&mut take);
         out
+    }
+
+    /// The writer is told to end while a line is being written inline: it ends once the
+    /// line is out (it used to wait for a wake-up that never came, and the session never
+    /// ended at EOF).
+    #[test]
+    fn the_writer_ends_after_an_inline_line_it_waited_for() {
+        let out = Arc::new(Out::default());
+        out.state().busy = true;
+        let writer = {
+            let out = out.clone();
+            std::thread::spawn(move || out.write_queued())
+        };
+        out.finish();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !writer.is_finished(),
+            "the writer ended while a line was being written"
+        );
+        out.written_inline(true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !writer.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer did not end"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        writer.join().expect("writer");
     }
 
     #[test]
