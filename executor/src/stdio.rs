@@ -25,7 +25,7 @@ fn key(id: &Value) -> String {
     id.to_string()
 }
 
-/// One line of stdin, read on the reader thread.
+/// One line of stdin, as the [`Splitter`] cut it.
 enum Line {
     Read(Vec<u8>),
     /// Over [`MAX_LINE`]; the rest of it was skipped.
