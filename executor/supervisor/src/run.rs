@@ -244,16 +244,21 @@ impl Run {
         }
     }
 
+    /// The exit code as the reaper tells it, waited for only on a thread that need not
+    /// watch anything else (`None` with `watch`: the run moves to a worker).
+    fn by_reaper(&mut self, watch: Option<BorrowedFd<'_>>) -> Option<i32> {
+        if watch.is_some() {
+            None
+        } else {
+            Some(self.wait_reaper())
+        }
+    }
+
     /// The job's exit code (output closed; the deadline still holds until it exits).
     /// `None`: `watch` became readable first.
     fn wait_exit(&mut self, watch: Option<BorrowedFd<'_>>) -> Option<i32> {
         let Some(pidfd) = self.job.pidfd.take() else {
-            // The reaper tells, on a thread that need not watch anything else.
-            return if watch.is_some() {
-                None
-            } else {
-                Some(self.wait_reaper())
-            };
+            return self.by_reaper(watch);
         };
         let code = loop {
             match self.reap(&pidfd) {
@@ -263,11 +268,7 @@ impl Run {
                 // thread that need not watch anything else.
                 Reap::Unsupported => {
                     self.leave_to_reaper();
-                    return if watch.is_some() {
-                        None
-                    } else {
-                        Some(self.wait_reaper())
-                    };
+                    return self.by_reaper(watch);
                 }
             }
             self.check_deadline();

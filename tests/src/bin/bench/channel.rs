@@ -17,6 +17,12 @@ use super::{Row, ms, pct};
 
 const RUNS: usize = 500;
 
+/// The raw clients' `initialize` parameters, and the notification that follows it.
+fn initialize_params() -> serde_json::Value {
+    json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}})
+}
+const INITIALIZED: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+
 /// A server on stdio driven with raw JSON-RPC lines.
 pub(super) struct Raw {
     child: tokio::process::Child,
@@ -40,14 +46,8 @@ impl Raw {
             out,
             next: 1,
         };
-        raw.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}),
-        )
-        .await?;
-        raw.stdin
-            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
-            .await?;
+        raw.request("initialize", initialize_params()).await?;
+        raw.stdin.write_all(INITIALIZED).await?;
         Ok(raw)
     }
 
@@ -109,13 +109,9 @@ impl Blocking {
             next: 1,
             line: String::new(),
         };
-        raw.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}),
-        )?;
+        raw.request("initialize", initialize_params())?;
         use std::io::Write;
-        raw.stdin
-            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")?;
+        raw.stdin.write_all(INITIALIZED)?;
         Ok(raw)
     }
 
