@@ -201,17 +201,20 @@ fn body_refused(e: &BodyError) -> Response {
 
 /// `GET /v1/health` (no auth): the backend served here, the host's CPUs, and the load.
 async fn health(State(s): State<Arc<ApiState>>) -> Response {
-    let name = s.computers.backend().name();
-    let mut backends = vec![name.to_owned()];
-    if name == "go_busybox" {
-        backends.push("wasm".to_owned());
-    }
+    let backend = s.computers.backend();
+    let backends = backend
+        .kind()
+        .served_names()
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
     let (computers, execs) = s.computers.load();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get() as u64);
     let h = Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         backends,
+        capabilities: backend.capabilities(),
         capacity: Capacity { cpus },
         load: Load { computers, execs },
     };
@@ -308,3 +311,6 @@ pub fn app(state: Arc<ApiState>) -> Router {
             crate::metrics::count_requests,
         ))
 }
+
+#[cfg(test)]
+mod tests;

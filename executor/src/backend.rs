@@ -1,8 +1,9 @@
 //! The place this server's computers live, chosen once at start: Docker/Podman
 //! containers, WebAssembly computers, Fly Machines, E2B or Modal sandboxes. Each
 //! implements [`Place`]; `computers` applies the registry on top and never asks which one
-//! it talks to, except for the `backend` name it shows.
+//! it talks to: it reads the kind's name and capabilities and calls the hooks.
 
+use shared::capabilities::{BackendKind, Capabilities, Capability, Unsupported};
 use shared::files::over_exec::{OverExec, PathInfo};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
@@ -28,6 +29,9 @@ pub enum Backend {
     Fly(Fly),
     E2b(E2b),
     Modal(Modal),
+    /// The in-memory backend of the controller's tests.
+    #[cfg(test)]
+    Fake(crate::fake::Fake),
 }
 
 /// `$body` with `$p` bound to the chosen backend, whatever it is.
@@ -39,13 +43,47 @@ macro_rules! each {
             Backend::Fly($p) => $body,
             Backend::E2b($p) => $body,
             Backend::Modal($p) => $body,
+            #[cfg(test)]
+            Backend::Fake($p) => $body,
         }
     };
 }
 
 impl Place for Backend {
+    fn kind(&self) -> BackendKind {
+        each!(self, p => p.kind())
+    }
+
     fn name(&self) -> &'static str {
         each!(self, p => p.name())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        each!(self, p => p.capabilities())
+    }
+
+    fn require(&self, cap: Capability) -> Result<(), Unsupported> {
+        each!(self, p => p.require(cap))
+    }
+
+    fn reserved(&self, id: &str) -> bool {
+        each!(self, p => p.reserved(id))
+    }
+
+    fn fresh_slug(&self, temporary: bool) -> Option<String> {
+        each!(self, p => p.fresh_slug(temporary))
+    }
+
+    fn background(&self) {
+        each!(self, p => p.background())
+    }
+
+    async fn close(&self) {
+        each!(self, p => Place::close(p).await)
+    }
+
+    async fn sweep(&self) {
+        each!(self, p => Place::sweep(p).await)
     }
 
     fn instance(&self) -> &str {

@@ -63,7 +63,7 @@ impl From<ComputersError> for BackendError {
 /// Fly Machines and E2B sandboxes; a team's carry it in the tag `mcp_team` (beside the
 /// key prefix).
 impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
-    fn name(&self) -> &'static str {
+    fn kind(&self) -> shared::capabilities::BackendKind {
         self.inner.kind()
     }
 

@@ -21,7 +21,7 @@ use shared::mcp::{CallContext, TaskAnswer, ToolHost};
 use shared::op::Op;
 use shared::registry::{Claimant, MemoryStore, Registry, Target};
 use shared::result::{
-    ComputerInfo, exec_structured, inventory, operation_error, structured_result,
+    ComputerInfo, Created, Deleted, exec_structured, inventory, operation_error, structured_result,
 };
 use shared::tasks::TaskMethod;
 use shared::validate::{ExecRequest, Program, ToolCall};
@@ -37,6 +37,8 @@ pub use crate::error::ComputerError;
 pub mod files;
 mod jobs;
 mod tasks;
+#[cfg(test)]
+mod tests;
 
 /// Does record `r` belong to `team` (`None`: a local server, whose computers have no team)?
 /// A team's computers carry both its key prefix and its name (Docker label, WASM
@@ -120,6 +122,24 @@ impl Computers {
         }
     }
 
+    /// The controller of a server whose backend is the in-memory `fake` (60 s timeout,
+    /// 1 MiB of output, a 300 s session timeout, no jobs in lists).
+    #[cfg(test)]
+    pub(crate) fn over_fake(fake: crate::fake::Fake) -> Arc<Computers> {
+        let defaults = ExecDefaults {
+            timeout_secs: 60,
+            output_limit: 1 << 20,
+            shell: None,
+            session_timeout_secs: 300,
+            list_jobs: false,
+        };
+        Arc::new(Computers::new(
+            Backend::Fake(fake),
+            defaults,
+            "fake-host".into(),
+        ))
+    }
+
     pub fn backend(&self) -> &Backend {
         &self.backend
     }
@@ -158,8 +178,7 @@ impl Computers {
         }
         let place = self.backend.name();
         // A slug reserved for a warm-pool member names no computer yet: no need to look.
-        let reserved = matches!(&self.backend, Backend::Docker(d) if d.pool_reserved(id));
-        let found = match reserved {
+        let found = match self.backend.reserved(id) {
             true => None,
             false => self.backend.find(id).await?,
         };
@@ -188,7 +207,7 @@ impl Computers {
         }
         self.registry()
             .adopt(id, place, record.temporary, claimant, now_ms())?;
-        if record.state != "running"
+        if !record.state.is_running()
             && let Err(e) = self.backend.start(id).await
         {
             let Ok(()) = self.registry().forget(id);
@@ -201,8 +220,7 @@ impl Computers {
     /// member's when one is ready (a team's computer is never one: its team is a label).
     fn new_slug(&self, temporary: bool, team: Option<&str>) -> String {
         if team.is_none()
-            && let Backend::Docker(d) = &self.backend
-            && let Some(slug) = d.pool_slug(temporary)
+            && let Some(slug) = self.backend.fresh_slug(temporary)
         {
             return slug;
         }
@@ -363,7 +381,7 @@ impl Computers {
         let mut items: Vec<ComputerInfo> = all.iter().map(|r| self.info(r, team)).collect();
         if self.defaults.list_jobs {
             let lists = all.iter().map(|r| async move {
-                if r.state != "running" {
+                if !r.state.is_running() {
                     return Some(Vec::new());
                 }
                 self.backend.job_list(&r.computer_id).await.ok()
@@ -447,21 +465,14 @@ impl Computers {
     /// Removes every temporary computer this server made (shutdown).
     pub async fn shutdown(&self) {
         let Ok(temporaries) = self.registry().temporaries();
-        let pool = async {
-            if let Backend::Docker(d) = &self.backend {
-                d.close_pool().await;
-            }
-        };
-        tokio::join!(self.remove_ids(Self::ids(temporaries)), pool);
+        tokio::join!(
+            self.remove_ids(Self::ids(temporaries)),
+            self.backend.close()
+        );
     }
 
     /// Removes temporaries left on this host by servers that are no longer running.
     pub async fn reap_orphans(&self) -> Result<usize, ComputerError> {
-        if let Backend::Docker(d) = &self.backend
-            && let Err(e) = d.reap_pool_leftovers().await
-        {
-            tracing::warn!(error = %e, "could not look for warm-pool computers of dead servers");
-        }
         let list = self.backend.list().await?;
         let orphans: Vec<String> = list
             .into_iter()
@@ -484,16 +495,7 @@ impl Computers {
             );
         }
         self.remove_ids(orphans).await;
-        if let Backend::Docker(d) = &self.backend {
-            match d.sweep_channels().await {
-                Ok(0) => {}
-                Ok(swept) => tracing::info!(
-                    count = swept,
-                    "removed direct-channel directories of computers that are gone"
-                ),
-                Err(e) => tracing::warn!(error = %e, "could not sweep direct-channel directories"),
-            }
-        }
+        self.backend.sweep().await;
         Ok(n)
     }
 }
@@ -572,6 +574,9 @@ impl SessionHost {
         call: ToolCall,
         progress: &Progress,
     ) -> Result<serde_json::Value, ComputerError> {
+        if let Some(cap) = call.needs() {
+            self.computers.backend.require(cap)?;
+        }
         match call {
             ToolCall::Exec(req) => self.exec(req, progress).await,
             ToolCall::Job(call) => {
@@ -621,6 +626,9 @@ impl SessionHost {
             computer_id = op.computer_id(),
             team = self.team()
         );
+        if let Some(cap) = op.needs() {
+            self.computers.backend.require(cap)?;
+        }
         async {
             match op {
                 Op::Exec(req) => self.exec(req, progress).await,
@@ -707,8 +715,7 @@ impl SessionHost {
     }
 
     fn created(&self, id: &str, r: &ContainerRecord) -> serde_json::Value {
-        let sandbox_id: String = r.provider_id.chars().take(12).collect();
-        json!({"ok": true, "computer_id": id, "sandbox_id": sandbox_id, "temporary": r.temporary})
+        Created::new(id, &r.provider_id, r.temporary).to_value()
     }
 
     async fn create(
@@ -767,7 +774,7 @@ impl SessionHost {
         if default.as_deref() == Some(id) {
             *default = None;
         }
-        Ok(json!({"ok": true, "computer_id": id, "deleted": true}))
+        Ok(Deleted::new(id).to_value())
     }
 
     /// Ends this caller's session: its temporaries go away.

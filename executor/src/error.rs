@@ -23,6 +23,9 @@ pub enum ComputerError {
         "computer_id {0:?} is taken by a computer that is not yours; choose another computer_id"
     )]
     Taken(String),
+    /// The backend cannot do this here (`shared::capabilities`); nothing was changed.
+    #[error(transparent)]
+    Unsupported(#[from] shared::capabilities::Unsupported),
 }
 
 impl ComputerError {
@@ -60,6 +63,8 @@ impl ComputerError {
         match self.failure() {
             Some(Failure::NoSuchFile) => ErrorCode::NotFound,
             Some(Failure::File) => ErrorCode::BadRequest,
+            Some(Failure::Unsupported) => ErrorCode::Unsupported,
+            None if matches!(self, ComputerError::Unsupported(_)) => ErrorCode::Unsupported,
             _ if self.is_not_found() => ErrorCode::NotFound,
             _ if self.is_conflict() => ErrorCode::Conflict,
             _ => ErrorCode::Engine,

@@ -16,6 +16,8 @@ pub mod config;
 pub mod docker;
 pub mod e2b;
 pub mod error;
+#[cfg(test)]
+pub mod fake;
 pub mod fly;
 pub mod http;
 pub mod instance;

@@ -1,12 +1,16 @@
 //! The backend trait: what every place computers live (Docker/Podman, WASM, Fly, E2B,
 //! Modal) does, with neutral types (`spec`) and one neutral error. `backend::Backend`
-//! picks one per server; the registry above never asks which.
+//! picks one per server; the controller above never asks which: it reads the backend's
+//! [`BackendKind`] (its name) and [`Capabilities`], and calls the lifecycle hooks
+//! ([`Place::reserved`], [`Place::fresh_slug`], [`Place::background`], [`Place::close`],
+//! [`Place::sweep`]) that a backend with a warm pool or host state implements.
 //!
 //! Each backend keeps its own error enum for its own logic, and classifies it once, in
 //! its module, into a [`BackendError`] of one [`Failure`] kind: the only thing callers
 //! above the backends decide on (retry a stopped computer, forget a vanished one, answer
 //! 404 or 409).
 
+use shared::capabilities::{BackendKind, Capabilities, Capability, Unsupported};
 use shared::files::over_exec::{OverExec, PathInfo, no_file_api};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
@@ -63,8 +67,41 @@ impl BackendError {
 /// One place computers live. Ids are backend keys (`shared::teams::key`).
 #[allow(async_fn_in_trait)] // called on concrete types only (`Backend`), so Send is inferred
 pub trait Place {
+    /// Which kind of backend this is.
+    fn kind(&self) -> BackendKind;
     /// The name shown in `computer_list` items.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+    /// What this backend can do here: its kind's capabilities, less what this server's
+    /// configuration leaves out.
+    fn capabilities(&self) -> Capabilities {
+        self.kind().capabilities()
+    }
+    /// `Ok` when this backend can do `cap` here; else the refusal, naming the backends
+    /// that can (or, when its kind can elsewhere, why this one cannot).
+    fn require(&self, cap: Capability) -> Result<(), Unsupported> {
+        self.capabilities().require(self.name(), cap)
+    }
+    /// Does `id` name no computer yet for sure (a slug reserved for a warm-pool member),
+    /// so attaching to it need not look it up?
+    fn reserved(&self, id: &str) -> bool {
+        let _ = id;
+        false
+    }
+    /// A ready id for a new computer of kind `temporary` (a warm-pool member's), or
+    /// `None`: the controller makes a fresh slug.
+    fn fresh_slug(&self, temporary: bool) -> Option<String> {
+        let _ = temporary;
+        None
+    }
+    /// Starts the backend's background work once the server runs (a pool's filler).
+    fn background(&self) {}
+    /// Stops the backend's own resources at shutdown (a pool's members).
+    async fn close(&self) {}
+    /// Removes what servers that are gone left behind besides their computers (pool
+    /// members, host directories), logging what it did.
+    async fn sweep(&self) {}
     /// This server's instance label (owner of its temporaries).
     fn instance(&self) -> &str;
     async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError>;

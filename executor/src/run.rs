@@ -7,6 +7,8 @@ use std::time::Duration;
 use shared::catalogue::ToolNames;
 use shared::mcp::{Dispatcher, ServerConfig};
 
+use shared::capabilities::BackendKind;
+
 use crate::backend::Backend;
 use crate::cli::TransportArg;
 use crate::computers::{Computers, ExecDefaults, SessionHost};
@@ -14,6 +16,7 @@ use crate::config::{BackendChoice, Config, EMBEDDED_SUPERVISOR, SupervisorSource
 use crate::docker::Docker;
 use crate::http::{HttpState, SessionCaps, app};
 use crate::instance::{self, host_name};
+use crate::place::Place;
 
 /// Errors that stop the server (printed by `main`).
 #[derive(Debug, thiserror::Error)]
@@ -146,15 +149,12 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
             }
         }
     };
-    if config.docker.warm_pool > 0 && !matches!(backend, Backend::Docker(_)) {
+    if config.docker.warm_pool > 0 && backend.kind() != BackendKind::Docker {
         eprintln!(
             "mcp-sandbox-computer-vm-for-ai: --warm-pool is ignored: there is no container engine, and WebAssembly computers start in microseconds without one."
         );
     }
-    if matches!(
-        backend,
-        Backend::Wasm(_) | Backend::Fly(_) | Backend::E2b(_) | Backend::Modal(_)
-    ) {
+    if backend.kind() != BackendKind::Docker {
         config.exec_description = config.other_description.clone();
     }
     serve(config, backend).await
@@ -204,9 +204,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
             if let Err(e) = c.reap_orphans().await {
                 tracing::warn!(error = %e, "could not look for temporaries of dead servers");
             }
-            if let Backend::Docker(d) = c.backend() {
-                d.start_pool();
-            }
+            c.backend().background();
         });
     }
     if let Some(ex) = &config.executor {

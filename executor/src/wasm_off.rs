@@ -46,7 +46,7 @@ impl From<WasmError> for BackendError {
 }
 
 impl Place for Wasm {
-    fn name(&self) -> &'static str {
+    fn kind(&self) -> shared::capabilities::BackendKind {
         match *self {}
     }
     fn instance(&self) -> &str {

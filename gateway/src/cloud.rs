@@ -242,7 +242,7 @@ impl<C: CloudComputers> Cloud<C> {
                 self.get(&k, &computer_id).await?;
                 self.ready().remove(&k);
                 c.remove(&k).await?;
-                Ok(json!({"ok": true, "computer_id": computer_id, "deleted": true}))
+                Ok(shared::result::Deleted::new(&computer_id).to_value())
             }
             // Served in `handle`.
             Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. } | Op::File(_) => Ok(json!({})),
@@ -256,7 +256,7 @@ impl<C: CloudComputers> Cloud<C> {
         }
         let c = match self.computers.find(key).await? {
             None => self.computers.create(key, temporary, Some(team)).await?,
-            Some(c) if c.state != "running" => {
+            Some(c) if !c.state.is_running() => {
                 self.computers.start(key).await?;
                 c
             }
@@ -278,7 +278,7 @@ impl<C: CloudComputers> Cloud<C> {
         ComputerInfo {
             computer_id: id.to_owned(),
             sandbox_id: c.provider_id.chars().take(12).collect(),
-            backend: self.computers.kind().to_owned(),
+            backend: self.computers.kind().name().to_owned(),
             state: c.state.clone(),
             temporary: c.temporary,
             image: c.image.clone(),
@@ -579,8 +579,7 @@ impl<C: CloudComputers> Cloud<C> {
 
 /// The answer to create, restart and factory reset.
 fn created(id: &str, c: &Computer) -> Value {
-    let sandbox_id: String = c.provider_id.chars().take(12).collect();
-    json!({"ok": true, "computer_id": id, "sandbox_id": sandbox_id, "temporary": c.temporary})
+    shared::result::Created::new(id, &c.provider_id, c.temporary).to_value()
 }
 
 /// The provider command of a validated exec request.

@@ -44,6 +44,10 @@ pub struct Health {
     pub version: String,
     /// The backends it runs computers on (`docker`, `wasm`, `modal`, …).
     pub backends: Vec<String>,
+    /// What its backend can do here (absent from executors older than the field: read as
+    /// nothing beyond commands).
+    #[serde(default)]
+    pub capabilities: crate::capabilities::Capabilities,
     #[serde(default)]
     pub capacity: Capacity,
     #[serde(default)]
@@ -84,6 +88,9 @@ pub enum ErrorCode {
     TooLarge,
     /// The request body stalled (`--http-body-timeout`) (408).
     RequestTimeout,
+    /// The computer's backend cannot do what was asked (jobs without a supervisor,
+    /// snapshots where none are kept; `shared::capabilities`) (501).
+    Unsupported,
     /// The container engine failed or refused (502).
     Engine,
     /// Anything else (500).
@@ -100,6 +107,7 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::RequestTimeout => 408,
+            ErrorCode::Unsupported => 501,
             ErrorCode::Engine => 502,
             ErrorCode::Internal => 500,
         }

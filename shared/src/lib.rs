@@ -6,6 +6,7 @@
 //! MCP JSON-RPC dispatcher ([`mcp`]). No runtime, no clocks, no I/O: it builds and is tested
 //! natively and on `wasm32-unknown-unknown`.
 
+pub mod capabilities;
 pub mod catalogue;
 pub mod dashboard;
 pub mod executor_api;

@@ -3,6 +3,89 @@
 //! Owns the rules of SPEC §3.4 and §3.6 as pure decisions over plain records, so the local
 //! server, the executor and the Worker decide identically. Clocks come in as parameters.
 
+/// What a computer is doing, as `computer_list` shows it (`state`). Each backend maps its
+/// own words once (Docker's `exited`, Fly's `started`, E2B's `paused`); a word no mapping
+/// knows is kept as it is, so nothing the provider says is lost.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ComputerState {
+    /// Commands run now.
+    Running,
+    /// Made, not started yet (or starting).
+    Created,
+    /// Stopped: files kept, memory gone; the next call starts it.
+    Stopped,
+    /// Processes frozen, memory kept (Docker pause, E2B pause).
+    Paused,
+    /// Suspended by the provider (Fly's suspend), memory kept.
+    Suspended,
+    /// Its place does not answer (an executor that is down).
+    Unreachable,
+    /// The backend's own word for anything else (`exited`, `restarting`, `dead`, …).
+    Other(String),
+}
+
+impl ComputerState {
+    /// The state named `word` (`running`, `paused`, …; anything else is [`Self::Other`]).
+    pub fn parse(word: &str) -> ComputerState {
+        match word {
+            "running" => ComputerState::Running,
+            "created" => ComputerState::Created,
+            "stopped" => ComputerState::Stopped,
+            "paused" => ComputerState::Paused,
+            "suspended" => ComputerState::Suspended,
+            "unreachable" => ComputerState::Unreachable,
+            other => ComputerState::Other(other.to_owned()),
+        }
+    }
+
+    /// Its word in lists.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ComputerState::Running => "running",
+            ComputerState::Created => "created",
+            ComputerState::Stopped => "stopped",
+            ComputerState::Paused => "paused",
+            ComputerState::Suspended => "suspended",
+            ComputerState::Unreachable => "unreachable",
+            ComputerState::Other(word) => word,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        *self == ComputerState::Running
+    }
+}
+
+impl Default for ComputerState {
+    fn default() -> Self {
+        ComputerState::Other(String::new())
+    }
+}
+
+impl std::fmt::Display for ComputerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for ComputerState {
+    fn from(word: &str) -> Self {
+        ComputerState::parse(word)
+    }
+}
+
+impl serde::Serialize for ComputerState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ComputerState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|w| ComputerState::parse(&w))
+    }
+}
+
 /// Who owns a temporary computer: a legacy MCP session, or a principal (stdio process,
 /// static token, JWT subject within a team). Compared as opaque strings.
 pub type OwnerKey = str;
@@ -86,6 +169,35 @@ pub fn idle_expired(last_used_ms: u64, now_ms: u64, timeout_secs: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn states_keep_their_words() {
+        for word in [
+            "running",
+            "created",
+            "stopped",
+            "paused",
+            "suspended",
+            "unreachable",
+            "exited",
+            "",
+        ] {
+            let state = ComputerState::parse(word);
+            assert_eq!(state.as_str(), word);
+            let wire = serde_json::to_value(&state).unwrap();
+            assert_eq!(wire, word);
+            assert_eq!(
+                serde_json::from_value::<ComputerState>(wire).unwrap(),
+                state
+            );
+        }
+        assert!(ComputerState::parse("running").is_running());
+        assert!(!ComputerState::parse("exited").is_running());
+        assert_eq!(
+            ComputerState::parse("exited"),
+            ComputerState::Other("exited".into())
+        );
+    }
 
     fn rec(temporary: bool, owner: Option<&str>) -> Existing<'_> {
         Existing {

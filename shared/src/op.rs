@@ -13,6 +13,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::capabilities::Capability;
 use crate::executor_api::{ApiError, ErrorCode, Scope};
 use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
@@ -123,6 +124,21 @@ impl Op {
             | Op::Restart { .. }
             | Op::FactoryReset { .. }
             | Op::Delete { .. } => Scope::Manage,
+        }
+    }
+
+    /// What the computer's backend must be able to do for it (`None`: any backend).
+    pub fn needs(&self) -> Option<Capability> {
+        match self {
+            Op::Exec(r) if r.yield_ms.is_some() => Some(Capability::Jobs),
+            Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. } => Some(Capability::Jobs),
+            Op::File(_) => Some(Capability::Files),
+            Op::List
+            | Op::Create { .. }
+            | Op::Exec(_)
+            | Op::Restart { .. }
+            | Op::FactoryReset { .. }
+            | Op::Delete { .. } => None,
         }
     }
 

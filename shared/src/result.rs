@@ -236,7 +236,7 @@ pub struct ComputerInfo {
     pub computer_id: String,
     pub sandbox_id: String,
     pub backend: String,
-    pub state: String,
+    pub state: crate::lifecycle::ComputerState,
     pub temporary: bool,
     pub image: String,
     pub created_at: String,
@@ -278,6 +278,63 @@ impl JobInfo {
     }
 }
 
+/// The answer of `computer_create`, `_restart` and `_factory_reset` (SPEC §3.5): built
+/// here only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Created {
+    pub ok: bool,
+    pub computer_id: String,
+    /// The first 12 characters of the container, machine or sandbox id.
+    pub sandbox_id: String,
+    pub temporary: bool,
+}
+
+impl Created {
+    /// The answer for computer `computer_id` (the caller's id), whose backend calls it
+    /// `provider_id`.
+    pub fn new(computer_id: &str, provider_id: &str, temporary: bool) -> Self {
+        Self {
+            ok: true,
+            computer_id: computer_id.to_owned(),
+            sandbox_id: provider_id.chars().take(12).collect(),
+            temporary,
+        }
+    }
+
+    /// Its `structuredContent`.
+    pub fn to_value(&self) -> Value {
+        json!({
+            "ok": self.ok,
+            "computer_id": self.computer_id,
+            "sandbox_id": self.sandbox_id,
+            "temporary": self.temporary,
+        })
+    }
+}
+
+/// The answer of `computer_delete` (SPEC §3.5): built here only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub ok: bool,
+    pub computer_id: String,
+    pub deleted: bool,
+}
+
+impl Deleted {
+    pub fn new(computer_id: &str) -> Self {
+        Self {
+            ok: true,
+            computer_id: computer_id.to_owned(),
+            deleted: true,
+        }
+    }
+
+    /// Its `structuredContent`.
+    pub fn to_value(&self) -> Value {
+        json!({"ok": self.ok, "computer_id": self.computer_id, "deleted": self.deleted})
+    }
+}
+
 /// `{"computers": [...], "count": n}`.
 pub fn inventory(computers: &[ComputerInfo]) -> Value {
     json!({ "computers": computers, "count": computers.len() })
@@ -286,6 +343,27 @@ pub fn inventory(computers: &[ComputerInfo]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lifecycle_answers_have_the_spec_shapes() {
+        let c = Created::new("box", "0123456789abcdef", false).to_value();
+        assert_eq!(
+            c.to_string(),
+            r#"{"ok":true,"computer_id":"box","sandbox_id":"0123456789ab","temporary":false}"#
+        );
+        assert_eq!(
+            serde_json::from_value::<Created>(c).unwrap().sandbox_id,
+            "0123456789ab"
+        );
+        let c = Created::new("ü", "äö", true);
+        assert_eq!(c.sandbox_id, "äö");
+        let d = Deleted::new("box").to_value();
+        assert_eq!(
+            d.to_string(),
+            r#"{"ok":true,"computer_id":"box","deleted":true}"#
+        );
+        assert_eq!(serde_json::to_value(Deleted::new("box")).unwrap(), d);
+    }
 
     #[test]
     fn collector_keeps_head_in_arrival_order() {

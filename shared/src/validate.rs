@@ -71,6 +71,25 @@ pub enum ToolCall {
     File(crate::files::FileCall),
 }
 
+impl ToolCall {
+    /// What the computer's backend must be able to do for it (`None`: any backend).
+    pub fn needs(&self) -> Option<crate::capabilities::Capability> {
+        use crate::capabilities::Capability;
+        match self {
+            ToolCall::Exec(r) if r.yield_ms.is_some() => Some(Capability::Jobs),
+            ToolCall::Job(_) => Some(Capability::Jobs),
+            ToolCall::File(_) => Some(Capability::Files),
+            ToolCall::Exec(_)
+            | ToolCall::List
+            | ToolCall::Dashboard
+            | ToolCall::Create { .. }
+            | ToolCall::Restart { .. }
+            | ToolCall::FactoryReset { .. }
+            | ToolCall::Delete { .. } => None,
+        }
+    }
+}
+
 /// Why a call was refused before anything ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {

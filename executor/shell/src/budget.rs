@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use super::state::Ctl;
+use super::ctl::Ctl;
 
 /// Default memory budget of one run: 64 MiB.
 pub const DEFAULT_MEMORY: usize = 64 << 20;

@@ -6,10 +6,10 @@ use brush_parser::ast::{BinaryPredicate as BP, ExtendedTestExpr, TestExpr, Unary
 use cap_std::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 
 use super::arith;
-use super::fs;
 use super::glob::Pattern;
 use super::parse::guarded;
 use super::state::{BoxFut, Ctl, Shell};
+use super::{dev, fs};
 
 impl Shell {
     fn file_test(&self, pred: &UP, path: &str) -> bool {
@@ -17,7 +17,7 @@ impl Shell {
         if path.is_empty() {
             return false;
         }
-        if fs::special(&abs).is_some() {
+        if dev::device(&abs).is_some() {
             return matches!(
                 pred,
                 UP::FileExists

@@ -22,7 +22,8 @@ use brush_parser::ast::{
 };
 
 use super::budget::{Charge, Counted, Params};
-use super::fs::{self, Mode, Special};
+use super::dev::{Device as Special, device as special};
+use super::fs::{self, Mode};
 use super::glob::Pattern;
 use super::io::{Fd, SharedReader, SharedWriter, SyncFile, charged_reader, memory_reader, pipe};
 use super::parse::{self, ParseFail};

@@ -83,9 +83,6 @@ pub(crate) fn rel(abs: &str) -> PathBuf {
     }
 }
 
-/// Special paths handled by the host (see `dev.rs`).
-pub(crate) use super::dev::{Device as Special, device as special};
-
 /// How a file is opened for a redirection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {

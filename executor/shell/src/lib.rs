@@ -27,6 +27,7 @@ mod budget;
 mod builtins;
 mod bytes;
 mod cond;
+mod ctl;
 mod dev;
 mod exec;
 mod expand;

@@ -21,19 +21,7 @@ pub(crate) type Func = Arc<Counted<ast::FunctionBody>>;
 /// Longest script text kept in the parse cache (longer ones are parsed every time).
 const CACHE_TEXT_MAX: usize = 4096;
 
-/// Control flow that unwinds the executor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ctl {
-    Break(usize),
-    Continue(usize),
-    Return(i32),
-    /// Ends the shell (or the subshell) with this status.
-    Exit(i32),
-    /// The current command failed before running (expansion or redirection error).
-    Fail(i32),
-}
-
-pub(crate) type R = Result<i32, Ctl>;
+pub(crate) use super::ctl::{Ctl, R};
 
 /// A shell variable.
 #[derive(Debug, Clone, Default)]

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use shared::capabilities::Capability;
 use shared::jobs::yielded_structured;
 use shared::mcp::TaskAnswer;
 use shared::result::structured_result;
@@ -87,10 +88,17 @@ impl SessionHost {
         mut req: ExecRequest,
         progress: &Progress,
     ) -> Result<TaskAnswer, ComputerError> {
+        let c = &self.computers;
+        // No jobs on this backend: the foreground answer is a valid one.
+        if !c.backend.capabilities().has(Capability::Jobs) {
+            req.yield_ms = None;
+            return Ok(TaskAnswer::Complete(structured_result(
+                self.exec(req, progress).await?,
+            )));
+        }
         let (id, temporary) = self
             .target(req.computer_id.as_deref(), req.temporary, progress)
             .await?;
-        let c = &self.computers;
         let key = self.key(&id);
         let yield_ms = req.yield_ms.unwrap_or(DEFAULT_YIELD_MS);
         let (spec, command) = c.spec_of(&req, progress);

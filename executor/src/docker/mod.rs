@@ -231,7 +231,7 @@ fn record_from_labels(
             .get(LABEL_IMAGE)
             .cloned()
             .unwrap_or_else(|| fallback_image.to_owned()),
-        state,
+        state: state.as_str().into(),
         created_at,
         team: labels.get(LABEL_TEAM).cloned(),
     })
@@ -293,6 +293,11 @@ impl Docker {
     pub fn with_pool(mut self, size: usize) -> Self {
         self.pool = (size > 0).then(|| Arc::new(pool::Pool::new(size)));
         self
+    }
+
+    /// Does this server place the supervisor in the computers it makes?
+    pub fn places_supervisor(&self) -> bool {
+        self.supervisor.is_some()
     }
 
     /// Places `binary` (the static supervisor) in computers created from now on.

@@ -1,5 +1,6 @@
 //! Docker and Podman containers as a [`Place`]; [`DockerError`]s classified once.
 
+use shared::capabilities::{BackendKind, Capabilities, Capability, Unsupported};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
 
@@ -35,8 +36,55 @@ impl From<DockerError> for BackendError {
 
 // `Docker::f(self, ..)` below is the inherent method (inherent methods win over the trait's).
 impl Place for Docker {
-    fn name(&self) -> &'static str {
-        "docker"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    /// Without the supervisor a computer runs Engine API execs only, and keeps no job.
+    fn capabilities(&self) -> Capabilities {
+        let all = self.kind().capabilities();
+        match self.places_supervisor() {
+            true => all,
+            false => all.without(Capability::Jobs),
+        }
+    }
+
+    fn require(&self, cap: Capability) -> Result<(), Unsupported> {
+        self.capabilities().require(self.name(), cap).map_err(|e| {
+            e.because(
+                "this server places no supervisor in its computers (--supervisor none, or none found beside the binary), so they run Engine API execs only; run the command in the foreground, or start the server with the built-in supervisor",
+            )
+        })
+    }
+
+    fn reserved(&self, id: &str) -> bool {
+        self.pool_reserved(id)
+    }
+
+    fn fresh_slug(&self, temporary: bool) -> Option<String> {
+        self.pool_slug(temporary)
+    }
+
+    fn background(&self) {
+        self.start_pool();
+    }
+
+    async fn close(&self) {
+        self.close_pool().await;
+    }
+
+    async fn sweep(&self) {
+        if let Err(e) = self.reap_pool_leftovers().await {
+            tracing::warn!(error = %e, "could not look for warm-pool computers of dead servers");
+        }
+        match self.sweep_channels().await {
+            Ok(0) => {}
+            Ok(swept) => tracing::info!(
+                count = swept,
+                "removed direct-channel directories of computers that are gone"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not sweep direct-channel directories"),
+        }
     }
 
     fn instance(&self) -> &str {

@@ -412,7 +412,7 @@ mod tests {
                 instance: None,
                 host: None,
                 image: "img".into(),
-                state: "running".into(),
+                state: shared::lifecycle::ComputerState::Running,
                 created_at: "t".into(),
                 team: None,
             },

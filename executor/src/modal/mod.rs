@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use shared::lifecycle::ComputerState;
 use shared::providers::computers::{Owner, tags};
 use shared::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
 
@@ -150,7 +151,10 @@ impl Modal {
             instance: s.tags.get(tags::INSTANCE).cloned(),
             host: s.tags.get(tags::HOST).cloned(),
             image: self.image.clone(),
-            state: if s.running { "running" } else { "stopped" }.to_owned(),
+            state: match s.running {
+                true => ComputerState::Running,
+                false => ComputerState::Stopped,
+            },
             created_at: shared::history::rfc3339_utc((s.created_at.max(0.0) * 1000.0) as u64),
             team: s.tags.get(tags::TEAM).cloned(),
         })
@@ -219,7 +223,7 @@ impl Modal {
             instance: temporary.then(|| self.owner.instance.clone()),
             host: temporary.then(|| self.owner.host.clone()),
             image: self.image.clone(),
-            state: "running".to_owned(),
+            state: ComputerState::Running,
             created_at: String::new(),
             team: team.map(str::to_owned),
         })

@@ -21,8 +21,8 @@ impl From<ModalBackendError> for BackendError {
 /// Sandboxes carry their team in the tag `mcp_team` (beside the key prefix); nothing to report while a
 /// sandbox starts.
 impl Place for Modal {
-    fn name(&self) -> &'static str {
-        "modal"
+    fn kind(&self) -> shared::capabilities::BackendKind {
+        shared::capabilities::BackendKind::Modal
     }
 
     fn instance(&self) -> &str {

@@ -303,11 +303,15 @@ impl Wasm {
     }
 
     /// The backend's name in `computer_list`.
-    pub fn name(&self) -> &'static str {
+    pub fn kind(&self) -> shared::capabilities::BackendKind {
         match self.flavor {
-            Flavor::Toolbox => "go_busybox",
-            Flavor::Custom(_) => "wasm",
+            Flavor::Toolbox => shared::capabilities::BackendKind::Toolbox,
+            Flavor::Custom(_) => shared::capabilities::BackendKind::WasmModule,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
     }
 
     pub fn instance(&self) -> &str {
@@ -422,7 +426,7 @@ impl Wasm {
             instance: m.instance,
             host: m.host,
             image: m.image,
-            state: "running".into(),
+            state: shared::lifecycle::ComputerState::Running,
             created_at: m.created_at,
             team: m.team,
         }

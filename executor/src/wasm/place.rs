@@ -28,8 +28,8 @@ impl From<WasmError> for BackendError {
 
 // `Wasm::f(self, ..)` below is the inherent method (inherent methods win over the trait's).
 impl Place for Wasm {
-    fn name(&self) -> &'static str {
-        Wasm::name(self)
+    fn kind(&self) -> shared::capabilities::BackendKind {
+        Wasm::kind(self)
     }
 
     fn instance(&self) -> &str {

@@ -34,7 +34,7 @@ use crate::frame::{
     Aborted, FILE_CHUNK, FileAnswer, FileControl, FileErrorKind, FileFailure, FileRead, FileStored,
     Frame, Kind,
 };
-use crate::server::{Writer, send};
+use crate::proc::{Writer, send};
 
 /// Most uploads one connection keeps open at once.
 const MAX_UPLOADS: usize = 64;

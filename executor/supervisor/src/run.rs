@@ -1,5 +1,7 @@
-//! A started job's remaining work: read its output as it comes (bounded by its limit),
-//! keep its deadline, see its end and report it.
+//! A job's start ([`launch`], [`start_job`]: its program resolved like a shell, spawned in
+//! its own process group with its tag, its controls registered) and its remaining work:
+//! read its output as it comes (bounded by its limit), keep its deadline, see its end and
+//! report it.
 //!
 //! A [`Run`] is run on one thread from start to end, and may be stopped half-way and moved:
 //! a connection's thread runs a command inline (no hand-off to another thread between the
@@ -9,17 +11,241 @@
 //! where the kernel refuses pidfds, the reaper thread reports it instead, and the run never
 //! runs inline (it could not watch the connection while it waits for the exit).
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::Signal;
+use rustix::process::{Pid, Signal};
 
-use crate::frame::{CHUNK, ExitInfo, Kind};
-use crate::server::{Sink, State, TAGS, code_of, kill_group, lock, settle_group};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+
+use crate::frame::{CHUNK, ExitInfo, Frame, Kind, StartSpec};
+use crate::proc::{
+    JobCtl, NEXT_TAG, StdinTx, TAG_VAR, TAGS, code_of, kill_group, lock, send, settle_group,
+};
+use crate::sink::Sink;
+use crate::state::{State, Waiter};
+
+/// argv[0] marker: run bash if the image has it, else /bin/sh.
+pub const AUTO_SHELL: &str = "@auto-shell";
+
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where `program` would be run from, or why not (126/127 like a shell).
+pub(crate) fn resolve(program: &str) -> Result<PathBuf, (i32, String)> {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return match std::fs::metadata(&p) {
+            Err(_) => Err((127, format!("{program}: No such file or directory"))),
+            Ok(_) if !executable(&p) => Err((126, format!("{program}: Permission denied"))),
+            Ok(_) => Ok(p),
+        };
+    }
+    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned());
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| (127, format!("{program}: not found")))
+}
+
+fn finish(sink: &Sink, code: i32, stderr_note: Option<&str>) {
+    if let Some(note) = stderr_note {
+        sink.output(Kind::Stderr, format!("{note}\n").as_bytes());
+    }
+    sink.exit(ExitInfo {
+        code,
+        timed_out: false,
+        truncated: false,
+        oom_killed: false,
+    });
+}
+
+/// Starts a kept job: it runs on a thread of its own, and its controls are returned.
+/// `None` also when it could not start (the sink then has the shell's answer: 126, 127).
+pub(crate) fn start_job(state: &Arc<State>, spec: StartSpec, sink: Sink) -> Option<JobCtl> {
+    let (ctl, run) = launch(state, spec, sink)?;
+    crate::workers::spawn(move || {
+        run.run(None);
+    });
+    ctl
+}
+
+/// Starts a job: spawns it in its own process group and registers its controls (a
+/// streamed job's in its connection's map, a kept job's returned). What is left to do (its
+/// output, its deadline, its end) is the returned [`Run`]. `None` when it could not start:
+/// the sink already has the shell's answer (126, 127).
+pub(crate) fn launch(
+    state: &Arc<State>,
+    spec: StartSpec,
+    sink: Sink,
+) -> Option<(Option<JobCtl>, Run)> {
+    let Some(program) = spec.argv.first() else {
+        finish(&sink, 127, Some("msc-supervisor: empty argv"));
+        return None;
+    };
+    if let Some(cwd) = &spec.cwd
+        && !Path::new(cwd).is_dir()
+    {
+        finish(
+            &sink,
+            126,
+            Some(&format!("cd: {cwd}: No such file or directory")),
+        );
+        return None;
+    }
+    // `@auto-shell`: bash when the image has it, else /bin/sh (the server's default shell).
+    let program = if program == AUTO_SHELL {
+        if resolve("/bin/bash").is_ok() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        }
+    } else {
+        program.as_str()
+    };
+    let path = match resolve(program) {
+        Ok(p) => p,
+        Err((code, msg)) => {
+            finish(&sink, code, Some(&msg));
+            return None;
+        }
+    };
+    let mut cmd = Command::new(path);
+    cmd.arg0(program).args(&spec.argv[1..]).process_group(0);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    for kv in &spec.env {
+        if let Some((k, v)) = kv.split_once('=') {
+            cmd.env(k, v);
+        }
+    }
+    // Unique among the supervisors that share a /proc (one per computer; several in tests).
+    let tag = format!(
+        "{}-{}",
+        rustix::process::getpid().as_raw_nonzero(),
+        NEXT_TAG.fetch_add(1, Ordering::Relaxed)
+    );
+    cmd.env(TAG_VAR, &tag);
+    let oom_before = crate::oom::kills();
+    cmd.stdin(if spec.stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let (exit_tx, exit_rx) = mpsc::channel();
+    // Spawn, open its pidfd and register under the reaper's lock: the reaper cannot reap
+    // it before the pidfd is open (so the pidfd names this process, never a later one with
+    // the same pid), and it leaves a watched process to its run. Where the kernel or a
+    // seccomp profile refuses pidfds, the reaper reaps it and tells.
+    let (mut child, pidfd) = {
+        let mut reaped = lock(&state.reaped);
+        match cmd.spawn() {
+            Ok(c) => {
+                let pidfd = Pid::from_raw(c.id() as i32).and_then(|pid| {
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+                });
+                reaped.waiters.insert(
+                    c.id() as i32,
+                    Waiter {
+                        tx: exit_tx,
+                        watched: pidfd.is_some(),
+                    },
+                );
+                (c, pidfd)
+            }
+            Err(e) => {
+                drop(reaped);
+                finish(&sink, 126, Some(&format!("{program}: {e}")));
+                return None;
+            }
+        }
+    };
+    let pgid = child.id() as i32;
+    lock(&TAGS).insert(pgid, tag);
+    lock(&state.groups).insert(pgid, ());
+    if let Sink::Stream { w, job, .. } = &sink
+        && !spec.quiet
+    {
+        send(
+            w,
+            &Frame::new(Kind::Started, *job, pgid.to_string().into_bytes()),
+        );
+    }
+    // A kept job's buffer bounds its output; only a streamed one is stopped at the limit.
+    let limit = match &sink {
+        Sink::Stream { .. } => spec.output_limit,
+        Sink::Kept(_) => u64::MAX,
+    };
+    let pipes: Vec<(Kind, std::fs::File)> = [
+        (
+            Kind::Stdout,
+            child.stdout.take().map(std::os::fd::OwnedFd::from),
+        ),
+        (
+            Kind::Stderr,
+            child.stderr.take().map(std::os::fd::OwnedFd::from),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(kind, pipe)| pipe.map(|p| (kind, std::fs::File::from(p))))
+    .collect();
+    let stdin_tx = child.stdin.take().map(|mut stdin| {
+        let (tx, rx): (StdinTx, Receiver<Option<Vec<u8>>>) = mpsc::channel();
+        crate::workers::spawn(move || {
+            while let Ok(Some(bytes)) = rx.recv() {
+                // A job that never reads its stdin is not an error.
+                if stdin.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+        });
+        tx
+    });
+    let ctl = JobCtl {
+        pgid,
+        stdin: stdin_tx,
+    };
+    // A streamed job's controls go to its connection before anything can end it.
+    let ctl = match &sink {
+        Sink::Stream { job, jobs, .. } => {
+            lock(jobs).insert(*job, ctl);
+            None
+        }
+        Sink::Kept(_) => Some(ctl),
+    };
+    // A timeout past what an Instant can hold is no deadline at all (a year will do).
+    let now = std::time::Instant::now();
+    let deadline = now
+        .checked_add(Duration::from_millis(spec.timeout_ms.max(1)))
+        .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
+    drop(child);
+    let run = Run::new(crate::run::Job {
+        state: state.clone(),
+        sink,
+        pgid,
+        pidfd,
+        exit_rx,
+        pipes,
+        limit,
+        deadline,
+        oom_before,
+    });
+    Some((ctl, run))
+}
 
 /// Everything a started job's run needs.
 pub(crate) struct Job {

@@ -518,7 +518,7 @@ impl Host {
                     Ok((_, v)) => v,
                     // Gone at its place already (the DO still had it): forget it all the same.
                     Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => {
-                        json!({"ok": true, "computer_id": id, "deleted": true})
+                        shared::result::Deleted::new(&id).to_value()
                     }
                     Err(e) => return Err(e),
                 };

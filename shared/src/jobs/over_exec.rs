@@ -603,6 +603,9 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 seen = look(None);
             }
+            // One peek reads stdout, then stderr: the one that first showed `err` may have
+            // read stdout while `seq` still wrote. `seq` had ended by then, so look again.
+            seen = look(None);
             assert!(seen.peek && seen.running);
             assert!(seen.stdout.ends_with(b"19999\n20000\n"), "the newest bytes");
             assert!(seen.stdout.len() <= PEEK_BYTES);

@@ -31,6 +31,13 @@
 //! - `wasm_budget`: the host shell's own budgets: memory and the deadline in busy loops (issue 19)
 //! - `wasm_linux`: WASM computers that feel like Linux: base layer, devices, utilities, bytes (issue 16)
 //! - `wasm_python`: `python3` on WASM computers from a CPython WASI module (issue 16)
+//! - `dashboard`: the dashboard in headless chromium, as the web page and as an MCP App (issue 5)
+//! - `executor_api`: the executor's `/v1` REST API on Docker: results as the tools', codes, teams, auth attacks (issue 6)
+//! - `gateway`: the Worker under `wrangler dev` in front of an executor: teams, sessions, scopes, auth, inventory, alarms (issue 6)
+//! - `gateway_cloud`: the Worker placing computers directly on the Fly and E2B simulators (issue 7)
+//! - `image`: the FROM scratch image of the static binary, run as an executor (issue 6)
+//! - `modal`: Modal computers against the gRPC simulator, from the binary and through the gateway (issue 7)
+//! - `registry`: `shared::registry`'s rules end to end on WASM computers behind the HTTP server (issue 13)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 

@@ -210,7 +210,7 @@ impl Shell {
             .iter()
             .map(|e| {
                 let m = e.meta.as_ref();
-                let dev = fs::special(&e.abs).is_some() && e.abs.starts_with("/dev/");
+                let dev = crate::dev::device(&e.abs).is_some() && e.abs.starts_with("/dev/");
                 let size = m.map_or(0, |m| m.len());
                 [
                     m.map_or(0, MetadataExt::ino).to_string(),
@@ -315,7 +315,7 @@ fn mode_string(e: &Entry) -> String {
     let Some(m) = e.meta.as_ref() else {
         return "??????????".into();
     };
-    if e.abs.starts_with("/dev/") && fs::special(&e.abs).is_some() {
+    if e.abs.starts_with("/dev/") && crate::dev::device(&e.abs).is_some() {
         return "crw-rw-rw-".into();
     }
     let ft = m.file_type();

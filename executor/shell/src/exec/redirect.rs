@@ -51,7 +51,7 @@ impl Shell {
                             IoFileRedirectKind::ReadAndWrite => Mode::ReadWrite,
                             IoFileRedirectKind::Write if self.opts.noclobber => {
                                 let abs = fs::resolve(&self.cwd, &path);
-                                if fs::special(&abs).is_none()
+                                if special(&abs).is_none()
                                     && fs::metadata(&self.ctx.root, &abs).is_ok_and(|m| m.is_file())
                                 {
                                     return Err(self
@@ -178,7 +178,7 @@ impl Shell {
         }
         let abs = fs::resolve(&self.cwd, path);
         let reading = matches!(mode, Mode::Read | Mode::ReadWrite);
-        match fs::special(&abs) {
+        match special(&abs) {
             Some(Special::Null) => {
                 return Ok(if reading {
                     Fd::In(memory_reader(Vec::new()))

@@ -93,7 +93,7 @@ impl<T: HttpTransport> E2bComputers<T> {
             instance: s.metadata.get(tags::INSTANCE).cloned(),
             host: s.metadata.get(tags::HOST).cloned(),
             image: s.template_id.clone(),
-            state: s.state.clone(),
+            state: s.state.as_str().into(),
             created_at: s.started_at.clone().unwrap_or_default(),
             team: s.metadata.get(tags::TEAM).cloned(),
         })
@@ -194,8 +194,8 @@ impl<T: HttpTransport> E2bComputers<T> {
 }
 
 impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
-    fn kind(&self) -> &'static str {
-        "e2b"
+    fn kind(&self) -> crate::capabilities::BackendKind {
+        crate::capabilities::BackendKind::E2b
     }
 
     async fn prepare(&self) -> Result<(), ComputersError> {
@@ -244,7 +244,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             instance: temporary.then(|| self.owner.instance.clone()),
             host: temporary.then(|| self.owner.host.clone()),
             image: sandbox.template_id,
-            state: "running".into(),
+            state: crate::lifecycle::ComputerState::Running,
             created_at: String::new(),
             team: team.map(str::to_owned),
         })

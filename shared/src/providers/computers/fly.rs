@@ -135,7 +135,7 @@ impl<T: HttpTransport> FlyComputers<T> {
             instance: m.metadata.get(tags::INSTANCE).cloned(),
             host: m.metadata.get(tags::HOST).cloned(),
             image: m.image.clone().unwrap_or_default(),
-            state: state.to_owned(),
+            state: state.into(),
             created_at: m.created_at.clone().unwrap_or_default(),
             team: m.metadata.get(tags::TEAM).cloned(),
         })
@@ -174,8 +174,8 @@ impl<T: HttpTransport> FlyComputers<T> {
 }
 
 impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
-    fn kind(&self) -> &'static str {
-        "fly"
+    fn kind(&self) -> crate::capabilities::BackendKind {
+        crate::capabilities::BackendKind::Fly
     }
 
     async fn prepare(&self) -> Result<(), ComputersError> {

@@ -13,6 +13,7 @@ use std::future::Future;
 
 use super::e2b::E2bError;
 use super::fly::FlyError;
+use crate::capabilities::BackendKind;
 use crate::files::over_exec::{OverExec, PathInfo, no_file_api};
 use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::ExecOutcome;
@@ -72,7 +73,7 @@ pub struct Computer {
     pub host: Option<String>,
     pub image: String,
     /// `running`, `created`, `stopped`, `paused`, ... (the provider's word otherwise).
-    pub state: String,
+    pub state: crate::lifecycle::ComputerState,
     /// RFC 3339, UTC (empty when unknown).
     pub created_at: String,
     /// The team whose computer it is, when an executor made it for the gateway (Docker
@@ -161,8 +162,9 @@ pub fn program_argv(
 /// Worker's direct placement both drive. Ids are whatever the caller uses as computer ids
 /// (the Worker's carry the team prefix).
 pub trait CloudComputers: MaybeSync {
-    /// `fly` or `e2b` (the `backend` shown in lists).
-    fn kind(&self) -> &'static str;
+    /// [`BackendKind::Fly`] or [`BackendKind::E2b`] (its name is the `backend` shown in
+    /// lists).
+    fn kind(&self) -> BackendKind;
 
     /// Gets the account ready on first use (Fly: the app exists); cheap afterwards.
     fn prepare(&self) -> impl Future<Output = Result<(), ComputersError>> + MaybeSend;

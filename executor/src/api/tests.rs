@@ -1,0 +1,292 @@
+//! The executor API through its router (`app(state).oneshot(request)`), over the
+//! in-memory backend: tokens, scopes, routes, codes and the answers' shapes, no daemon.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use jsonwebtoken::{EncodingKey, Header};
+use serde_json::{Value, json};
+use shared::capabilities::{Capabilities, Capability};
+use shared::executor_api::{Claims, GATEWAY_ISSUER};
+use tower::ServiceExt;
+
+use super::{ApiState, app};
+use crate::computers::Computers;
+use crate::fake::Fake;
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test";
+const AUDIENCE: &str = "exec-1";
+
+fn state(fake: Fake) -> Arc<ApiState> {
+    match ApiState::new(Computers::over_fake(fake), SECRET, AUDIENCE) {
+        Ok(s) => Arc::new(s),
+        Err(e) => panic!("api state: {e}"),
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+fn token_with(team: &str, scope: &str, secret: &[u8], aud: &str) -> String {
+    let claims = Claims {
+        iss: GATEWAY_ISSUER.into(),
+        aud: aud.into(),
+        sub: team.into(),
+        iat: now(),
+        exp: now() + 60,
+        scope: scope.into(),
+    };
+    let key = EncodingKey::from_secret(secret).unwrap_or_else(|e| panic!("key: {e}"));
+    jsonwebtoken::encode(&Header::default(), &claims, &key).unwrap_or_else(|e| panic!("token: {e}"))
+}
+
+fn token(team: &str, scope: &str) -> String {
+    token_with(team, scope, SECRET, AUDIENCE)
+}
+
+/// One request: its status, its JSON body, and whether it asked for a bearer token.
+async fn send(
+    s: &Arc<ApiState>,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (StatusCode, Value, bool) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap_or_else(|e| panic!("request: {e}"));
+    let resp = app(s.clone())
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|e| panic!("router: {e}"));
+    let status = resp.status();
+    let challenge = resp.headers().contains_key(header::WWW_AUTHENTICATE);
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap_or_else(|e| panic!("body: {e}"));
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, v, challenge)
+}
+
+#[tokio::test]
+async fn health_says_the_backend_and_what_it_can_do_without_a_token() {
+    let s = state(Fake::default());
+    let (status, v, _) = send(&s, "GET", "/v1/health", None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["backends"], json!(["go_busybox", "wasm"]));
+    assert_eq!(v["capabilities"], json!(["jobs", "files"]));
+    assert_eq!(v["load"], json!({"computers": 0, "execs": 0}));
+}
+
+#[tokio::test]
+async fn tokens_are_checked_and_their_reasons_stay_in_the_log() {
+    let s = state(Fake::default());
+    let (status, v, challenge) = send(&s, "GET", "/v1/computers", None, "").await;
+    assert_eq!((status, challenge), (StatusCode::UNAUTHORIZED, true));
+    assert_eq!(v["error"]["code"], "unauthorized");
+    for bad in [
+        token_with(
+            "t1",
+            "exec",
+            b"another-secret-of-enough-length-000",
+            AUDIENCE,
+        ),
+        token_with("t1", "exec", SECRET, "another-executor"),
+        token_with("", "exec", SECRET, AUDIENCE),
+        "not.a.jwt".to_owned(),
+    ] {
+        let (status, v, _) = send(&s, "GET", "/v1/computers", Some(&bad), "").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{bad}");
+        assert_eq!(v["error"]["message"], "invalid token");
+    }
+}
+
+#[tokio::test]
+async fn scopes_hold_on_every_route() {
+    let s = state(Fake::default());
+    let exec = token("t1", "exec");
+    let manage = token("t1", "manage");
+    let create = r#"{"computer_id": "box", "temporary": false}"#;
+    let (status, v, _) = send(&s, "POST", "/v1/computers", Some(&exec), create).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(v["error"]["code"], "forbidden");
+    let (status, _, _) = send(&s, "POST", "/v1/computers", Some(&manage), create).await;
+    assert_eq!(status, StatusCode::OK);
+    for path in [
+        "/v1/computers/box/restart",
+        "/v1/computers/box/factory-reset",
+    ] {
+        let (status, _, _) = send(&s, "POST", path, Some(&exec), "").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
+    let (status, _, _) = send(&s, "DELETE", "/v1/computers/box", Some(&exec), "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let exec_body = r#"{"command": "echo hi"}"#;
+    let (status, _, _) = send(
+        &s,
+        "POST",
+        "/v1/computers/box/exec",
+        Some(&manage),
+        exec_body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, v, _) = send(&s, "POST", "/v1/computers/box/exec", Some(&exec), exec_body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["stdout"], "hi\n");
+}
+
+#[tokio::test]
+async fn answers_have_the_tools_shapes_and_failures_their_codes() {
+    let s = state(Fake::default());
+    let all = token("t1", "exec manage");
+    let t = Some(all.as_str());
+    let (status, v, _) = send(&s, "POST", "/v1/computers", t, r#"{"computer_id": "box"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(vec![
+            "ok".into(),
+            "computer_id".into(),
+            "sandbox_id".into(),
+            "temporary".into()
+        ])
+    );
+    assert_eq!(
+        (v["computer_id"].clone(), v["temporary"].clone()),
+        (json!("box"), json!(true))
+    );
+    let (status, v, _) = send(&s, "GET", "/v1/computers", t, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["count"], 1);
+    assert_eq!(v["computers"][0]["computer_id"], "box");
+    assert_eq!(v["computers"][0]["state"], "running");
+    let (status, v, _) = send(
+        &s,
+        "POST",
+        "/v1/computers/box/exec",
+        t,
+        r#"{"command": "exit 7"}"#,
+    )
+    .await;
+    assert_eq!((status, v["exit_code"].clone()), (StatusCode::OK, json!(7)));
+    let (status, v, _) = send(&s, "DELETE", "/v1/computers/box", t, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v,
+        json!({"ok": true, "computer_id": "box", "deleted": true})
+    );
+    for (method, path, body, want, code) in [
+        (
+            "DELETE",
+            "/v1/computers/box",
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/v1/computers/box/restart",
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/v1/computers/box/exec",
+            r#"{"command": "ls", "bogus": 1}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/computers/Bad_Id/exec",
+            r#"{"command": "ls"}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/computers/box/exec",
+            "not json",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/computers/box/reboot",
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "GET",
+            "/v2/computers",
+            "",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/v1/computers/box/exec",
+            r#"{"command": "fail"}"#,
+            StatusCode::BAD_GATEWAY,
+            "engine",
+        ),
+    ] {
+        let (status, v, _) = send(&s, method, path, t, body).await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (want, Some(code)),
+            "{method} {path} {body}: {v}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_team_reaches_only_its_own_computers() {
+    let s = state(Fake::default());
+    let t1 = token("t1", "exec manage");
+    let t2 = token("t2", "exec manage");
+    let create = r#"{"computer_id": "box", "temporary": false}"#;
+    let (status, _, _) = send(&s, "POST", "/v1/computers", Some(&t1), create).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, v, _) = send(&s, "GET", "/v1/computers", Some(&t2), "").await;
+    assert_eq!(v["count"], 0);
+    for (method, path) in [
+        ("POST", "/v1/computers/box/restart"),
+        ("DELETE", "/v1/computers/box"),
+        ("GET", "/v1/computers/box/jobs"),
+    ] {
+        let (status, _, _) = send(&s, method, path, Some(&t2), "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+    }
+    // Team 2's own `box` is another computer; team 1's is still there.
+    let (status, _, _) = send(&s, "POST", "/v1/computers", Some(&t2), create).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, v, _) = send(&s, "GET", "/v1/computers", Some(&t1), "").await;
+    assert_eq!(v["count"], 1);
+}
+
+#[tokio::test]
+async fn what_the_backend_cannot_do_is_501_and_changes_nothing() {
+    let s = state(Fake::new(Capabilities::NONE.with(Capability::Files)));
+    let all = token("t1", "exec manage");
+    let body = r#"{"command": "echo", "yield_ms": 0}"#;
+    let (status, v, _) = send(&s, "POST", "/v1/computers/box/exec", Some(&all), body).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{v}");
+    assert_eq!(v["error"]["code"], "unsupported");
+    let (_, v, _) = send(&s, "GET", "/v1/computers", Some(&all), "").await;
+    assert_eq!(v["count"], 0);
+}
