@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cloud;
 pub mod error;
 pub mod exec_token;
+pub mod inventory;
 pub mod origins;
 pub mod placement;
 pub mod schema;

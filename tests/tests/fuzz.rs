@@ -1,8 +1,9 @@
 //! Issue 19: a fuzz target per parser, as proptest properties run for a bounded number of
 //! cases by the test command (`PROPTEST_CASES` raises it): the JSON-RPC framing and the
 //! dispatcher, the tools' argument validation (`shared::validate`), the executor API's
-//! operation decoder (`shared::op`), and the supervisor's frame decoder with the JSON
-//! payloads it reads. The WASM shell's parser front-end has its own in `msc-shell`.
+//! operation decoder (`shared::op`), the Team Durable Object's calls
+//! (`gateway::inventory`), and the supervisor's frame decoder with the JSON payloads it
+//! reads. The WASM shell's parser front-end has its own in `msc-shell`.
 //!
 //! Each property says more than "no panic" where it can: every request gets exactly one
 //! answer with its own id, a decoded operation encodes back to itself, and a frame
@@ -61,6 +62,24 @@ const KEYS: &[&str] = &[
     "op",
     "spec",
     "argv",
+    "team",
+    "request",
+    "id",
+    "owner",
+    "executor",
+    "stateless",
+    "sid",
+    "subject",
+    "version",
+    "busy",
+    "mark",
+    "until",
+    "done",
+    "deadline",
+    "task_id",
+    "record",
+    "lease",
+    "ended_ms",
 ];
 
 /// Strings the parsers treat specially.
@@ -91,6 +110,11 @@ const WORDS: &[&str] = &[
     "a\u{0}b",
     "../..",
     "é☃",
+    "claim",
+    "touch",
+    "session_open",
+    "task_put",
+    "exec:box-1:ab",
 ];
 
 fn key() -> impl Strategy<Value = String> {
@@ -274,6 +298,26 @@ proptest! {
             let body = req.body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
             let back = Op::decode(req.method, &req.path, &body);
             prop_assert_eq!(back.as_ref().ok(), Some(&op), "{} {}", req.method, req.path);
+        }
+    }
+
+    #[test]
+    fn team_object_calls(
+        team in prop::sample::select(WORDS),
+        op in prop::sample::select(&[
+            "claim", "get", "forget", "touch", "list", "session_open", "session_get",
+            "session_default", "session_close", "job_put", "job_get", "job_done",
+            "task_put", "task_get", "reboot",
+        ][..]),
+        fields in prop::collection::vec((key(), json_value()), 0..8),
+    ) {
+        use gateway::inventory::Call;
+        let mut request: Map<String, Value> = fields.into_iter().collect();
+        request.insert("op".into(), json!(op));
+        let body = json!({"team": team, "request": request}).to_string();
+        if let Ok(call) = Call::decode(body.as_bytes()) {
+            prop_assert_eq!(Call::decode(call.encode().as_bytes()), Ok(call.clone()));
+            prop_assert_eq!(call.request.name(), op);
         }
     }
 

@@ -78,18 +78,13 @@ pub(crate) async fn files(
     let sid = req.headers().get("mcp-session-id")?;
     let (owner, default) = match &sid {
         Some(sid) => {
-            let found = team_call(
-                env,
-                &team,
-                "/session/get",
-                &json!({"sid": sid, "subject": caller.subject}),
-            )
-            .await;
+            let get = inventory::Request::SessionGet {
+                sid: sid.clone(),
+                subject: caller.subject.clone(),
+            };
+            let found = team_call::<inventory::Session>(env, &team, get).await;
             match found {
-                Ok(s) => (
-                    format!("session:{sid}"),
-                    s["default_id"].as_str().map(str::to_owned),
-                ),
+                Ok(s) => (format!("session:{sid}"), s.default_id),
                 Err(GatewayError::Inventory { status: 404, .. }) => {
                     return error(
                         404,
@@ -139,7 +134,7 @@ pub(crate) async fn files(
             && answer.as_ref().is_ok_and(|r| r.status_code() < 300)
             && touch_due(&team, id, gw.idle_ms / 4)
         {
-            let _ = team_call(env, &team, "/touch", &json!({"id": id})).await;
+            let _ = touch(env, &team, id).await;
         }
         return answer;
     }
@@ -186,12 +181,24 @@ pub(crate) async fn files(
         // The executor's answer, its body streamed through.
         Ok(resp) => {
             if put && resp.status_code() < 300 && touch_due(&team, id, gw.idle_ms / 4) {
-                let _ = team_call(env, &team, "/touch", &json!({"id": id})).await;
+                let _ = touch(env, &team, id).await;
             }
             Ok(resp)
         }
         Err(e) => error(502, format!("executor {:?} unreachable: {e}", rec.executor)),
     }
+}
+
+/// Records a use of `id` in the team's object.
+async fn touch(env: &Env, team: &str, id: &str) -> std::result::Result<(), GatewayError> {
+    let touch = inventory::Request::Touch {
+        id: id.to_owned(),
+        busy: None,
+        done: None,
+    };
+    team_call::<inventory::Done>(env, team, touch)
+        .await
+        .map(|_| ())
 }
 
 fn api_error(e: &GatewayError) -> Result<Response> {

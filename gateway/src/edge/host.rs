@@ -78,22 +78,6 @@ pub(crate) struct Host {
     pub(crate) default: RefCell<Option<String>>,
 }
 
-/// A record of the team's inventory.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub(crate) struct Record {
-    pub(crate) id: String,
-    pub(crate) executor: String,
-    pub(crate) temporary: bool,
-    /// Recorded by this very claim: nothing exists at its place yet, so a place that
-    /// does not answer can be traded for another ([`Host::fail_over`]).
-    #[serde(default)]
-    pub(crate) new: bool,
-}
-
-pub(crate) fn record_of(v: Value) -> std::result::Result<Record, GatewayError> {
-    serde_json::from_value(v).map_err(|e| GatewayError::Transport(format!("inventory record: {e}")))
-}
-
 impl Host {
     /// Claims `id` for this caller (creating the record if new): where it lives.
     pub(crate) async fn claim(
@@ -128,20 +112,14 @@ impl Host {
         if let Some(e) = self.gw.unusable(&executor) {
             return Err(e);
         }
-        let v = team_call(
-            &self.env,
-            &self.caller.team,
-            "/claim",
-            &json!({
-                "id": id,
-                "temporary": temporary,
-                "owner": self.owner,
-                "stateless": self.session.is_none(),
-                "executor": executor,
-            }),
-        )
-        .await?;
-        record_of(v)
+        let claim = inventory::Request::Claim {
+            id: id.to_owned(),
+            temporary,
+            owner: self.owner.clone(),
+            stateless: self.session.is_none(),
+            executor,
+        };
+        team_call(&self.env, &self.caller.team, claim).await
     }
 
     /// Runs `op` (made by `make` for the record) where `rec` says. A computer this call
@@ -164,7 +142,8 @@ impl Host {
             {
                 Err(e @ GatewayError::Unreachable { .. }) if rec.new => {
                     avoid.push(rec.executor.clone());
-                    team_call(&self.env, &team, "/forget", &json!({"id": id})).await?;
+                    let forget = inventory::Request::Forget { id: id.to_owned() };
+                    team_call::<inventory::Done>(&self.env, &team, forget).await?;
                     forget_cached(&team, id);
                     let next = match self.claim_avoiding(id, Some(rec.temporary), &avoid).await {
                         Ok(r) if r.new => r,
@@ -185,13 +164,7 @@ impl Host {
                     if self.default.borrow().as_deref() == Some(id)
                         && let Some(sid) = &self.session
                     {
-                        team_call(
-                            &self.env,
-                            &team,
-                            "/session/default",
-                            &json!({"sid": sid, "id": id}),
-                        )
-                        .await?;
+                        self.name_default(sid, id).await?;
                     }
                     rec = next;
                 }
@@ -202,14 +175,22 @@ impl Host {
     }
 
     pub(crate) async fn visible(&self, id: &str) -> std::result::Result<Record, GatewayError> {
-        let v = team_call(
-            &self.env,
-            &self.caller.team,
-            "/get",
-            &json!({"id": id, "owner": self.owner}),
-        )
-        .await?;
-        record_of(v)
+        let get = inventory::Request::Get {
+            id: id.to_owned(),
+            owner: self.owner.clone(),
+        };
+        team_call(&self.env, &self.caller.team, get).await
+    }
+
+    /// Records `id` as session `sid`'s default computer in the team's object.
+    async fn name_default(&self, sid: &str, id: &str) -> std::result::Result<(), GatewayError> {
+        let named = inventory::Request::SessionDefault {
+            sid: sid.to_owned(),
+            id: id.to_owned(),
+        };
+        team_call::<inventory::Done>(&self.env, &self.caller.team, named)
+            .await
+            .map(|_| ())
     }
 
     /// Restart, factory reset or delete, where the computer lives.
@@ -235,20 +216,26 @@ impl Host {
     async fn mark_busy(&self, id: &str, busy_ms: u64) -> Option<String> {
         let team = &self.caller.team;
         let every = (self.gw.idle_ms / 4).min(30_000);
-        let (body, mark) = if every + busy_ms < self.gw.idle_ms {
+        let (busy, mark) = if every + busy_ms < self.gw.idle_ms {
             if !touch_due(team, id, every) {
                 return None;
             }
-            (json!({"id": id}), None)
+            (None, None)
         } else {
             let mark = format!("exec:{id}:{}", random_hex());
-            let until = now_ms() + busy_ms + every;
-            (
-                json!({"id": id, "mark": mark, "busy_until": until}),
-                Some(mark),
-            )
+            let until = now_ms().saturating_add(busy_ms).saturating_add(every);
+            let busy = inventory::Busy {
+                mark: mark.clone(),
+                until: i64::try_from(until).unwrap_or(i64::MAX),
+            };
+            (Some(busy), Some(mark))
         };
-        if let Err(e) = team_call(&self.env, team, "/touch", &body).await {
+        let touch = inventory::Request::Touch {
+            id: id.to_owned(),
+            busy,
+            done: None,
+        };
+        if let Err(e) = team_call::<inventory::Done>(&self.env, team, touch).await {
             tracing::warn!(error = %e, "could not record a use in the team inventory");
             return None;
         }
@@ -259,13 +246,12 @@ impl Host {
     /// the computer is no longer busy for it.
     async fn end_busy(&self, id: &str, mark: Option<String>) {
         if let Some(mark) = mark {
-            let done = team_call(
-                &self.env,
-                &self.caller.team,
-                "/touch",
-                &json!({"id": id, "done": mark}),
-            )
-            .await;
+            let touch = inventory::Request::Touch {
+                id: id.to_owned(),
+                busy: None,
+                done: Some(mark),
+            };
+            let done = team_call::<inventory::Done>(&self.env, &self.caller.team, touch).await;
             if let Err(e) = done {
                 tracing::warn!(error = %e, "could not clear a busy mark in the team inventory");
             }
@@ -318,13 +304,7 @@ impl Host {
         if target.sets_default() {
             *self.default.borrow_mut() = Some(id.clone());
             if let Some(sid) = &self.session {
-                team_call(
-                    &self.env,
-                    team,
-                    "/session/default",
-                    &json!({"sid": sid, "id": id}),
-                )
-                .await?;
+                self.name_default(sid, &id).await?;
             }
         }
         Ok((id, rec))
@@ -361,13 +341,12 @@ impl Host {
                     && let Some(job_id) = v["job_id"].as_str()
                 {
                     let deadline = now_ms().saturating_add(timeout_ms);
-                    let put = team_call(
-                        &self.env,
-                        &team,
-                        "/job/put",
-                        &json!({"job_id": job_id, "id": id, "deadline": deadline}),
-                    )
-                    .await;
+                    let put = inventory::Request::JobPut {
+                        job_id: job_id.to_owned(),
+                        id: id.clone(),
+                        deadline: i64::try_from(deadline).unwrap_or(i64::MAX),
+                    };
+                    let put = team_call::<inventory::Done>(&self.env, &team, put).await;
                     // The job runs either way: its output is not lost for a record; the
                     // caller can still name the computer.
                     if let Err(e) = put {
@@ -406,15 +385,13 @@ impl Host {
                 let id = match (call.computer_id(), &job_id) {
                     (Some(id), _) => id.to_owned(),
                     (None, Some(job_id)) => {
-                        let found = team_call(
-                            &self.env,
-                            &team,
-                            "/job/get",
-                            &json!({"job_id": job_id, "owner": self.owner}),
-                        )
-                        .await;
+                        let get = inventory::Request::JobGet {
+                            job_id: job_id.clone(),
+                            owner: self.owner.clone(),
+                        };
+                        let found = team_call::<inventory::JobPlace>(&self.env, &team, get).await;
                         match found {
-                            Ok(v) => v["id"].as_str().unwrap_or_default().to_owned(),
+                            Ok(place) => place.id,
                             Err(GatewayError::Inventory { status: 404, .. }) => {
                                 self.default.borrow().clone().ok_or_else(|| no_job(job_id))?
                             }
@@ -445,15 +422,20 @@ impl Host {
                     && v["peek"] != true
                     && let Some(job_id) = &job_id
                 {
-                    let _ =
-                        team_call(&self.env, &team, "/job/done", &json!({"job_id": job_id})).await;
+                    let done = inventory::Request::JobDone {
+                        job_id: job_id.clone(),
+                    };
+                    let _ = team_call::<inventory::Done>(&self.env, &team, done).await;
                 }
                 Ok(v)
             }
             ToolCall::List | ToolCall::Dashboard => {
-                let v = team_call(&self.env, &team, "/list", &json!({"owner": self.owner})).await?;
-                let records: Vec<Record> = serde_json::from_value(v["computers"].clone())
-                    .map_err(|e| GatewayError::Transport(format!("inventory list: {e}")))?;
+                let list = inventory::Request::List {
+                    owner: self.owner.clone(),
+                };
+                let records = team_call::<inventory::Listed>(&self.env, &team, list)
+                    .await?
+                    .computers;
                 let mut places: Vec<String> = records.iter().map(|r| r.executor.clone()).collect();
                 places.sort();
                 places.dedup();
@@ -524,7 +506,8 @@ impl Host {
                 };
                 // The DO forgets it and clears every session default naming it, so the next
                 // call without an id makes a new default (as on the local server).
-                team_call(&self.env, &team, "/forget", &json!({"id": id})).await?;
+                let forget = inventory::Request::Forget { id: id.clone() };
+                team_call::<inventory::Done>(&self.env, &team, forget).await?;
                 forget_cached(&team, &id);
                 if self.default.borrow().as_deref() == Some(id.as_str()) {
                     *self.default.borrow_mut() = None;

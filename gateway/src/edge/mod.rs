@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use shared::CallToolResult;
 use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
@@ -41,6 +41,7 @@ use crate::auth::{Auth, Caller, Settings};
 use crate::cloud::{self, Cloud};
 use crate::error::GatewayError;
 use crate::exec_token;
+use crate::inventory::{self, Record};
 use shared::providers::computers::e2b::E2bComputers;
 use shared::providers::computers::fly::FlyComputers;
 

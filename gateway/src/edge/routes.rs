@@ -249,14 +249,11 @@ pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Res
         Ok(sid) => sid,
         Err(r) => return refused(r),
     };
-    match team_call(
-        env,
-        &caller.team,
-        "/session/close",
-        &json!({"sid": sid, "subject": caller.subject}),
-    )
-    .await
-    {
+    let close = inventory::Request::SessionClose {
+        sid: sid.to_owned(),
+        subject: caller.subject.clone(),
+    };
+    match team_call::<inventory::Done>(env, &caller.team, close).await {
         Ok(_) => Ok(Response::empty()?.with_status(204)),
         Err(GatewayError::Inventory { status: 404, .. }) => refused(route::unknown_session()),
         Err(e) => json_response(
@@ -281,14 +278,12 @@ pub(crate) async fn mcp_post(
         Post::Accept => return Ok(Response::empty()?.with_status(202)),
         Post::Initialize { id, version } => {
             let sid = random_hex();
-            if let Err(e) = team_call(
-                env,
-                &team,
-                "/session/open",
-                &json!({"sid": sid, "subject": caller.subject, "version": version}),
-            )
-            .await
-            {
+            let open = inventory::Request::SessionOpen {
+                sid: sid.clone(),
+                subject: caller.subject.clone(),
+                version: version.to_owned(),
+            };
+            if let Err(e) = team_call::<inventory::Done>(env, &team, open).await {
                 // The team's session caps (the DO decides): 503 until a session ends.
                 if let GatewayError::Inventory {
                     status: 503,
@@ -313,14 +308,11 @@ pub(crate) async fn mcp_post(
             return Ok(r);
         }
         Post::Session { sid, message } => {
-            let session = match team_call(
-                env,
-                &team,
-                "/session/get",
-                &json!({"sid": sid, "subject": caller.subject}),
-            )
-            .await
-            {
+            let get = inventory::Request::SessionGet {
+                sid: sid.to_owned(),
+                subject: caller.subject.clone(),
+            };
+            let session = match team_call::<inventory::Session>(env, &team, get).await {
                 Ok(s) => s,
                 Err(GatewayError::Inventory { status: 404, .. }) => {
                     return refused(route::unknown_session());
@@ -337,17 +329,14 @@ pub(crate) async fn mcp_post(
             let InSession::Call(call) = message else {
                 return Ok(Response::empty()?.with_status(202));
             };
-            let version = session["version"]
-                .as_str()
-                .unwrap_or(shared::mcp::LATEST_LEGACY)
-                .to_owned();
+            let version = session.version;
             let host = Host {
                 gw: gw.clone(),
                 env: env.clone(),
                 caller,
                 owner: format!("session:{sid}"),
                 session: Some(sid),
-                default: RefCell::new(session["default_id"].as_str().map(str::to_owned)),
+                default: RefCell::new(session.default_id),
             };
             (call, Era::Legacy(version), host)
         }

@@ -135,8 +135,10 @@ impl Host {
             .map_err(|e| e.to_string())?;
         if kept.task.ended.is_some() {
             // Its job no longer holds the computer busy (idle reaping may have it).
-            let done = json!({"job_id": kept.task.task_id});
-            let _ = team_call(&self.env, &self.caller.team, "/job/done", &done).await;
+            let done = inventory::Request::JobDone {
+                job_id: kept.task.task_id.clone(),
+            };
+            let _ = team_call::<inventory::Done>(&self.env, &self.caller.team, done).await;
         }
         Ok(answer(&kept.task))
     }
@@ -148,26 +150,25 @@ impl Host {
         task_id: &str,
         lease: bool,
     ) -> std::result::Result<Option<Kept>, GatewayError> {
-        let found = team_call(
-            &self.env,
-            &self.caller.team,
-            "/task/get",
-            &json!({"task_id": task_id, "owner": self.owner, "lease": lease}),
-        )
-        .await;
+        let get = inventory::Request::TaskGet {
+            task_id: task_id.to_owned(),
+            owner: self.owner.clone(),
+            lease,
+        };
+        let found = team_call::<inventory::TaskFound>(&self.env, &self.caller.team, get).await;
         let row = match found {
-            Ok(v) => v,
+            Ok(row) => row,
             Err(GatewayError::Inventory { status: 404, .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let task: Task = serde_json::from_str(row["record"].as_str().unwrap_or_default())
+        let task: Task = serde_json::from_str(&row.record)
             .map_err(|e| GatewayError::Transport(format!("task record: {e}")))?;
         Ok(Some(Kept {
             task,
-            place: row["place"].as_str().map(str::to_owned),
-            owner: row["owner"].as_str().unwrap_or_default().to_owned(),
-            deadline: row["deadline"].as_u64().unwrap_or_default(),
-            lease: row["lease"].as_str().map(str::to_owned),
+            place: row.place,
+            owner: row.owner,
+            deadline: u64::try_from(row.deadline).unwrap_or_default(),
+            lease: row.lease,
         }))
     }
 
@@ -181,19 +182,22 @@ impl Host {
     ) -> std::result::Result<(), GatewayError> {
         let record = serde_json::to_string(task)
             .map_err(|e| GatewayError::Transport(format!("task record: {e}")))?;
-        team_call(
-            &self.env,
-            &self.caller.team,
-            "/task/put",
-            &json!({
-                "task_id": task.task_id, "id": task.computer_id, "owner": owner,
-                "deadline": deadline, "record": record, "lease": lease,
-                // Kept 10 minutes from its end (the end's time, not the last read's).
-                "ended_ms": task.ended.as_ref().map(|_| task.updated_ms),
-            }),
-        )
-        .await
-        .map(|_| ())
+        let put = inventory::Request::TaskPut {
+            task_id: task.task_id.clone(),
+            id: task.computer_id.clone(),
+            owner: owner.to_owned(),
+            deadline: i64::try_from(deadline).unwrap_or(i64::MAX),
+            record,
+            lease: lease.map(str::to_owned),
+            // Kept 10 minutes from its end (the end's time, not the last read's).
+            ended_ms: task
+                .ended
+                .as_ref()
+                .map(|_| i64::try_from(task.updated_ms).unwrap_or(i64::MAX)),
+        };
+        team_call::<inventory::Done>(&self.env, &self.caller.team, put)
+            .await
+            .map(|_| ())
     }
 
     /// Reads the task's job once where its computer lives (sending `signal` first, then

@@ -54,14 +54,6 @@ fn migrate(sql: &worker::SqlStorage) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The string field `k` of an inventory request, which must be there.
-fn field(b: &Value, k: &str) -> std::result::Result<String, String> {
-    match b[k].as_str() {
-        Some(v) if !v.is_empty() => Ok(v.to_owned()),
-        _ => Err(format!("inventory request without `{k}`")),
-    }
-}
-
 #[derive(Debug, Deserialize)]
 pub(crate) struct SessionRow {
     pub(crate) sid: String,
@@ -93,7 +85,10 @@ struct TaskRow {
 }
 
 pub(crate) fn bad(status: u16, message: &str) -> Result<Response> {
-    json_response(status, &json!({"error": message}))
+    let refusal = inventory::Refusal {
+        error: message.to_owned(),
+    };
+    json_response(status, &json!(refusal))
 }
 
 impl Team {
@@ -160,8 +155,14 @@ impl Team {
         Ok(())
     }
 
-    pub(crate) fn record(e: &Entry) -> Value {
-        json!({"id": e.id, "executor": e.place, "temporary": e.temporary})
+    /// Where `e` lives, as the inventory's answers say it (`new`: this claim made it).
+    pub(crate) fn record(e: &Entry, new: bool) -> Record {
+        Record {
+            id: e.id.clone(),
+            executor: e.place.clone(),
+            temporary: e.temporary,
+            new,
+        }
     }
 
     /// Removes `e` where it lives and forgets it (its session ended, or it idled out).
@@ -193,47 +194,30 @@ impl DurableObject for Team {
         if let Some(e) = &self.schema_error {
             return bad(500, e);
         }
-        let b: Value = match req.json().await {
-            Ok(b) => b,
-            Err(e) => return bad(400, &format!("inventory request body: {e}")),
+        let body = req.bytes().await?;
+        let call = match inventory::Call::decode(&body) {
+            Ok(c) => c,
+            Err(e) => return bad(400, &e),
         };
-        let required: &[&str] = match req.path().as_str() {
-            "/claim" => &["id", "owner", "executor"],
-            "/get" => &["id", "owner"],
-            "/forget" | "/touch" => &["id"],
-            "/list" => &["owner"],
-            "/session/open" => &["sid", "subject", "version"],
-            "/session/get" | "/session/close" => &["sid", "subject"],
-            "/session/default" => &["sid", "id"],
-            "/job/put" => &["job_id", "id"],
-            "/job/get" => &["job_id", "owner"],
-            "/job/done" => &["job_id"],
-            "/task/put" => &["task_id", "id", "owner", "record"],
-            "/task/get" => &["task_id", "owner"],
-            _ => &[],
-        };
-        for k in required {
-            if let Err(e) = field(&b, k) {
-                return bad(400, &e);
-            }
-        }
-        let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
         let now = now_ms();
         let now_sql = i64::try_from(now).unwrap_or(i64::MAX);
-        if !s("team").is_empty() {
+        if !call.team.is_empty() {
             self.sql(
                 "INSERT OR IGNORE INTO meta (k, v) VALUES ('team', ?)",
-                vec![s("team").into()],
+                vec![call.team.as_str().into()],
             )?;
         }
-        match req.path().as_str() {
-            "/claim" => {
-                let (id, owner, executor) = (s("id"), s("owner"), s("executor"));
-                let Some(stateless) = b["stateless"].as_bool() else {
-                    return bad(400, "inventory request without `stateless`");
-                };
+        let done = || json_response(200, &json!(inventory::Done::OK));
+        match call.request {
+            inventory::Request::Claim {
+                id,
+                temporary,
+                owner,
+                stateless,
+                executor,
+            } => {
                 let claimant = Claimant {
-                    requested: b["temporary"].as_bool(),
+                    requested: temporary,
                     owner: &owner,
                     stateless,
                 };
@@ -242,142 +226,145 @@ impl DurableObject for Team {
                         if new && e.temporary {
                             self.arm().await?;
                         }
-                        let mut r = Self::record(&e);
-                        r["new"] = json!(new);
-                        json_response(200, &r)
+                        json_response(200, &json!(Self::record(&e, new)))
                     }
                     // The same policy as the local server, in the same words.
                     Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),
                     Err(e) => bad(500, &e.to_string()),
                 }
             }
-            "/get" => match self.registry().visible(&s("id"), &s("owner")) {
-                Ok(e) => json_response(200, &Self::record(&e)),
+            inventory::Request::Get { id, owner } => match self.registry().visible(&id, &owner) {
+                Ok(e) => json_response(200, &json!(Self::record(&e, false))),
                 Err(e @ RegistryError::Unknown(_)) => bad(404, &e.to_string()),
                 Err(e) => bad(500, &e.to_string()),
             },
-            "/forget" => {
-                self.registry().forget(&s("id"))?;
-                self.sql("DELETE FROM jobs WHERE id = ?", vec![s("id").into()])?;
+            inventory::Request::Forget { id } => {
+                self.registry().forget(&id)?;
+                self.sql("DELETE FROM jobs WHERE id = ?", vec![id.as_str().into()])?;
                 // A forgotten computer is no session's default: the next call without an
                 // id makes a new one.
                 self.sql(
                     "UPDATE sessions SET default_id = NULL WHERE default_id = ?",
-                    vec![s("id").into()],
+                    vec![id.as_str().into()],
                 )?;
-                json_response(200, &json!({"ok": true}))
+                done()
             }
-            "/touch" => {
-                self.registry().touch(&s("id"), now)?;
+            inventory::Request::Touch {
+                id,
+                busy,
+                done: ended,
+            } => {
+                self.registry().touch(&id, now)?;
                 // Busy until then (a call in flight, under its own mark): the alarm reaps
                 // neither the computer nor its session before. Kept in the jobs table under
                 // a name no job id takes (`exec:<id>:<nonce>`); the touch at the call's end
                 // (`done`) removes it, and it is forgotten with the jobs.
-                if let Some(mark) = b["done"].as_str()
-                    && mark.starts_with("exec:")
-                {
+                if let Some(mark) = ended.filter(|m| m.starts_with("exec:")) {
                     self.sql("DELETE FROM jobs WHERE job_id = ?", vec![mark.into()])?;
                 }
-                if let (Some(mark), Some(until)) = (b["mark"].as_str(), b["busy_until"].as_i64())
-                    && mark.starts_with("exec:")
-                {
+                if let Some(busy) = busy.filter(|b| b.mark.starts_with("exec:")) {
                     self.sql(
                         "INSERT OR REPLACE INTO jobs (job_id, id, deadline) VALUES (?, ?, ?)",
-                        vec![mark.into(), s("id").into(), until.into()],
+                        vec![busy.mark.into(), id.into(), busy.until.into()],
                     )?;
                 }
-                json_response(200, &json!({"ok": true}))
+                done()
             }
-            "/list" => {
-                let items: Vec<Value> = self
+            inventory::Request::List { owner } => {
+                let computers = self
                     .registry()
-                    .list(&s("owner"))?
+                    .list(&owner)?
                     .iter()
-                    .map(Self::record)
+                    .map(|e| Self::record(e, false))
                     .collect();
-                json_response(200, &json!({"computers": items}))
+                json_response(200, &json!(inventory::Listed { computers }))
             }
-            "/job/put" => {
-                let deadline = b["deadline"].as_i64().unwrap_or(now_sql);
+            inventory::Request::JobPut {
+                job_id,
+                id,
+                deadline,
+            } => {
                 self.sql(
                     "INSERT OR REPLACE INTO jobs (job_id, id, deadline) VALUES (?, ?, ?)",
-                    vec![s("job_id").into(), s("id").into(), deadline.into()],
+                    vec![job_id.into(), id.into(), deadline.into()],
                 )?;
-                json_response(200, &json!({"ok": true}))
+                done()
             }
             // The computer of a job, if the caller may reach that computer (else it is
             // "no such job", whatever the id).
-            "/job/get" => {
+            inventory::Request::JobGet { job_id, owner } => {
                 let rows: Vec<JobRow> = self
-                    .sql(
-                        "SELECT id FROM jobs WHERE job_id = ?",
-                        vec![s("job_id").into()],
-                    )?
+                    .sql("SELECT id FROM jobs WHERE job_id = ?", vec![job_id.into()])?
                     .to_array()?;
                 match rows.into_iter().next() {
-                    Some(r) if self.registry().visible(&r.id, &s("owner")).is_ok() => {
-                        json_response(200, &json!({"id": r.id}))
+                    Some(r) if self.registry().visible(&r.id, &owner).is_ok() => {
+                        json_response(200, &json!(inventory::JobPlace { id: r.id }))
                     }
                     _ => bad(404, "no such job"),
                 }
             }
-            "/job/done" => {
-                self.sql(
-                    "DELETE FROM jobs WHERE job_id = ?",
-                    vec![s("job_id").into()],
-                )?;
-                json_response(200, &json!({"ok": true}))
+            inventory::Request::JobDone { job_id } => {
+                self.sql("DELETE FROM jobs WHERE job_id = ?", vec![job_id.into()])?;
+                done()
             }
-            "/task/put" => self.put_task(&b, now_sql),
-            "/task/get" => self.get_task(&b, now_sql),
-            "/session/open" => {
-                if let Some(full) = self.sessions_full(&s("subject"))? {
+            put @ inventory::Request::TaskPut { .. } => self.put_task(put, now_sql),
+            inventory::Request::TaskGet {
+                task_id,
+                owner,
+                lease,
+            } => self.get_task(&task_id, &owner, lease, now_sql),
+            inventory::Request::SessionOpen {
+                sid,
+                subject,
+                version,
+            } => {
+                if let Some(full) = self.sessions_full(&subject)? {
                     return bad(503, &full);
                 }
                 self.sql(
                     "INSERT INTO sessions (sid, subject, version, default_id, last_seen) VALUES (?, ?, ?, NULL, ?)",
-                    vec![s("sid").into(), s("subject").into(), s("version").into(), now_sql.into()],
+                    vec![sid.into(), subject.into(), version.into(), now_sql.into()],
                 )?;
                 self.arm().await?;
-                json_response(200, &json!({"ok": true}))
+                done()
             }
-            "/session/get" => {
+            inventory::Request::SessionGet { sid, subject } => {
                 let rows: Vec<SessionRow> = self
                     .sql(
                         "SELECT sid, subject, version, default_id FROM sessions WHERE sid = ?",
-                        vec![s("sid").into()],
+                        vec![sid.into()],
                     )?
                     .to_array()?;
                 match rows.into_iter().next() {
-                    Some(r) if r.subject == s("subject") => {
+                    Some(r) if r.subject == subject => {
                         self.sql(
                             "UPDATE sessions SET last_seen = ? WHERE sid = ?",
                             vec![now_sql.into(), r.sid.as_str().into()],
                         )?;
-                        json_response(
-                            200,
-                            &json!({"version": r.version, "default_id": r.default_id}),
-                        )
+                        let session = inventory::Session {
+                            version: r.version,
+                            default_id: r.default_id,
+                        };
+                        json_response(200, &json!(session))
                     }
                     _ => bad(404, "unknown session"),
                 }
             }
-            "/session/default" => {
+            inventory::Request::SessionDefault { sid, id } => {
                 self.sql(
                     "UPDATE sessions SET default_id = ? WHERE sid = ?",
-                    vec![s("id").into(), s("sid").into()],
+                    vec![id.into(), sid.into()],
                 )?;
-                json_response(200, &json!({"ok": true}))
+                done()
             }
-            "/session/close" => {
-                let sid = s("sid");
+            inventory::Request::SessionClose { sid, subject } => {
                 let rows: Vec<SessionRow> = self
                     .sql(
                         "SELECT sid, subject, version, default_id FROM sessions WHERE sid = ?",
                         vec![sid.as_str().into()],
                     )?
                     .to_array()?;
-                if !rows.iter().any(|r| r.subject == s("subject")) {
+                if !rows.iter().any(|r| r.subject == subject) {
                     return bad(404, "unknown session");
                 }
                 self.close_owner(&format!("session:{sid}")).await?;
@@ -385,9 +372,8 @@ impl DurableObject for Team {
                     "DELETE FROM sessions WHERE sid = ?",
                     vec![sid.as_str().into()],
                 )?;
-                json_response(200, &json!({"ok": true}))
+                done()
             }
-            _ => bad(404, "no such inventory route"),
         }
     }
 
@@ -460,54 +446,58 @@ const TASK_KEEP_MS: i64 = shared::tasks::KEEP_MS as i64;
 const TASK_LEASE_MS: i64 = 30_000;
 
 impl Team {
-    /// `/task/put`: keeps a task's record (`edge::tasks`). A record under a lease is
-    /// written only by its holder (`lease`), which gives the lease back.
-    fn put_task(&self, b: &Value, now: i64) -> Result<Response> {
-        let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+    /// [`inventory::Request::TaskPut`]: keeps a task's record (`edge::tasks`). A record
+    /// under a lease is written only by its holder (`lease`), which gives the lease back.
+    fn put_task(&self, put: inventory::Request, now: i64) -> Result<Response> {
+        let inventory::Request::TaskPut {
+            task_id,
+            id,
+            owner,
+            deadline,
+            record,
+            lease,
+            ended_ms,
+        } = put
+        else {
+            return bad(500, "put_task takes a task_put request");
+        };
         let rows: Vec<TaskRow> = self
             .sql(
                 "SELECT id, owner, deadline, record, lease, lease_until FROM tasks WHERE task_id = ?",
-                vec![s("task_id").into()],
+                vec![task_id.as_str().into()],
             )?
             .to_array()?;
         if let Some(row) = rows.first()
             && row.lease.is_some()
             && row.lease_until > now
-            && row.lease.as_deref() != b["lease"].as_str()
+            && row.lease != lease
         {
             return bad(409, "this task is being read by another request");
         }
-        let deadline = b["deadline"].as_i64().unwrap_or(now);
         // Kept 10 minutes from its end, or past its command's timeout when never read.
-        let expires = b["ended_ms"]
-            .as_i64()
-            .unwrap_or(deadline)
-            .saturating_add(TASK_KEEP_MS);
+        let expires = ended_ms.unwrap_or(deadline).saturating_add(TASK_KEEP_MS);
         // Expired tasks go here too: the alarm runs only while temporaries or sessions do.
         self.sql("DELETE FROM tasks WHERE expires < ?", vec![now.into()])?;
         self.sql(
             "INSERT OR REPLACE INTO tasks (task_id, id, owner, deadline, expires, record, lease, lease_until) \
              VALUES (?, ?, ?, ?, ?, ?, NULL, 0)",
             vec![
-                s("task_id").into(),
-                s("id").into(),
-                s("owner").into(),
+                task_id.into(),
+                id.into(),
+                owner.into(),
                 deadline.into(),
                 expires.into(),
-                s("record").into(),
+                record.into(),
             ],
         )?;
-        json_response(200, &json!({"ok": true}))
+        json_response(200, &json!(inventory::Done::OK))
     }
 
-    /// `/task/get`: a task its starter asks for, or anyone who may reach its computer
-    /// (else 404, whatever the id), with where the computer lives (`place`, null once it
-    /// is gone). With `lease: true` the caller also gets the task's read lease when free.
-    fn get_task(&self, b: &Value, now: i64) -> Result<Response> {
-        let (task_id, owner) = (
-            b["task_id"].as_str().unwrap_or_default(),
-            b["owner"].as_str().unwrap_or_default(),
-        );
+    /// [`inventory::Request::TaskGet`]: a task its starter asks for, or anyone who may
+    /// reach its computer (else 404, whatever the id), with where the computer lives
+    /// (`place`, none once it is gone). With `lease` the caller also gets the task's read
+    /// lease when free.
+    fn get_task(&self, task_id: &str, owner: &str, lease: bool, now: i64) -> Result<Response> {
         let rows: Vec<TaskRow> = self
             .sql(
                 "SELECT id, owner, deadline, record, lease, lease_until FROM tasks \
@@ -525,8 +515,8 @@ impl Team {
         // Where the computer lives, if the caller still reaches it (its starter reads a
         // task whose computer was deleted: its job is gone with it).
         let place = reach.ok().map(|e| e.place);
-        let mut lease = None;
-        if b["lease"].as_bool() == Some(true) && (row.lease.is_none() || row.lease_until <= now) {
+        let mut taken = None;
+        if lease && (row.lease.is_none() || row.lease_until <= now) {
             let token = random_hex();
             self.sql(
                 "UPDATE tasks SET lease = ?, lease_until = ? WHERE task_id = ?",
@@ -536,13 +526,17 @@ impl Team {
                     task_id.into(),
                 ],
             )?;
-            lease = Some(token);
+            taken = Some(token);
         }
-        json_response(
-            200,
-            &json!({"id": row.id, "owner": row.owner, "deadline": row.deadline,
-                    "record": row.record, "place": place, "lease": lease}),
-        )
+        let found = inventory::TaskFound {
+            id: row.id,
+            owner: row.owner,
+            deadline: row.deadline,
+            record: row.record,
+            place,
+            lease: taken,
+        };
+        json_response(200, &json!(found))
     }
 
     /// The team this object belongs to (stored at first use: ids from names are one-way).

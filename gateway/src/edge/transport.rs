@@ -45,35 +45,36 @@ impl HttpTransport for FetchTransport {
 
 // ---------------------------------------------------------------- team Durable Object calls
 
-/// One team's Durable Object.
-pub(crate) async fn team_call(
+/// Asks team `team`'s Durable Object: its typed answer `A`, or its refusal
+/// ([`GatewayError::Inventory`] with the status and why).
+pub(crate) async fn team_call<A: serde::de::DeserializeOwned>(
     env: &Env,
     team: &str,
-    path: &str,
-    body: &Value,
-) -> std::result::Result<Value, GatewayError> {
+    request: inventory::Request,
+) -> std::result::Result<A, GatewayError> {
     let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
     let stub = env
         .durable_object(TEAM_BINDING)
         .and_then(|ns| ns.id_from_name(team)?.get_stub())
         .map_err(transport)?;
-    // The object learns its team's name from every call (its id is a one-way hash of it).
-    let mut body = body.clone();
-    body["team"] = json!(team);
+    let path = format!("https://team.internal/{}", request.name());
+    let call = inventory::Call {
+        team: team.to_owned(),
+        request,
+    };
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
-        .with_body(Some(body.to_string().into()));
-    let req = Request::new_with_init(&format!("https://team.internal{path}"), &init)
-        .map_err(transport)?;
+        .with_body(Some(call.encode().into()));
+    let req = Request::new_with_init(&path, &init).map_err(transport)?;
     let mut resp = stub.fetch_with_request(req).await.map_err(transport)?;
     let status = resp.status_code();
-    let v: Value = resp.json().await.map_err(transport)?;
+    let bytes = resp.bytes().await.map_err(transport)?;
     if status == 200 {
-        Ok(v)
+        serde_json::from_slice(&bytes)
+            .map_err(|e| GatewayError::Transport(format!("inventory answer: {e}")))
     } else {
-        Err(GatewayError::Inventory {
-            status,
-            message: v["error"].as_str().unwrap_or("inventory error").to_owned(),
-        })
+        let message = serde_json::from_slice::<inventory::Refusal>(&bytes)
+            .map_or_else(|_| "inventory error".to_owned(), |r| r.error);
+        Err(GatewayError::Inventory { status, message })
     }
 }
