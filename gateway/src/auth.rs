@@ -6,8 +6,9 @@
 //!   matched to a key of its own family only: an HS256 token is never checked against an
 //!   RSA/EC public key, so key confusion is impossible; `none` is never allowed. Issuer,
 //!   audience, expiry and not-before are checked; `sub` and the team claim (`TEAM_CLAIM`,
-//!   default `team`) are required. `scope` (space separated) grants `exec` and/or `manage`;
-//!   a token without `scope` may do both.
+//!   default `team`) are required. `scope` (space separated, or an array of strings; `scp`
+//!   where a provider writes that) grants `exec` and/or `manage`; a token without it may
+//!   do both, and one whose claim has any other shape may do nothing.
 //! - With nothing configured every request is refused, unless `ALLOW_UNAUTHENTICATED_DEV`
 //!   is `true` (for `wrangler dev` only: every caller is team `dev`).
 
@@ -37,6 +38,17 @@ pub enum AuthError {
         "this gateway has no authentication configured: set STATIC_TOKEN or JWT_HS256_SECRET/JWT_JWKS (with JWT_ISSUER and JWT_AUDIENCE)"
     )]
     NotConfigured,
+}
+
+impl AuthError {
+    /// What the caller is told: why a token failed stays in the log (parser and key
+    /// details help an attacker, not a client), as the executor does (issue 46).
+    pub fn public(&self) -> String {
+        match self {
+            AuthError::Refused(_) => "invalid token".to_owned(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// A configuration error, reported at the first request.
@@ -255,13 +267,7 @@ impl Auth {
             .filter(|s| !s.is_empty())
             .ok_or_else(|| refused(&format!("no {} claim", self.team_claim)))?
             .to_owned();
-        let (can_exec, can_manage) = match claims.get("scope").and_then(Value::as_str) {
-            None => (true, true),
-            Some(scope) => {
-                let has = |s: &str| scope.split_whitespace().any(|x| x == s);
-                (has("exec"), has("manage"))
-            }
-        };
+        let (can_exec, can_manage) = granted(&claims);
         Ok(Caller {
             team,
             subject,
@@ -269,6 +275,28 @@ impl Auth {
             can_manage,
         })
     }
+}
+
+/// What a token's scope claim grants: `(exec, manage)`. The claim is `scope`, or `scp`
+/// where an identity provider writes that instead: a space-separated string, or an array
+/// of strings. A token with neither may do both (the documented default); a claim of any
+/// other shape (`null`, a number, an object, an array holding a non-string) grants
+/// nothing: a claim the gateway cannot read never widens what a token may do (issue 46).
+fn granted(claims: &Value) -> (bool, bool) {
+    let claim = match (claims.get("scope"), claims.get("scp")) {
+        (None, None) => return (true, true),
+        (Some(c), _) | (None, Some(c)) => c,
+    };
+    let names: Vec<&str> = match claim {
+        Value::String(s) => s.split_whitespace().collect(),
+        Value::Array(items) => match items.iter().map(Value::as_str).collect::<Option<_>>() {
+            Some(names) => names,
+            None => return (false, false),
+        },
+        _ => return (false, false),
+    };
+    let has = |s: &str| names.contains(&s);
+    (has("exec"), has("manage"))
 }
 
 #[cfg(test)]
@@ -419,5 +447,72 @@ mod tests {
             .unwrap_err(),
             ConfigError::IssuerAudience
         );
+    }
+
+    #[test]
+    fn issue_46_a_scope_claim_the_gateway_cannot_read_grants_nothing() {
+        let a = auth();
+        let now = jsonwebtoken::get_current_timestamp();
+        let bearer = |t: &str| format!("Bearer {t}");
+        let grant = |claims: &[(&str, Value)]| {
+            let mut c = good(now);
+            for (k, v) in claims {
+                c[*k] = v.clone();
+            }
+            let caller = a.check(Some(&bearer(&hs(c))), now).unwrap();
+            (caller.can_exec, caller.can_manage)
+        };
+        assert_eq!(
+            grant(&[]),
+            (true, true),
+            "no scope claim: both, as documented"
+        );
+        for (claim, want) in [
+            (json!("exec"), (true, false)),
+            (json!("manage exec"), (true, true)),
+            (json!("  manage  "), (false, true)),
+            (json!(""), (false, false)),
+            (json!("execute admin"), (false, false)),
+            (json!(["exec"]), (true, false)),
+            (json!(["exec", "manage"]), (true, true)),
+            (json!([]), (false, false)),
+            (json!(["exec", 1]), (false, false)),
+            (json!([["exec"]]), (false, false)),
+            (json!(null), (false, false)),
+            (json!(42), (false, false)),
+            (json!(true), (false, false)),
+            (json!({"exec": true}), (false, false)),
+        ] {
+            assert_eq!(grant(&[("scope", claim.clone())]), want, "scope {claim}");
+            assert_eq!(grant(&[("scp", claim.clone())]), want, "scp {claim}");
+        }
+        // `scope` wins over `scp`.
+        assert_eq!(
+            grant(&[("scope", json!("exec")), ("scp", json!("exec manage"))]),
+            (true, false)
+        );
+    }
+
+    #[test]
+    fn issue_46_a_refused_token_is_told_invalid_token_and_nothing_more() {
+        let a = auth();
+        let now = jsonwebtoken::get_current_timestamp();
+        for header in [
+            "Bearer garbage",
+            "Bearer eyJhbGciOiJub25lIn0.e30.",
+            "Bearer a.b.c",
+            "Bearer static-tok-wrong",
+        ] {
+            let e = a.check(Some(header), now).unwrap_err();
+            assert!(matches!(e, AuthError::Refused(_)), "{header}: {e:?}");
+            assert_eq!(e.public(), "invalid token", "{header}");
+        }
+        let mut no_team = good(now);
+        no_team["team"] = json!("");
+        let token = hs(no_team);
+        let e = a.check(Some(&format!("Bearer {token}")), now).unwrap_err();
+        assert!(e.to_string().contains("team"), "the log keeps why: {e}");
+        assert_eq!(e.public(), "invalid token");
+        assert_eq!(AuthError::Missing.public(), "missing bearer token");
     }
 }

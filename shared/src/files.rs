@@ -140,11 +140,15 @@ pub fn validate_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses a `mode` argument: an octal string like `"0644"` or `"755"`.
+/// Parses a `mode` argument: an octal string like `"0644"` or `"755"`, exactly the
+/// schema's pattern `^(0o)?[0-7]{1,4}$` (no sign, no spaces: `u32::from_str_radix` alone
+/// would take `"+755"`).
 pub fn parse_mode(raw: &str) -> Result<u32, String> {
     let digits = raw.strip_prefix("0o").unwrap_or(raw);
+    let octal =
+        (1..=4).contains(&digits.len()) && digits.bytes().all(|b| (b'0'..=b'7').contains(&b));
     match u32::from_str_radix(digits, 8) {
-        Ok(m) if !digits.is_empty() && digits.len() <= 5 && m <= 0o7777 => Ok(m),
+        Ok(m) if octal => Ok(m),
         _ => Err(format!(
             "`mode` must be an octal permission string like \"0644\" or \"0755\", got {:?}",
             crate::history::cut(raw, 20)
@@ -272,10 +276,13 @@ pub struct PutQuery {
 }
 
 impl PutQuery {
-    /// Parses the query text (without `?`); an unknown name or a bad value says what is
-    /// accepted.
+    /// Parses the query text (without `?`); an unknown name, a bad value or a name given
+    /// twice says what is accepted. A repeated name is refused, not read as its first or
+    /// last value: the Worker and the executor must never read one query two ways
+    /// (issue 46).
     pub fn parse(query: &str) -> Result<Self, String> {
         let mut q = PutQuery::default();
+        let mut seen: Vec<&str> = Vec::new();
         let flag = |k: &str, v: &str| match v {
             "" | "true" | "1" => Ok(true),
             "false" | "0" => Ok(false),
@@ -283,6 +290,12 @@ impl PutQuery {
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if seen.contains(&k) {
+                return Err(format!(
+                    "query parameter {k:?} is given more than once; give it once"
+                ));
+            }
+            seen.push(k);
             match k {
                 "temporary" => q.temporary = Some(flag(k, v)?),
                 "create_only" => q.create_only = flag(k, v)?,
@@ -427,7 +440,21 @@ mod tests {
         assert_eq!(parse_mode("755"), Ok(0o755));
         assert_eq!(parse_mode("0o600"), Ok(0o600));
         assert_eq!(parse_mode("4755"), Ok(0o4755));
-        for bad in ["", "0o", "888", "rw-r--r--", "77777", "-1", "0x1ff"] {
+        for bad in [
+            "",
+            "0o",
+            "888",
+            "rw-r--r--",
+            "77777",
+            "00644",
+            "-1",
+            "0x1ff",
+            "+755",
+            "+0",
+            " 755",
+            "755 ",
+            "0o+7",
+        ] {
             assert!(parse_mode(bad).is_err(), "{bad}");
         }
         assert_eq!(mode_string(0o100644), "0644");
@@ -492,6 +519,24 @@ mod tests {
         assert_eq!(
             sha256_hex(b""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn issue_46_a_query_parameter_given_twice_is_refused() {
+        for query in [
+            "temporary=false&temporary=true",
+            "mode=0644&mode=0600",
+            "create_only&create_only=false",
+            "make_dirs=1&mode=0600&make_dirs=1",
+        ] {
+            let e = PutQuery::parse(query).unwrap_err();
+            assert!(e.contains("more than once"), "{query}: {e}");
+        }
+        let q = PutQuery::parse("temporary=false&mode=0600&create_only&make_dirs=0").unwrap();
+        assert_eq!(
+            (q.temporary, q.mode, q.create_only, q.make_dirs),
+            (Some(false), Some(0o600), true, false)
         );
     }
 }

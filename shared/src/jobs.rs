@@ -59,37 +59,43 @@ pub fn validate_job_id(id: &str) -> Result<(), String> {
 /// The signal a name or number means: `INT`, `TERM`, `KILL`, `HUP` (also with `SIG`,
 /// any case, and a few more), or a number from 1 to 64.
 pub fn parse_signal(raw: &Value) -> Result<i32, String> {
-    let fail = || {
+    let fail = |hint: String| {
         format!(
-            "`signal` must be INT, TERM, KILL, HUP (or QUIT, USR1, USR2, STOP, CONT) or a signal number from 1 to 64, got {raw}"
+            "`signal` must be INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP or CONT (exactly, in capitals) or a signal number from 1 to 64, got {raw}{hint}"
         )
+    };
+    let named = |name: &str| {
+        Some(match name {
+            "HUP" => 1,
+            "INT" => 2,
+            "QUIT" => 3,
+            "KILL" => 9,
+            "USR1" => 10,
+            "USR2" => 12,
+            "TERM" => 15,
+            "CONT" => 18,
+            "STOP" => 19,
+            _ => return None,
+        })
     };
     match raw {
         Value::Number(n) => n
             .as_u64()
             .filter(|n| (1..=64).contains(n))
             .map(|n| n as i32)
-            .ok_or_else(fail),
-        Value::String(s) => {
+            .ok_or_else(|| fail(String::new())),
+        Value::String(s) => named(s).ok_or_else(|| {
+            // Near misses are refused (the schema's words only), with what to write.
             let upper = s.trim().to_ascii_uppercase();
-            let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-            if let Ok(n) = name.parse::<u64>() {
-                return parse_signal(&json!(n));
-            }
-            Ok(match name {
-                "HUP" => 1,
-                "INT" => 2,
-                "QUIT" => 3,
-                "KILL" => 9,
-                "USR1" => 10,
-                "USR2" => 12,
-                "TERM" => 15,
-                "CONT" => 18,
-                "STOP" => 19,
-                _ => return Err(fail()),
-            })
-        }
-        _ => Err(fail()),
+            let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+            let hint = match (named(bare), bare.parse::<u64>()) {
+                (Some(_), _) => format!(": write \"{bare}\""),
+                (None, Ok(n)) => format!(": write the number {n} without quotes"),
+                (None, Err(_)) => String::new(),
+            };
+            fail(hint)
+        }),
+        _ => Err(fail(String::new())),
     }
 }
 
@@ -334,12 +340,11 @@ mod tests {
     fn signals_by_name_or_number() {
         for (raw, want) in [
             (json!("INT"), 2),
-            (json!("term"), 15),
-            (json!("SIGKILL"), 9),
+            (json!("TERM"), 15),
+            (json!("KILL"), 9),
             (json!("HUP"), 1),
-            (json!(" usr1 "), 10),
+            (json!("USR1"), 10),
             (json!(9), 9),
-            (json!("15"), 15),
             (json!(64), 64),
         ] {
             assert_eq!(parse_signal(&raw), Ok(want), "{raw}");
@@ -352,11 +357,27 @@ mod tests {
             json!("BOOM"),
             json!(null),
             json!([9]),
+            json!(""),
         ] {
             assert!(
                 parse_signal(&bad).unwrap_err().contains("`signal`"),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn issue_46_only_the_schemas_signals_are_taken_and_near_misses_say_what_to_write() {
+        for (raw, hint) in [
+            (json!("9"), "write the number 9 without quotes"),
+            (json!("SIGKILL"), "write \"KILL\""),
+            (json!("kill"), "write \"KILL\""),
+            (json!("INT "), "write \"INT\""),
+            (json!(" sigterm"), "write \"TERM\""),
+            (json!("Sig15"), "write the number 15 without quotes"),
+        ] {
+            let e = parse_signal(&raw).unwrap_err();
+            assert!(e.contains(hint), "{raw}: {e}");
         }
     }
 

@@ -144,12 +144,15 @@ impl Args {
                     .join(", "),
             )));
         }
+        // An empty array is absent only where an array belongs (`args`): elsewhere it is
+        // the wrong type, refused below, never a silent "absent" (`computer_id: []` would
+        // otherwise make a new computer; issue 46).
         let map = map
             .into_iter()
-            .filter(|(_, v)| match v {
+            .filter(|(k, v)| match v {
                 Value::Null => false,
                 Value::String(s) => !s.is_empty(),
-                Value::Array(a) => !a.is_empty(),
+                Value::Array(a) => !a.is_empty() || !ARRAY_ARGS.contains(&k.as_str()),
                 _ => true,
             })
             .collect();
@@ -220,6 +223,9 @@ fn truncate_for_message(s: &str) -> String {
         format!("{head}…")
     }
 }
+
+/// The arguments whose values are arrays (an empty one counts as absent, SPEC §3.2).
+const ARRAY_ARGS: &[&str] = &["args"];
 
 const EXEC_ARGS: &[&str] = &[
     "command",
@@ -602,6 +608,42 @@ mod tests {
         assert_eq!(r.timeout_secs, None);
         let r = exec(json!({"command": "", "args": ["echo"]})).unwrap();
         assert_eq!(r.program, Program::Argv(vec!["echo".into()]));
+        let r = exec(json!({"command": "ls", "args": []})).unwrap();
+        assert_eq!(r.program, Program::Shell("ls".into()));
+    }
+
+    #[test]
+    fn issue_46_an_empty_array_where_no_array_belongs_is_refused() {
+        for key in [
+            "computer_id",
+            "stdin",
+            "working_directory",
+            "temporary",
+            "timeout",
+        ] {
+            let mut args = json!({"command": "ls"});
+            args[key] = json!([]);
+            let e = exec(args).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{key}`")), "{key}: {e}");
+        }
+        let names = ToolNames::with_groups("terminal_execute", crate::catalogue::Groups::ALL);
+        for (tool, args) in [
+            (
+                "computer_file_read",
+                json!({"path": "/f", "computer_id": []}),
+            ),
+            (
+                "terminal_job",
+                json!({"job_id": "job-1", "computer_id": []}),
+            ),
+            ("computer_restart", json!({"computer_id": []})),
+            ("computer_create", json!({"computer_id": []})),
+        ] {
+            assert!(
+                parse_tool_call(&names, tool, Some(&args)).is_err(),
+                "{tool} took computer_id: []"
+            );
+        }
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub(crate) async fn files(
     let authorization = req.headers().get("authorization")?;
     let caller = match auth.check(authorization.as_deref(), now_ms() / 1000) {
         Ok(c) => c,
-        Err(e) => return routes::unauthorized(origin, &e.to_string()),
+        Err(e) => return routes::unauthorized(origin, &e),
     };
     if !caller.can_exec {
         return error(403, "reading and writing files needs the `exec` scope");
@@ -104,13 +104,15 @@ pub(crate) async fn files(
         session: sid,
         default: RefCell::new(default),
     };
-    let temporary = query.and_then(|q| {
-        q.split('&').find_map(|p| match p {
-            "temporary=false" | "temporary=0" => Some(false),
-            "temporary=true" | "temporary=1" | "temporary" => Some(true),
-            _ => None,
-        })
-    });
+    // The executor reads the same query with the same parser: one reading, and a repeated
+    // or unknown name is a 400 here before anything is claimed.
+    let temporary = match put {
+        true => match shared::files::PutQuery::parse(query.unwrap_or_default()) {
+            Ok(q) => q.temporary,
+            Err(e) => return error(400, e),
+        },
+        false => None,
+    };
     let placed = if put {
         host.target(Some(id), temporary).await.map(|(_, r)| r)
     } else {

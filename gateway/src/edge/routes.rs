@@ -48,8 +48,10 @@ async fn bounded_body(req: &mut Request) -> Result<std::result::Result<Vec<u8>, 
 
 // ---------------------------------------------------------------- HTTP routes
 
-pub(crate) fn unauthorized(origin: &str, why: &str) -> Result<Response> {
-    let r = json_response(401, &json!({"error": "unauthorized", "detail": why}))?;
+/// 401 with the `WWW-Authenticate` challenge; `e`'s detail goes to the log only.
+pub(crate) fn unauthorized(origin: &str, e: &crate::auth::AuthError) -> Result<Response> {
+    tracing::info!(why = %e, "request refused");
+    let r = json_response(401, &json!({"error": "unauthorized", "detail": e.public()}))?;
     r.headers().set(
         "www-authenticate",
         &format!("Bearer resource_metadata=\"{origin}/.well-known/oauth-protected-resource\""),
@@ -77,7 +79,7 @@ fn authenticated(
     let authorization = req.headers().get("authorization")?;
     match auth.check(authorization.as_deref(), now_ms() / 1000) {
         Ok(c) => Ok(Ok(c)),
-        Err(e) => unauthorized(origin, &e.to_string()).map(Err),
+        Err(e) => unauthorized(origin, &e).map(Err),
     }
 }
 
