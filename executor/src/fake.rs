@@ -6,6 +6,7 @@
 //! - `exit N` ends with code N;
 //! - `hostname` prints the computer's key;
 //! - `fail` is a backend failure (the engine refused);
+//! - `note MS` sends a progress notification, then takes MS milliseconds;
 //! - anything else, and any argv, prints itself joined by spaces.
 //!
 //! Jobs end at once with their command's output. Files are bytes by path.
@@ -238,6 +239,15 @@ impl Place for Fake {
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {
         self.called("exec", id);
+        if let Some(ms) = spec
+            .shell_command
+            .as_ref()
+            .and_then(|(_, c)| c.strip_prefix("note "))
+        {
+            spec.progress.report("working");
+            let ms = ms.trim().parse().unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         self.run(id, spec)
     }
 

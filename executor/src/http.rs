@@ -18,7 +18,6 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
@@ -31,6 +30,7 @@ use crate::computers::{Computers, SessionHost};
 
 pub(crate) mod files;
 pub mod limits;
+mod stream;
 
 pub use limits::SessionCaps;
 
@@ -271,41 +271,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Runs a request whose progress notifications and final response go out as one SSE
-/// stream. Closing the stream cancels the request (and kills its command). Returns the
-/// response and, for cancellation by id, the request's key and abort handle.
-fn stream_request(
-    host: SessionHost,
-    d: Arc<Dispatcher>,
-    era: Era,
-    id: Value,
-    method: String,
-    params: Option<Value>,
-    on_done: impl FnOnce() + Send + 'static,
-) -> (Response, Option<(String, AbortHandle)>) {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let host = host.with_notifier(crate::progress::Notifier::channel(tx.clone()));
-    let key = id.to_string();
-    let task = tokio::spawn(async move {
-        let resp = d.request(&host, &era, id, &method, params.as_ref()).await;
-        let _ = tx.send(resp);
-        on_done();
-    });
-    let handle = task.abort_handle();
-    let guard = AbortOnDrop(task.abort_handle());
-    let events = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-        let msg = rx.recv().await?;
-        let event = Event::default()
-            .event("message")
-            .data(shared::json::to_string(&msg));
-        Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)))
-    });
-    let mut resp = Sse::new(events).into_response();
-    resp.headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    (resp, Some((key, handle)))
-}
-
 async fn run_request(task: JoinHandle<Value>, id: Value) -> Value {
     let _guard = AbortOnDrop(task.abort_handle());
     match task.await {
@@ -380,7 +345,8 @@ async fn mcp_post(
                 stream,
             } = call;
             if stream {
-                return stream_request(host, d, Era::Modern, id, method, params, || {}).0;
+                let (pending, _) = stream::start(host, d, Era::Modern, id, method, params, || {});
+                return pending.respond().await;
             }
             let rid = id.clone();
             let task = tokio::spawn(async move {
@@ -428,18 +394,16 @@ async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> 
         let st = state.clone();
         let key = id.to_string();
         let sid2 = sid.clone();
-        let (resp, abort) = stream_request(host, d, era, id, method, params, move || {
+        let (pending, (key, handle)) = stream::start(host, d, era, id, method, params, move || {
             if let Some(s) = st.sessions().get_mut(&sid2) {
                 s.inflight.remove(&key);
                 s.last_seen = Instant::now();
             }
         });
-        if let Some((key, handle)) = abort
-            && let Some(s) = state.sessions().get_mut(&sid)
-        {
+        if let Some(s) = state.sessions().get_mut(&sid) {
             s.inflight.insert(key, handle);
         }
-        return resp;
+        return pending.respond().await;
     }
     let rid = id.clone();
     let task =

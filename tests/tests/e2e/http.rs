@@ -370,8 +370,10 @@ async fn issue_2_http_progress_streams_as_sse() -> anyhow::Result<()> {
     let call = |id: u32, token: &str, meta: Value| {
         let mut m = meta;
         m["progressToken"] = json!(token);
+        // Long enough to outlast the grace window after its first notification: only then
+        // is the answer a stream (issue 45).
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "terminal_execute",
-            "arguments": {"command": "echo streamed"}, "_meta": m}})
+            "arguments": {"command": "echo streamed; sleep 3"}, "_meta": m}})
     };
     let resp = raw()
         .post(&s.url)
@@ -403,7 +405,7 @@ async fn issue_2_http_progress_streams_as_sse() -> anyhow::Result<()> {
     assert_eq!(last["result"]["structuredContent"]["stdout"], "streamed\n");
     // Stateless: the same, for a new computer named in the call.
     let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "terminal_execute",
-        "arguments": {"command": "echo modern", "computer_id": format!("{t}-m")},
+        "arguments": {"command": "echo modern; sleep 3", "computer_id": format!("{t}-m")},
         "_meta": {"progressToken": 7, "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}}}});
     let resp = raw()
@@ -452,6 +454,77 @@ async fn issue_2_stateless_computer_is_not_reaped_while_a_command_runs() -> anyh
     // Once unused, it does expire (the window allows for a loaded engine).
     wait_for_count(&t, 0, Duration::from_secs(30)).await?;
     c.cancel().await?;
+    s.terminate().await?;
+    Ok(())
+}
+
+/// Issue 45: a result over 1 MiB reaches a client that asked for progress. The newest
+/// Python clients cap one SSE event at 1 MiB; a call whose result comes within the grace
+/// window is answered as plain JSON, in both eras, so nothing is cut (WASM computers send
+/// no progress at all; a Docker call that ends quickly drops what it sent).
+#[tokio::test]
+async fn issue_45_http_big_results_with_progress_come_as_json() -> anyhow::Result<()> {
+    let t = tag("httpbigprog");
+    let s = HttpServer::start(&t, &state_dir(&t), &wasm_opts()).await?;
+    // 1.9 MB of output: under the 2 MiB output limit, about 2 MB once JSON-escaped.
+    let command =
+        "i=0; while [ $i -lt 19 ]; do head -c 100000 /dev/zero | tr '\\0' a; i=$((i+1)); done";
+    let check = |resp: &reqwest::Response| {
+        let ct = resp.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(ct.starts_with("application/json"), "content-type {ct}");
+    };
+    // Stateless, the progress token in `_meta`.
+    let mut m = meta();
+    m["progressToken"] = json!("big");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "terminal_execute",
+        "arguments": {"command": command}, "_meta": m}});
+    let resp = raw()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "terminal_execute")
+        .body(body.to_string())
+        .send()
+        .await?;
+    check(&resp);
+    let v: Value = serde_json::from_str(&resp.text().await?)?;
+    let out = &v["result"]["structuredContent"];
+    assert_eq!(
+        out["stdout"].as_str().map(str::len),
+        Some(1_900_000),
+        "{}",
+        out["stderr"]
+    );
+    assert_eq!(out.get("truncated"), None);
+    // A legacy session, the same.
+    let (_, h, _) = post(&s, &[], json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await?;
+    let sid = h.get("mcp-session-id").unwrap().to_str()?.to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "terminal_execute",
+        "arguments": {"command": command}, "_meta": {"progressToken": "big"}}});
+    let resp = raw()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+        .send()
+        .await?;
+    check(&resp);
+    let v: Value = serde_json::from_str(&resp.text().await?)?;
+    assert_eq!(v["id"], 2);
+    assert_eq!(
+        v["result"]["structuredContent"]["stdout"]
+            .as_str()
+            .map(str::len),
+        Some(1_900_000)
+    );
     s.terminate().await?;
     Ok(())
 }

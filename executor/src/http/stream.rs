@@ -1,0 +1,242 @@
+//! A request whose client reads event streams and asked for progress: answered as JSON
+//! when its result comes soon enough, as an SSE stream only when a notification must
+//! really go out first.
+//!
+//! The newest MCP clients cap one SSE event at 1 MiB (the Python SDK 2.x, FastMCP 4,
+//! pydantic-ai), and a result holds up to `--output-limit` (2 MiB) of output, JSON-escaped:
+//! an SSE answer carrying it fails there (issue 45). So the answer waits for its first
+//! message: the result is answered as plain JSON; a notification starts a grace window
+//! ([`GRACE`]) in which a result still goes out as JSON (the notifications of a call that
+//! already ended told of nothing left to wait for, and are dropped); only a call still
+//! running when the window ends streams: its notifications, then its result. Closing the
+//! connection cancels the request, in the window or while streaming.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use shared::mcp::{Dispatcher, Era};
+use shared::transport::modern_status;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::task::AbortHandle;
+
+use super::{AbortOnDrop, json_response, status_code};
+use crate::computers::SessionHost;
+
+/// How long a request's first notification may wait for its result before the answer
+/// becomes a stream.
+pub(super) const GRACE: Duration = Duration::from_secs(2);
+
+/// At most this many notifications wait in the window (the newest are kept).
+const HELD_MAX: usize = 64;
+
+/// What the request's task sends.
+enum Out {
+    /// A notification (progress) to go out before the result.
+    Note(Value),
+    /// The JSON-RPC response.
+    Done(Value),
+}
+
+/// A started request whose answer is not chosen yet.
+pub(super) struct Pending {
+    rx: UnboundedReceiver<Out>,
+    /// Cancels the request when the answer is dropped (the client went away).
+    guard: AbortOnDrop,
+    modern: bool,
+    /// The request's id, for the answer of a request that was cancelled.
+    id: Value,
+}
+
+/// Starts the request; returns what answers it and, for cancellation by id, its key and
+/// abort handle.
+pub(super) fn start(
+    host: SessionHost,
+    d: Arc<Dispatcher>,
+    era: Era,
+    id: Value,
+    method: String,
+    params: Option<Value>,
+    on_done: impl FnOnce() + Send + 'static,
+) -> (Pending, (String, AbortHandle)) {
+    let (tx, rx) = unbounded_channel::<Out>();
+    let notes = tx.clone();
+    let host = host.with_notifier(crate::progress::Notifier::new(move |msg| {
+        let _ = notes.send(Out::Note(msg));
+    }));
+    let key = id.to_string();
+    let modern = era == Era::Modern;
+    let rid = id.clone();
+    let task = tokio::spawn(async move {
+        let resp = d.request(&host, &era, id, &method, params.as_ref()).await;
+        let _ = tx.send(Out::Done(resp));
+        on_done();
+    });
+    let handle = task.abort_handle();
+    let pending = Pending {
+        rx,
+        guard: AbortOnDrop(task.abort_handle()),
+        modern,
+        id: rid,
+    };
+    (pending, (key, handle))
+}
+
+impl Pending {
+    /// The answer: JSON when the result comes first or within [`GRACE`] of the first
+    /// notification, else an SSE stream.
+    pub(super) async fn respond(mut self) -> Response {
+        let mut held: Vec<Value> = Vec::new();
+        let mut window: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match window {
+                None => self.rx.recv().await,
+                Some(until) => match tokio::time::timeout_at(until, self.rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            match next {
+                Some(Out::Done(resp)) => return self.json(resp),
+                Some(Out::Note(note)) => {
+                    if held.len() == HELD_MAX {
+                        held.remove(0);
+                    }
+                    held.push(note);
+                    window.get_or_insert_with(|| tokio::time::Instant::now() + GRACE);
+                }
+                // The task ended without an answer (aborted).
+                None => {
+                    let resp = shared::mcp::error_response(
+                        self.id.clone(),
+                        shared::mcp::codes::INTERNAL_ERROR,
+                        "request cancelled",
+                        None,
+                    );
+                    return self.json(resp);
+                }
+            }
+        }
+        self.stream(held)
+    }
+
+    fn json(&self, resp: Value) -> Response {
+        let status = match self.modern {
+            true => status_code(modern_status(&resp)),
+            false => StatusCode::OK,
+        };
+        json_response(status, resp)
+    }
+
+    /// The held notifications, then everything else the request sends, as SSE.
+    fn stream(self, held: Vec<Value>) -> Response {
+        let Pending { rx, guard, .. } = self;
+        let event = |msg: &Value| {
+            Ok::<_, Infallible>(
+                Event::default()
+                    .event("message")
+                    .data(shared::json::to_string(msg)),
+            )
+        };
+        let first = futures_util::stream::iter(held.iter().map(event).collect::<Vec<_>>());
+        let rest = futures_util::stream::unfold(
+            (rx, guard, false),
+            move |(mut rx, guard, ended)| async move {
+                if ended {
+                    return None;
+                }
+                match rx.recv().await? {
+                    Out::Note(msg) => Some((event(&msg), (rx, guard, false))),
+                    Out::Done(msg) => Some((event(&msg), (rx, guard, true))),
+                }
+            },
+        );
+        let mut resp = Sse::new(futures_util::StreamExt::chain(first, rest)).into_response();
+        resp.headers_mut()
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::catalogue::{Groups, ToolNames};
+    use shared::mcp::ServerConfig;
+
+    use crate::computers::Computers;
+    use crate::fake::Fake;
+
+    fn dispatcher() -> Arc<Dispatcher> {
+        Arc::new(Dispatcher::new(ServerConfig {
+            name: "t".into(),
+            version: "0".into(),
+            names: ToolNames::with_groups("terminal_execute", Groups::ALL),
+            exec_description: "run".into(),
+            instructions: None,
+            dashboard_html: None,
+            tasks: false,
+        }))
+    }
+
+    /// The answer to a call of `command` with a progress token: its content type and body.
+    async fn answer(command: &str) -> (String, String) {
+        let host = SessionHost::new(Computers::over_fake(Fake::default()), "session:a", false);
+        let params = serde_json::json!({"name": "terminal_execute",
+            "arguments": {"command": command}, "_meta": {"progressToken": "p"}});
+        let era = Era::Legacy("2025-11-25".into());
+        let (pending, _) = start(
+            host,
+            dispatcher(),
+            era,
+            serde_json::json!(7),
+            "tools/call".into(),
+            Some(params),
+            || {},
+        );
+        let resp = pending.respond().await;
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        (ct, body)
+    }
+
+    #[tokio::test]
+    async fn issue_45_a_result_within_the_window_is_plain_json() {
+        for command in ["echo quiet", "note 100"] {
+            let (ct, body) = answer(command).await;
+            assert!(ct.starts_with("application/json"), "{command}: {ct}");
+            let v: Value = serde_json::from_str(&body).unwrap_or_default();
+            assert_eq!(v["id"], 7, "{command}: {body}");
+            assert_eq!(v["result"]["isError"], false, "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_still_running_after_the_window_streams_its_notes_then_its_result() {
+        let ms = GRACE.as_millis() + 500;
+        let (ct, body) = answer(&format!("note {ms}")).await;
+        assert!(ct.starts_with("text/event-stream"), "{ct}");
+        let msgs: Vec<Value> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect();
+        assert_eq!(msgs.len(), 2, "{body}");
+        assert_eq!(msgs[0]["method"], "notifications/progress");
+        assert_eq!(msgs[0]["params"]["message"], "working");
+        assert_eq!(msgs[1]["id"], 7);
+        assert_eq!(msgs[1]["result"]["structuredContent"]["exit_code"], 0);
+    }
+}
