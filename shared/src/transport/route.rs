@@ -127,6 +127,17 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
         };
     }
     if let Some(sid) = headers.session_id {
+        // Inside a session the header is optional (absent means 2025-03-26), but one this
+        // server does not speak is a 400 (Streamable HTTP; issue 45).
+        if let Some(v) = headers.protocol_version
+            && !crate::mcp::LEGACY_VERSIONS.contains(&v)
+        {
+            let id = match &msg {
+                Incoming::Request { id, .. } => id.clone(),
+                _ => Value::Null,
+            };
+            return Post::Refuse((400, crate::mcp::unsupported_version(id, v)));
+        }
         let message = match msg {
             Incoming::Request { id, method, params } => {
                 InSession::Call(call(headers, id, method, params))

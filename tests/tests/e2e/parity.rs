@@ -207,7 +207,63 @@ fn transport_refusals_alike<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> 
     })
 }
 
+/// Issue 45: inside a legacy session, an `MCP-Protocol-Version` this server does not
+/// speak is a 400 (unsupported version); a session revision, or none, is answered.
+fn session_version_header_alike<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let http = reqwest::Client::new();
+        let auth = format!("Bearer {TOKEN}");
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "parity", "version": "1"}}});
+        let r = http
+            .post(&t.url)
+            .header("authorization", &auth)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init.to_string())
+            .send()
+            .await?;
+        let sid = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        anyhow::ensure!(!sid.is_empty(), "no session id");
+        let mut seen = Vec::new();
+        for version in [
+            Some("2025-06-18"),
+            None,
+            Some("1999-01-01"),
+            Some("garbage"),
+        ] {
+            let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+            let mut r = http
+                .post(&t.url)
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &sid);
+            if let Some(v) = version {
+                r = r.header("mcp-protocol-version", v);
+            }
+            let r = r.body(list.to_string()).send().await?;
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            seen.push(json!([version, status, body["error"]["code"]]));
+        }
+        let statuses: Vec<&Value> = seen.iter().map(|s| &s[1]).collect();
+        anyhow::ensure!(
+            statuses == [&json!(200), &json!(200), &json!(400), &json!(400)],
+            "{seen:?}"
+        );
+        Ok(json!(seen))
+    })
+}
+
 const CASES: &[(&str, Case)] = &[
+    ("session version header alike", session_version_header_alike),
     ("transport refusals alike", transport_refusals_alike),
     ("bearer scheme in any case", bearer_scheme_any_case),
     ("deleted default is replaced", deleted_default_is_replaced),

@@ -91,6 +91,32 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             note("notifications/cancelled", r#""requestId":3"#),
             "session s1 cancel 3",
         ),
+        // Issue 45: a version header inside a session is one of the session revisions.
+        (
+            "sid=s1 v=2025-06-18",
+            req("tools/list", ""),
+            "session s1 call tools/list",
+        ),
+        (
+            "sid=s1 v=1999-01-01",
+            req("tools/list", ""),
+            "refuse 400 -32022",
+        ),
+        (
+            "sid=s1 v=garbage",
+            req("tools/list", ""),
+            "refuse 400 -32022",
+        ),
+        (
+            "sid=s1 v=2026-07-28",
+            req("tools/list", ""),
+            "refuse 400 -32022",
+        ),
+        (
+            "sid=s1 v=garbage",
+            note("notifications/initialized", ""),
+            "refuse 400 -32022",
+        ),
         (
             "sid=s1",
             note("notifications/cancelled", ""),
