@@ -71,6 +71,22 @@ fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
+/// What attaching to a computer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attached {
+    pub(crate) temporary: bool,
+    /// This call made it (it did not exist before): the result says `created: true`.
+    pub(crate) created: bool,
+}
+
+/// `created: true` in `answer` when the call made its computer (SPEC §3.2).
+fn mark_created(mut answer: serde_json::Value, created: bool) -> serde_json::Value {
+    if created && let Some(o) = answer.as_object_mut() {
+        o.insert("created".into(), serde_json::Value::Bool(true));
+    }
+    answer
+}
+
 /// Counts a running command on a computer for as long as it lives.
 struct InUse<'a> {
     computers: &'a Computers,
@@ -106,7 +122,14 @@ pub struct Computers {
     /// Temporaries whose removal failed (a busy engine): retried by every idle sweep
     /// until they are gone, so a transient engine error does not leak a computer.
     unremoved: Mutex<std::collections::HashSet<String>>,
+    /// Each stateless principal's default computer (SPEC §3.2: without a session the
+    /// default belongs to the principal), shared by all its requests.
+    principal_defaults: Mutex<HashMap<String, DefaultSlot>>,
 }
+
+/// A caller's default computer (its id as the caller names it), held while a call that
+/// reads it attaches, so concurrent first calls share one computer.
+type DefaultSlot = Arc<tokio::sync::Mutex<Option<String>>>;
 
 impl Computers {
     pub fn new(backend: Backend, defaults: ExecDefaults, host: String) -> Self {
@@ -119,7 +142,17 @@ impl Computers {
             jobs: Mutex::new(HashMap::new()),
             tasks: tasks::TaskTable::default(),
             unremoved: Mutex::default(),
+            principal_defaults: Mutex::default(),
         }
+    }
+
+    /// The default slot of stateless principal `owner` (made on first use).
+    fn principal_default(&self, owner: &str) -> DefaultSlot {
+        let mut all = self
+            .principal_defaults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        all.entry(owner.to_owned()).or_default().clone()
     }
 
     /// The controller of a server whose backend is the in-memory `fake` (60 s timeout,
@@ -158,23 +191,27 @@ impl Computers {
         let Ok(()) = self.registry().running(id, starting, now_ms());
     }
 
-    /// Attaches `claimant` to `id` (creating it if missing). Returns its `temporary`
-    /// flag. `id` is the backend key (`shared::teams::key`).
+    /// Attaches `claimant` to `id` (creating it if missing). `id` is the backend key
+    /// (`shared::teams::key`).
     async fn attach(
         &self,
         id: &str,
         claimant: &Claimant<'_>,
         team: Option<&str>,
         progress: &Progress,
-    ) -> Result<bool, ComputerError> {
+    ) -> Result<Attached, ComputerError> {
+        let known = |temporary| Attached {
+            temporary,
+            created: false,
+        };
         // Fast path: a computer the registry knows needs no engine round trip.
-        if let Some(known) = self.registry().check(id, claimant)? {
-            return Ok(known.temporary);
+        if let Some(e) = self.registry().check(id, claimant)? {
+            return Ok(known(e.temporary));
         }
         let lock = self.id_lock(id);
         let _held = lock.lock().await;
-        if let Some(known) = self.registry().check(id, claimant)? {
-            return Ok(known.temporary);
+        if let Some(e) = self.registry().check(id, claimant)? {
+            return Ok(known(e.temporary));
         }
         let place = self.backend.name();
         // A slug reserved for a warm-pool member names no computer yet: no need to look.
@@ -182,6 +219,7 @@ impl Computers {
             true => None,
             false => self.backend.find(id).await?,
         };
+        let mut created = false;
         let record = match found {
             Some(r) => r,
             None => {
@@ -192,9 +230,13 @@ impl Computers {
                 if r.temporary && r.instance.as_deref() == Some(self.backend.instance()) {
                     self.registry()
                         .record_new(id, place, true, claimant, now_ms())?;
-                    return Ok(true);
+                    return Ok(Attached {
+                        temporary: true,
+                        created: true,
+                    });
                 }
                 // Permanent, or another server won the race: the registry decides below.
+                created = r.instance.as_deref() == Some(self.backend.instance()) || !r.temporary;
                 r
             }
         };
@@ -213,7 +255,10 @@ impl Computers {
             let Ok(()) = self.registry().forget(id);
             return Err(e.into());
         }
-        Ok(record.temporary)
+        Ok(Attached {
+            temporary: record.temporary,
+            created,
+        })
     }
 
     /// A fresh id for a new computer of kind `temporary` made for `team`: a warm-pool
@@ -508,19 +553,25 @@ pub struct SessionHost {
     owner: String,
     stateless: bool,
     team: Option<String>,
-    /// The caller's id of its default computer.
-    default: Arc<tokio::sync::Mutex<Option<String>>>,
+    /// The caller's id of its default computer: the session's own, or (stateless) the
+    /// principal's, shared by all its requests.
+    default: DefaultSlot,
     notifier: Option<Notifier>,
 }
 
 impl SessionHost {
     pub fn new(computers: Arc<Computers>, owner: impl Into<String>, stateless: bool) -> Self {
+        let owner = owner.into();
+        let default = match stateless {
+            true => computers.principal_default(&owner),
+            false => DefaultSlot::default(),
+        };
         Self {
             computers,
-            owner: owner.into(),
+            owner,
             stateless,
             team: None,
-            default: Arc::default(),
+            default,
             notifier: None,
         }
     }
@@ -557,7 +608,7 @@ impl SessionHost {
         id: &str,
         requested: Option<bool>,
         progress: &Progress,
-    ) -> Result<bool, ComputerError> {
+    ) -> Result<Attached, ComputerError> {
         let claimant = Claimant {
             requested,
             owner: &self.owner,
@@ -661,13 +712,13 @@ impl SessionHost {
     }
 
     /// The computer a call that may create it runs on (`computer_id` and `temporary` as
-    /// the exec tool takes them): its id and whether it is temporary, attached or created.
+    /// the exec tool takes them): its id, and whether it is temporary and was made now.
     async fn target(
         &self,
         computer_id: Option<&str>,
         temporary: Option<bool>,
         progress: &Progress,
-    ) -> Result<(String, bool), ComputerError> {
+    ) -> Result<(String, Attached), ComputerError> {
         let c = &self.computers;
         // A call that reads the default holds it while attaching, so concurrent first
         // calls share one computer; named calls never wait for it.
@@ -675,6 +726,14 @@ impl SessionHost {
             true => Some(self.default.lock().await),
             false => None,
         };
+        // A default that is gone (its idle time passed, or another request of the same
+        // principal deleted it) is no default: the call makes a new one.
+        if let Some(default) = slot.as_mut()
+            && let Some(id) = default.as_deref()
+            && c.registry().contains(&self.key(id)) != Ok(true)
+        {
+            **default = None;
+        }
         let target = Target::of(
             computer_id,
             temporary,
@@ -700,12 +759,14 @@ impl SessionHost {
         req: ExecRequest,
         progress: &Progress,
     ) -> Result<serde_json::Value, ComputerError> {
-        let (id, temporary) = self
+        let (id, at) = self
             .target(req.computer_id.as_deref(), req.temporary, progress)
             .await?;
-        self.computers
-            .exec_on(&self.key(&id), &id, temporary, &req, progress)
-            .await
+        let answer = self
+            .computers
+            .exec_on(&self.key(&id), &id, at.temporary, &req, progress)
+            .await?;
+        Ok(mark_created(answer, at.created))
     }
 
     async fn list(&self) -> Result<serde_json::Value, ComputerError> {

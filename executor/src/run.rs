@@ -58,7 +58,7 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
     };
     let mut instructions = String::from(
         "Each computer is an isolated Linux machine with a stable id. Run commands with the exec tool; \
-         omit computer_id to use this session's default computer.",
+         omit computer_id to use your default computer (this session's; without sessions, your user's).",
     );
     if groups.jobs {
         instructions.push_str(

@@ -221,7 +221,8 @@ pub fn usage_text(default_timeout_secs: u64, output_limit: u64) -> String {
     format!(
         "Pass exactly one of `command` (a shell command line) or `args` (an argv array run without a shell). \
 Optional: `stdin`, `working_directory` (absolute path), `timeout` (seconds, default {default_timeout_secs}; on timeout the whole process tree is killed, exit code 124, output so far kept), \
-`computer_id` (reattach to a named computer; omitted: this session's default computer, created on first use) and `temporary` (default true: removed when the session ends; false: kept until deleted and shareable by id). \
+`computer_id` (reattach to a named computer; omitted: your default computer, which is this MCP session's or, for a client without sessions (protocol 2026-07-28), your user's; created on first use) and `temporary` (default true: removed when the session ends, or after an idle time without sessions; false: kept until deleted and shareable by id). \
+A result says `created: true` when that call made its computer: files from earlier calls are not there. A client that opens a new session for every call should pass `temporary: false` with its own `computer_id`. \
 Output is capped at {output_limit} bytes of stdout+stderr combined: past that the command is stopped and the result has `truncated: true`. \
 Bytes that are not UTF-8 are returned exactly in `stdout_base64`/`stderr_base64`. A non-zero exit code is a normal result."
     )
@@ -287,7 +288,7 @@ pub fn exec_input_schema(jobs: bool) -> Value {
                 "maxProperties": MAX_ENV_ENTRIES,
                 "description": "Environment variables added for this command only (names like PATH or MY_VAR; at most 256, 64 KiB in all).",
             },
-            "computer_id": computer_id_schema("Computer to run on (1-63 lowercase letters, digits, hyphens). Omit to use this session's default computer."),
+            "computer_id": computer_id_schema("Computer to run on (1-63 lowercase letters, digits, hyphens). Omit to use your default computer (this session's; without sessions, your user's)."),
             "temporary": {"type": "boolean", "default": true, "description": "true: removed when the session ends. false: kept until deleted, reattachable by id."},
         },
         "additionalProperties": false,
@@ -302,6 +303,10 @@ pub fn exec_input_schema(jobs: bool) -> Value {
     }
     schema
 }
+
+/// The `created` field of results (SPEC §3.2).
+pub const CREATED: &str =
+    "This call made the computer (it did not exist before): nothing an earlier call left is there.";
 
 /// The exec tool's output schema (SPEC §3.5); with the `jobs` group a result may be a
 /// running job's (no exit code yet).
@@ -319,6 +324,7 @@ pub fn exec_output_schema(jobs: bool) -> Value {
             "timed_out": {"type": "boolean", "description": "The command hit its timeout and was killed (exit code 124)."},
             "stdout_base64": {"type": "string", "description": "Exact stdout bytes when they are not valid UTF-8."},
             "stderr_base64": {"type": "string", "description": "Exact stderr bytes when they are not valid UTF-8."},
+            "created": {"type": "boolean", "description": CREATED},
         },
         "required": ["computer_id", "temporary", "stdout", "stderr", "exit_code", "exec_duration_ms"],
     });

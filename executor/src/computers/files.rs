@@ -25,10 +25,11 @@ impl SessionHost {
         call: FileCall,
         progress: &Progress,
     ) -> Result<Value, ComputerError> {
-        let (id, _) = self
+        let (id, at) = self
             .target(call.computer_id(), call.temporary(), progress)
             .await?;
-        self.computers.file_on(&self.key(&id), &id, call).await
+        let answer = self.computers.file_on(&self.key(&id), &id, call).await?;
+        Ok(super::mark_created(answer, at.created))
     }
 }
 

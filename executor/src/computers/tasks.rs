@@ -96,9 +96,10 @@ impl SessionHost {
                 self.exec(req, progress).await?,
             )));
         }
-        let (id, temporary) = self
+        let (id, at) = self
             .target(req.computer_id.as_deref(), req.temporary, progress)
             .await?;
+        let temporary = at.temporary;
         let key = self.key(&id);
         let yield_ms = req.yield_ms.unwrap_or(DEFAULT_YIELD_MS);
         let (spec, command) = c.spec_of(&req, progress);

@@ -606,3 +606,120 @@ async fn a_backend_failure_is_an_error_answer_and_the_computer_stays() {
     ])
     .await;
 }
+
+#[tokio::test]
+async fn issue_45_a_stateless_principal_keeps_its_default_and_results_say_created() {
+    let mut w = World::new();
+    w.run(&[
+        // Without a session the default is the principal's: every request finds it.
+        (
+            "p",
+            EXEC,
+            json!({"command": "echo one"}),
+            json!({"computer_id": "$p1", "temporary": true, "created": true}),
+        ),
+        (
+            "p",
+            EXEC,
+            json!({"command": "echo two"}),
+            json!({"computer_id": "$p1", "!created": null}),
+        ),
+        (
+            "p",
+            "computer_file_write",
+            json!({"path": "/f", "content": "x"}),
+            json!({"computer_id": "$p1", "!created": null}),
+        ),
+        // Another principal has its own.
+        (
+            "q",
+            EXEC,
+            json!({"command": "echo"}),
+            json!({"computer_id": "$q1", "created": true}),
+        ),
+        (
+            "q",
+            EXEC,
+            json!({"command": "echo"}),
+            json!({"computer_id": "$q1"}),
+        ),
+        // A deleted default is replaced by a new one, which says so.
+        (
+            "p",
+            "computer_delete",
+            json!({"computer_id": "$p1"}),
+            json!({"deleted": true}),
+        ),
+        (
+            "p",
+            EXEC,
+            json!({"command": "echo"}),
+            json!({"computer_id": "$p2", "created": true}),
+        ),
+        (
+            "p",
+            EXEC,
+            json!({"command": "echo"}),
+            json!({"computer_id": "$p2", "!created": null}),
+        ),
+        // A session's first call says it made its computer too; a named existing one not.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo"}),
+            json!({"computer_id": "$a1", "created": true}),
+        ),
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo", "computer_id": "named", "temporary": false}),
+            json!({"created": true}),
+        ),
+        (
+            "b",
+            EXEC,
+            json!({"command": "echo", "computer_id": "named"}),
+            json!({"!created": null}),
+        ),
+        (
+            "a",
+            "computer_file_write",
+            json!({"path": "/g", "content": "y", "computer_id": "fresh"}),
+            json!({"computer_id": "fresh", "created": true}),
+        ),
+    ])
+    .await;
+    assert_ne!(w.bound["$p1"], w.bound["$q1"]);
+    assert_ne!(w.bound["$p1"], w.bound["$p2"]);
+    // Every request of a principal is a new host over the same controller.
+    w.hosts.remove("p");
+    w.run(&[(
+        "p",
+        EXEC,
+        json!({"command": "echo"}),
+        json!({"computer_id": "$p2"}),
+    )])
+    .await;
+}
+
+#[tokio::test]
+async fn a_stateless_default_that_idled_out_is_replaced() {
+    let mut w = World::new();
+    w.run(&[(
+        "p",
+        EXEC,
+        json!({"command": "echo"}),
+        json!({"computer_id": "$p1"}),
+    )])
+    .await;
+    // Its owner's temporaries go (as the idle sweep does).
+    w.computers.release_owner("user:p").await;
+    w.run(&[(
+        "p",
+        EXEC,
+        json!({"command": "echo"}),
+        json!({"computer_id": "$p2", "created": true}),
+    )])
+    .await;
+    assert_ne!(w.bound["$p1"], w.bound["$p2"]);
+}

@@ -12,7 +12,7 @@ pub const TOOLS: &[&str] = &[READ_TOOL, WRITE_TOOL, EDIT_TOOL];
 fn target() -> (Value, Value, Value) {
     (
         computer_id_schema(
-            "Computer to use (as for terminal_execute). Omit to use this session's default computer; a first call creates it.",
+            "Computer to use (as for terminal_execute). Omit to use your default computer (this session's; without sessions, your user's); a first call creates it.",
         ),
         json!({"type": "boolean", "default": true, "description": "Only when this call creates the computer: true removes it when the session ends, false keeps it."}),
         json!({"type": "string", "maxLength": crate::files::MAX_PATH, "pattern": "^/", "description": "Absolute path on the computer."}),
@@ -24,6 +24,7 @@ fn common_output(extra: Value) -> Value {
         "computer_id": {"type": "string"},
         "path": {"type": "string"},
         "size": {"type": "integer", "minimum": 0, "description": "The file's size in bytes."},
+        "created": {"type": "boolean", "description": super::CREATED},
         "error": {"type": "string"},
     });
     if let (Some(p), Value::Object(extra)) = (props.as_object_mut(), extra) {

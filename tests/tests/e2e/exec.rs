@@ -13,6 +13,9 @@ async fn issue_2_result_shape_and_session_default() -> anyhow::Result<()> {
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].name, "terminal_execute");
     assert!(tools[0].output_schema.is_some());
+    // The first call makes the session's computer and says so (issue 45).
+    let first = exec(&c, json!({"command": "true"})).await?;
+    assert_eq!(first["created"], true, "{first}");
     let r = exec(&c, json!({"command": "echo hi; echo err >&2; exit 3"})).await?;
     let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
     assert_eq!(

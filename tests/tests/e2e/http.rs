@@ -70,9 +70,20 @@ async fn issue_2_http_modern_stateless() -> anyhow::Result<()> {
     assert_eq!(r["computer_id"], id.as_str());
     let r = exec(&c, json!({"command": "cat /tmp/a", "computer_id": id})).await?;
     assert_eq!(r["stdout"], "a\n");
-    // Without an id there is no session: each call gets a computer, named in the result.
-    let r = exec(&c, json!({"command": "true"})).await?;
+    // Without an id there is no session: the default is the principal's (issue 45), made
+    // by the first such call (which says `created`) and found again by the next ones.
+    let r = exec(&c, json!({"command": "echo kept > /tmp/k"})).await?;
     assert_ne!(r["computer_id"], id.as_str());
+    assert_eq!(r["created"], true, "{r}");
+    let default = r["computer_id"].clone();
+    let other = s.modern_client(None).await?;
+    let r = exec(&other, json!({"command": "cat /tmp/k"})).await?;
+    assert_eq!(
+        (&r["computer_id"], &r["stdout"]),
+        (&default, &json!("kept\n"))
+    );
+    assert_eq!(r.get("created"), None, "{r}");
+    other.cancel().await?;
     // Unused stateless temporaries expire after --session-timeout.
     wait_for_count(&t, 0, Duration::from_secs(15)).await?;
     c.cancel().await?;
