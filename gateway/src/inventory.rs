@@ -39,6 +39,14 @@ pub enum Request {
         stateless: bool,
         executor: String,
     },
+    /// Claims stateless principal `owner`'s default computer (SPEC §3.2: without a session
+    /// the default is the principal's): the one it has while the inventory still holds
+    /// it, else `fresh` (recorded at `executor`), which becomes its default: a [`Record`].
+    ClaimDefault {
+        owner: String,
+        fresh: String,
+        executor: String,
+    },
     /// Where `id` lives, if `owner` may see it: a [`Record`] (else 404).
     Get { id: String, owner: String },
     /// Forgets `id`, its jobs, and every session default naming it: [`Done`].
@@ -103,6 +111,7 @@ impl Request {
     pub fn name(&self) -> &'static str {
         match self {
             Request::Claim { .. } => "claim",
+            Request::ClaimDefault { .. } => "claim_default",
             Request::Get { .. } => "get",
             Request::Forget { .. } => "forget",
             Request::Touch { .. } => "touch",
@@ -128,6 +137,11 @@ impl Request {
                 executor,
                 ..
             } => &[("id", id), ("owner", owner), ("executor", executor)],
+            Request::ClaimDefault {
+                owner,
+                fresh,
+                executor,
+            } => &[("owner", owner), ("fresh", fresh), ("executor", executor)],
             Request::Get { id, owner } => &[("id", id), ("owner", owner)],
             Request::Forget { id } | Request::Touch { id, .. } => &[("id", id)],
             Request::List { owner } => &[("owner", owner)],
@@ -265,6 +279,11 @@ mod tests {
                 stateless: false,
                 executor: s("fly"),
             },
+            Request::ClaimDefault {
+                owner: s("user:a"),
+                fresh: s("brave-otter-1a2b"),
+                executor: s("ex1"),
+            },
             Request::Get {
                 id: s("box"),
                 owner: s("user:a"),
@@ -347,7 +366,7 @@ mod tests {
             assert_eq!(v["request"]["op"], call.request.name(), "{body}");
             names.insert(call.request.name());
         }
-        assert_eq!(names.len(), 14, "every request has a name of its own");
+        assert_eq!(names.len(), 15, "every request has a name of its own");
     }
 
     #[test]

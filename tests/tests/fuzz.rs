@@ -80,6 +80,7 @@ const KEYS: &[&str] = &[
     "record",
     "lease",
     "ended_ms",
+    "fresh",
 ];
 
 /// Strings the parsers treat specially.
@@ -305,7 +306,7 @@ proptest! {
     fn team_object_calls(
         team in prop::sample::select(WORDS),
         op in prop::sample::select(&[
-            "claim", "get", "forget", "touch", "list", "session_open", "session_get",
+            "claim", "claim_default", "get", "forget", "touch", "list", "session_open", "session_get",
             "session_default", "session_close", "job_put", "job_get", "job_done",
             "task_put", "task_get", "reboot",
         ][..]),

@@ -19,6 +19,25 @@ thread_local! {
     pub(crate) static PLACEMENT: RefCell<HashMap<PlacementKey, (Record, u64)>> = RefCell::new(HashMap::new());
     /// (team, id) → when this isolate last told the DO about a use (ms).
     pub(crate) static TOUCHED: RefCell<HashMap<(String, String), u64>> = RefCell::new(HashMap::new());
+    /// (team, stateless owner) → its default computer, until a deadline (ms): warm calls
+    /// without an id skip the DO, as with [`PLACEMENT`].
+    pub(crate) static DEFAULTS: RefCell<HashMap<(String, String), (String, u64)>> = RefCell::new(HashMap::new());
+}
+
+fn cached_default(team: &str, owner: &str) -> Option<String> {
+    let key = (team.to_owned(), owner.to_owned());
+    DEFAULTS.with(|d| {
+        d.borrow()
+            .get(&key)
+            .filter(|(_, until)| *until > now_ms())
+            .map(|(id, _)| id.clone())
+    })
+}
+
+fn cache_default(team: &str, owner: &str, id: &str, ttl_ms: u64) {
+    let key = (team.to_owned(), owner.to_owned());
+    let until = now_ms() + ttl_ms.min(60_000);
+    DEFAULTS.with(|d| d.borrow_mut().insert(key, (id.to_owned(), until)));
 }
 
 pub(crate) fn cached_placement(
@@ -48,6 +67,10 @@ pub(crate) fn forget_cached(team: &str, id: &str) {
             .retain(|(t, i, _), _| !(t == team && i == id))
     });
     TOUCHED.with(|t| t.borrow_mut().remove(&(team.to_owned(), id.to_owned())));
+    DEFAULTS.with(|d| {
+        d.borrow_mut()
+            .retain(|(t, _), (default, _)| !(t == team && default == id))
+    });
 }
 
 /// Is it time to record a use of (team, id) in the DO? Marks it done if so.
@@ -86,6 +109,21 @@ impl Host {
         temporary: Option<bool>,
     ) -> std::result::Result<Record, GatewayError> {
         self.claim_avoiding(id, temporary, &[]).await
+    }
+
+    /// A stateless caller's default computer (SPEC §3.2), claimed in the team's object
+    /// (which keeps it per principal), or a new one there.
+    async fn claim_default(&self) -> std::result::Result<Record, GatewayError> {
+        let executor = self.gw.place(&[]).await?;
+        if let Some(e) = self.gw.unusable(&executor) {
+            return Err(e);
+        }
+        let claim = inventory::Request::ClaimDefault {
+            owner: self.owner.clone(),
+            fresh: slug_from_random(random_u64()),
+            executor,
+        };
+        team_call(&self.env, &self.caller.team, claim).await
     }
 
     /// [`Host::claim`], placing a new computer anywhere but on `avoid`.
@@ -283,6 +321,22 @@ impl Host {
         temporary: Option<bool>,
     ) -> std::result::Result<(String, Record), GatewayError> {
         let team = &self.caller.team;
+        // Without a session the default is the principal's, kept by the team's object
+        // (cached per isolate like placements).
+        if self.session.is_none() && Target::reads_default(computer_id, temporary) {
+            let cached = cached_default(team, &self.owner)
+                .and_then(|id| cached_placement(team, &id, &self.owner, None).map(|r| (id, r)));
+            if let Some((id, rec)) = cached {
+                return Ok((id, rec));
+            }
+            let rec = self.claim_default().await?;
+            let mut cached = rec.clone();
+            cached.new = false;
+            let ttl = self.gw.idle_ms / 4;
+            cache_placement(team, &rec.id, &self.owner, &cached, ttl);
+            cache_default(team, &self.owner, &rec.id, ttl);
+            return Ok((rec.id.clone(), rec));
+        }
         let target = Target::of(
             computer_id,
             temporary,

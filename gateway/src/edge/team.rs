@@ -233,6 +233,46 @@ impl DurableObject for Team {
                     Err(e) => bad(500, &e.to_string()),
                 }
             }
+            inventory::Request::ClaimDefault {
+                owner,
+                fresh,
+                executor,
+            } => {
+                // Kept in `meta` as `default:<owner>` (no schema change); a default the
+                // inventory no longer holds (reaped when idle, deleted) is replaced.
+                #[derive(Deserialize)]
+                struct Meta {
+                    v: String,
+                }
+                let key = format!("default:{owner}");
+                let rows: Vec<Meta> = self
+                    .sql("SELECT v FROM meta WHERE k = ?", vec![key.as_str().into()])?
+                    .to_array()?;
+                let held = rows.into_iter().next().map(|m| m.v);
+                let id = match held {
+                    Some(id) if self.registry().contains(&id)? => id,
+                    _ => fresh,
+                };
+                let claimant = Claimant {
+                    requested: None,
+                    owner: &owner,
+                    stateless: true,
+                };
+                match self.registry().claim(&id, &executor, &claimant, now) {
+                    Ok((e, new)) => {
+                        if new && e.temporary {
+                            self.arm().await?;
+                        }
+                        self.sql(
+                            "INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)",
+                            vec![key.into(), id.as_str().into()],
+                        )?;
+                        json_response(200, &json!(Self::record(&e, new)))
+                    }
+                    Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),
+                    Err(e) => bad(500, &e.to_string()),
+                }
+            }
             inventory::Request::Get { id, owner } => match self.registry().visible(&id, &owner) {
                 Ok(e) => json_response(200, &json!(Self::record(&e, false))),
                 Err(e @ RegistryError::Unknown(_)) => bad(404, &e.to_string()),
@@ -241,10 +281,14 @@ impl DurableObject for Team {
             inventory::Request::Forget { id } => {
                 self.registry().forget(&id)?;
                 self.sql("DELETE FROM jobs WHERE id = ?", vec![id.as_str().into()])?;
-                // A forgotten computer is no session's default: the next call without an
-                // id makes a new one.
+                // A forgotten computer is no session's or principal's default: the next call
+                // without an id makes a new one.
                 self.sql(
                     "UPDATE sessions SET default_id = NULL WHERE default_id = ?",
+                    vec![id.as_str().into()],
+                )?;
+                self.sql(
+                    "DELETE FROM meta WHERE k LIKE 'default:%' AND v = ?",
                     vec![id.as_str().into()],
                 )?;
                 done()

@@ -262,7 +262,37 @@ fn session_version_header_alike<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<
     })
 }
 
+/// Issue 45: without sessions (2026-07-28) the default computer is the principal's: a
+/// second client of the same token that omits `computer_id` finds the first one's files,
+/// and only the call that made the computer says `created`.
+fn stateless_default_is_the_principals<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let first = t.modern().await?;
+        let a = exec(&first, json!({"command": "echo kept > /tmp/parity-kept"})).await?;
+        let second = t.modern().await?;
+        let b = exec(&second, json!({"command": "cat /tmp/parity-kept"})).await?;
+        let same = a["computer_id"] == b["computer_id"];
+        anyhow::ensure!(same, "{a} then {b}");
+        let id = a["computer_id"].clone();
+        let r = call(&first, "computer_delete", json!({"computer_id": id})).await?;
+        anyhow::ensure!(r.is_error == Some(false), "delete: {:?}", r.content);
+        let c = exec(&second, json!({"command": "true"})).await?;
+        first.cancel().await?;
+        second.cancel().await?;
+        Ok(json!({
+            "same_computer": same,
+            "files_kept": b["stdout"],
+            "created": [a.get("created"), b.get("created"), c.get("created")],
+            "new_after_delete": c["computer_id"] != id,
+        }))
+    })
+}
+
 const CASES: &[(&str, Case)] = &[
+    (
+        "stateless default is the principal's",
+        stateless_default_is_the_principals,
+    ),
     ("session version header alike", session_version_header_alike),
     ("transport refusals alike", transport_refusals_alike),
     ("bearer scheme in any case", bearer_scheme_any_case),
