@@ -1,0 +1,350 @@
+//! One caller's view of the computers ([`SessionHost`]): its owner key, its default
+//! computer (its session's, or its principal's without one), and its team when an
+//! executor serves the gateway. It picks the target of each call, attaches through
+//! [`Computers`], and implements `shared::mcp::ToolHost`.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use shared::CallToolResult;
+use shared::mcp::{CallContext, TaskAnswer, ToolHost};
+use shared::op::Op;
+use shared::registry::{Claimant, Target};
+use shared::result::{Created, Deleted, inventory, operation_error, structured_result};
+use shared::tasks::TaskMethod;
+use shared::validate::{ExecRequest, ToolCall};
+use tracing::Instrument;
+
+use super::{Attached, ComputerError, Computers, DefaultSlot, mark_created};
+use crate::place::Place;
+use crate::progress::{Notifier, Progress};
+use crate::spec::ContainerRecord;
+
+/// One caller's view: an owner key, a default computer, whether it is stateless, and the
+/// gateway's team when an executor serves it (the team's own id space, `shared::teams`).
+#[derive(Debug, Clone)]
+pub struct SessionHost {
+    pub(super) computers: Arc<Computers>,
+    pub(super) owner: String,
+    pub(super) stateless: bool,
+    pub(super) team: Option<String>,
+    /// The caller's id of its default computer: the session's own, or (stateless) the
+    /// principal's, shared by all its requests.
+    pub(super) default: DefaultSlot,
+    pub(super) notifier: Option<Notifier>,
+}
+
+impl SessionHost {
+    pub fn new(computers: Arc<Computers>, owner: impl Into<String>, stateless: bool) -> Self {
+        let owner = owner.into();
+        let default = match stateless {
+            true => computers.principal_default(&owner),
+            false => DefaultSlot::default(),
+        };
+        Self {
+            computers,
+            owner,
+            stateless,
+            team: None,
+            default,
+            notifier: None,
+        }
+    }
+
+    /// The executor's view for the gateway's `team`: stateless, owner `team:<team>`, and
+    /// only the team's computers (their backend names carry the team's key prefix).
+    pub fn for_team(computers: Arc<Computers>, team: &str) -> Self {
+        let mut host = Self::new(computers, format!("team:{team}"), true);
+        host.team = Some(team.to_owned());
+        host
+    }
+
+    /// Lets tool calls send progress notifications through `tx` (stdio, an SSE stream).
+    pub fn with_notifier(mut self, tx: Notifier) -> Self {
+        self.notifier = Some(tx);
+        self
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub(super) fn team(&self) -> Option<&str> {
+        self.team.as_deref()
+    }
+
+    /// The backend key of this caller's computer `id`.
+    pub(super) fn key(&self, id: &str) -> String {
+        shared::teams::key(self.team(), id)
+    }
+
+    pub(super) async fn attach(
+        &self,
+        id: &str,
+        requested: Option<bool>,
+        progress: &Progress,
+    ) -> Result<Attached, ComputerError> {
+        let claimant = Claimant {
+            requested,
+            owner: &self.owner,
+            stateless: self.stateless,
+        };
+        self.computers
+            .attach(&self.key(id), &claimant, self.team(), progress)
+            .await
+    }
+
+    /// Runs a validated tool call: the structured result, or why not.
+    pub async fn run(
+        &self,
+        call: ToolCall,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        if let Some(cap) = call.needs() {
+            self.computers.backend.require(cap)?;
+        }
+        match call {
+            ToolCall::Exec(req) => self.exec(req, progress).await,
+            ToolCall::Job(call) => {
+                let span = tracing::info_span!("job", computer_id = call.computer_id());
+                self.job(call).instrument(span).await
+            }
+            ToolCall::File(call) => {
+                let span = tracing::info_span!(
+                    "file",
+                    tool = call.tool(),
+                    computer_id = call.computer_id()
+                );
+                self.file(call, progress).instrument(span).await
+            }
+            other => {
+                let span = tracing::info_span!("lifecycle", tool = ?other);
+                async {
+                    match other {
+                        ToolCall::List | ToolCall::Dashboard => self.list().await,
+                        ToolCall::Create {
+                            computer_id,
+                            temporary,
+                        } => self.create(computer_id, temporary, progress).await,
+                        ToolCall::Restart { computer_id } => self.restart(&computer_id).await,
+                        ToolCall::FactoryReset { computer_id } => {
+                            self.factory_reset(&computer_id, progress).await
+                        }
+                        ToolCall::Delete { computer_id } => self.delete(&computer_id).await,
+                        ToolCall::Exec(_) | ToolCall::Job(_) | ToolCall::File(_) => Ok(json!({})),
+                    }
+                }
+                .instrument(span)
+                .await
+            }
+        }
+    }
+
+    /// Runs an operation of the executor API (the same methods as the tools).
+    pub async fn run_op(
+        &self,
+        op: Op,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let span = tracing::info_span!(
+            "op",
+            op = op.name(),
+            computer_id = op.computer_id(),
+            team = self.team()
+        );
+        if let Some(cap) = op.needs() {
+            self.computers.backend.require(cap)?;
+        }
+        async {
+            match op {
+                Op::Exec(req) => self.exec(req, progress).await,
+                Op::List => self.list().await,
+                Op::Create {
+                    computer_id,
+                    temporary,
+                } => {
+                    self.create(Some(computer_id), Some(temporary), progress)
+                        .await
+                }
+                Op::Restart { computer_id } => self.restart(&computer_id).await,
+                Op::FactoryReset { computer_id } => {
+                    self.factory_reset(&computer_id, progress).await
+                }
+                Op::Delete { computer_id } => self.delete(&computer_id).await,
+                Op::Job(poll) => self.job(shared::jobs::JobCall::Poll(poll)).await,
+                Op::JobRead(poll) => self.job_read(poll).await,
+                Op::Jobs { computer_id } => {
+                    self.job(shared::jobs::JobCall::List {
+                        computer_id: Some(computer_id),
+                    })
+                    .await
+                }
+                Op::File(call) => self.file(call, progress).await,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The computer a call that may create it runs on (`computer_id` and `temporary` as
+    /// the exec tool takes them): its id, and whether it is temporary and was made now.
+    pub(super) async fn target(
+        &self,
+        computer_id: Option<&str>,
+        temporary: Option<bool>,
+        progress: &Progress,
+    ) -> Result<(String, Attached), ComputerError> {
+        let c = &self.computers;
+        // A call that reads the default holds it while attaching, so concurrent first
+        // calls share one computer; named calls never wait for it.
+        let mut slot = match Target::reads_default(computer_id, temporary) {
+            true => Some(self.default.lock().await),
+            false => None,
+        };
+        // A default that is gone (its idle time passed, or another request of the same
+        // principal deleted it) is no default: the call makes a new one.
+        if let Some(default) = slot.as_mut()
+            && let Some(id) = default.as_deref()
+            && c.registry().contains(&self.key(id)) != Ok(true)
+        {
+            **default = None;
+        }
+        let target = Target::of(
+            computer_id,
+            temporary,
+            slot.as_ref().and_then(|d| d.as_deref()),
+            // A new id is a permanent computer's only with `temporary: false` (SPEC §3.6).
+            || c.new_slug(temporary != Some(false), self.team()),
+        );
+        let attached = self
+            .attach(target.id(), target.requested(temporary), progress)
+            .await;
+        if let Some(default) = slot.as_mut()
+            && attached.is_ok()
+            && target.sets_default()
+        {
+            **default = Some(target.id().to_owned());
+        }
+        drop(slot);
+        Ok((target.id().to_owned(), attached?))
+    }
+
+    pub(super) async fn exec(
+        &self,
+        req: ExecRequest,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let (id, at) = self
+            .target(req.computer_id.as_deref(), req.temporary, progress)
+            .await?;
+        let answer = self
+            .computers
+            .exec_on(&self.key(&id), &id, at.temporary, &req, progress)
+            .await?;
+        Ok(mark_created(answer, at.created))
+    }
+
+    pub(super) async fn list(&self) -> Result<serde_json::Value, ComputerError> {
+        Ok(inventory(
+            &self.computers.list(&self.owner, self.team()).await?,
+        ))
+    }
+
+    pub(super) fn created(&self, id: &str, r: &ContainerRecord) -> serde_json::Value {
+        Created::new(id, &r.provider_id, r.temporary).to_value()
+    }
+
+    pub(super) async fn create(
+        &self,
+        computer_id: Option<String>,
+        temporary: Option<bool>,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        let id = computer_id.unwrap_or_else(|| c.new_slug(temporary.unwrap_or(true), self.team()));
+        self.attach(&id, temporary, progress).await?;
+        let r = c
+            .backend
+            .find(&self.key(&id))
+            .await?
+            .ok_or_else(|| ComputerError::unknown(&id))?;
+        Ok(self.created(&id, &r))
+    }
+
+    pub(super) async fn restart(&self, id: &str) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        let r = c.visible_record(id, &self.owner, self.team()).await?;
+        c.backend.restart(&self.key(id)).await?;
+        c.forget_jobs_of(&self.key(id));
+        Ok(self.created(id, &r))
+    }
+
+    pub(super) async fn factory_reset(
+        &self,
+        id: &str,
+        progress: &Progress,
+    ) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        let r = c.visible_record(id, &self.owner, self.team()).await?;
+        let key = self.key(id);
+        let lock = c.id_lock(&key);
+        let _held = lock.lock().await;
+        let fresh = c
+            .backend
+            .factory_reset(&key, r.temporary, self.team(), progress)
+            .await?;
+        c.forget_jobs_of(&key);
+        Ok(self.created(id, &fresh))
+    }
+
+    pub(super) async fn delete(&self, id: &str) -> Result<serde_json::Value, ComputerError> {
+        let c = &self.computers;
+        c.visible_record(id, &self.owner, self.team()).await?;
+        let key = self.key(id);
+        let lock = c.id_lock(&key);
+        let _held = lock.lock().await;
+        c.backend.remove(&key).await?;
+        let Ok(()) = c.registry().forget(&key);
+        c.forget_jobs_of(&key);
+        let mut default = self.default.lock().await;
+        if default.as_deref() == Some(id) {
+            *default = None;
+        }
+        Ok(Deleted::new(id).to_value())
+    }
+
+    /// Ends this caller's session: its temporaries go away.
+    pub async fn close(&self) {
+        self.computers.release_owner(&self.owner).await;
+    }
+}
+
+impl ToolHost for SessionHost {
+    async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
+        let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
+        match self.run(call, &progress).await {
+            Ok(v) => structured_result(v),
+            Err(e) => operation_error(&e.to_string()),
+        }
+    }
+
+    async fn call_tool_as_task(&self, call: ToolCall, ctx: &CallContext) -> TaskAnswer {
+        let ToolCall::Exec(req) = call else {
+            return TaskAnswer::Complete(self.call_tool(call, ctx).await);
+        };
+        let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
+        match self.exec_as_task(req, &progress).await {
+            Ok(answer) => answer,
+            Err(e) => TaskAnswer::Complete(operation_error(&e.to_string())),
+        }
+    }
+
+    async fn task(
+        &self,
+        method: TaskMethod,
+        task_id: &str,
+        _ctx: &CallContext,
+    ) -> Result<serde_json::Value, String> {
+        self.task_call(method, task_id).await
+    }
+}
