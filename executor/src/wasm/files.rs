@@ -362,13 +362,21 @@ fn temp_name(name: &str) -> String {
     format!(".{}.msc-{:08x}.tmp", &name[..keep], rand::random::<u32>())
 }
 
+/// The permission bits a written file gets on the host: the asked mode (0644 by default)
+/// without setuid, setgid or sticky. A WASM computer's files are host files, and no file
+/// an agent writes may carry those bits there (issue 46); the shell's `chmod` drops them
+/// too.
+fn host_mode(mode: Option<u32>) -> u32 {
+    mode.unwrap_or(DEFAULT_MODE) & 0o777
+}
+
 /// Makes the written temporary file `tmp` the file `name`: its mode, synced, then renamed
 /// over the old one (`create_only`: linked, which fails if the name exists). On failure
 /// the temporary is removed and the old file is as it was.
 fn commit(dir: &Dir, tmp: &str, name: &str, w: &Target) -> Result<(), WasmError> {
     let result = (|| -> io::Result<()> {
         let f = dir.open_with(tmp, OpenOptions::new().write(true))?;
-        f.set_permissions(Permissions::from_mode(w.mode.unwrap_or(DEFAULT_MODE)))?;
+        f.set_permissions(Permissions::from_mode(host_mode(w.mode)))?;
         f.sync_all()?;
         if w.create_only {
             // A link fails when the name exists: the check and the write are one step.
@@ -417,10 +425,8 @@ fn append(dir: &Dir, name: &str, w: &Upload) -> Result<FileWritten, WasmError> {
     let fail = |e: io::Error| refused(&w.target.path, &e, false);
     let mut f = dir.open_with(name, &opts).map_err(fail)?;
     if !existed || w.target.mode.is_some() {
-        f.set_permissions(Permissions::from_mode(
-            w.target.mode.unwrap_or(DEFAULT_MODE),
-        ))
-        .map_err(fail)?;
+        f.set_permissions(Permissions::from_mode(host_mode(w.target.mode)))
+            .map_err(fail)?;
     }
     f.write_all(&w.data).map_err(fail)?;
     f.sync_all().map_err(fail)?;
@@ -445,7 +451,43 @@ fn append(dir: &Dir, name: &str, w: &Upload) -> Result<FileWritten, WasmError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{climbs_out, temp_name};
+    use super::{Target, Upload, climbs_out, temp_name, write};
+
+    #[test]
+    fn issue_46_no_written_file_carries_setuid_setgid_or_sticky_on_the_host() {
+        use std::os::unix::fs::PermissionsExt;
+        let fs = std::env::temp_dir().join(format!("msc-wasm-modes-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&fs).unwrap();
+        for (i, (mode, append, want)) in [
+            (Some(0o6755), false, 0o755),
+            (Some(0o4755), true, 0o755),
+            (Some(0o1777), false, 0o777),
+            (Some(0o2640), false, 0o640),
+            (None, false, 0o644),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let path = format!("/f{i}");
+            let upload = Upload {
+                target: Target {
+                    path: path.clone(),
+                    create_only: false,
+                    mode,
+                    make_dirs: false,
+                },
+                data: b"#!/bin/sh\n".to_vec(),
+                append,
+            };
+            write(&fs, &upload).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let got = std::fs::metadata(fs.join(&path[1..]))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(got & 0o7777, want, "{path} with {mode:?}");
+        }
+        std::fs::remove_dir_all(&fs).unwrap();
+    }
 
     #[test]
     fn links_that_climb_out_are_seen() {
