@@ -16,6 +16,10 @@ use crate::lifecycle::{
     Existing, LifecycleError, becomes_default, check_attach, idle_expired, visible_to,
 };
 
+/// The owner of a computer whose removal failed and is tried again ([`Registry::retire`]):
+/// no caller's owner key looks like it (theirs are `session:…`, `user:…`, `team:…`).
+pub const RETIRED: &str = "(removal pending)";
+
 /// What the registry knows of one computer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -292,6 +296,20 @@ impl<S: InventoryStore> Registry<S> {
     pub fn forget(&mut self, id: &str) -> Result<(), S::Error> {
         self.history.remove(id);
         self.store.remove(id)
+    }
+
+    /// Keeps `id` as a tombstone after its removal failed (its place did not answer): owned
+    /// by [`RETIRED`], which no caller is, so nobody attaches to it, sees it or names it
+    /// again, and idle at once (stateless, unused since the epoch), so every idle sweep
+    /// tries its removal again until the place answers (issue 46: a temporary that an
+    /// executor may still hold must never be forgotten and handed to another caller).
+    pub fn retire(&mut self, id: &str) -> Result<(), S::Error> {
+        self.store.update(id, |e| {
+            e.temporary = true;
+            e.owner = Some(RETIRED.to_owned());
+            e.stateless = true;
+            e.last_used_ms = 0;
+        })
     }
 
     /// The temporaries of `owner`, whose session ended: the caller removes and forgets them.

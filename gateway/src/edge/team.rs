@@ -166,14 +166,26 @@ impl Team {
     }
 
     /// Removes `e` where it lives and forgets it (its session ended, or it idled out).
+    /// When its place does not answer (an executor down), the computer may still be there:
+    /// it stays as a tombstone no caller reaches (`Registry::retire`), and the next idle
+    /// sweeps try again, so the id is never handed to another caller meanwhile.
     pub(crate) async fn remove(&self, team: &str, e: &Entry) -> Result<()> {
         let gw = gateway(&self.env);
         let op = Op::Delete {
             computer_id: e.id.clone(),
         };
         // The gateway's own housekeeping: it owns the lifetime of what it placed.
-        let _ = gw.op(&e.place, team, Scope::Manage.as_str(), op).await;
-        self.registry().forget(&e.id)
+        match gw.op(&e.place, team, Scope::Manage.as_str(), op).await {
+            Ok(_) => self.registry().forget(&e.id),
+            Err(GatewayError::Api(a)) if a.error.code == ErrorCode::NotFound => {
+                self.registry().forget(&e.id)
+            }
+            Err(why) => {
+                tracing::warn!(computer_id = e.id.as_str(), place = e.place.as_str(), error = %why,
+                    "could not remove a temporary computer; kept as a tombstone and tried again");
+                self.registry().retire(&e.id)
+            }
+        }
     }
 }
 
@@ -249,8 +261,10 @@ impl DurableObject for Team {
                     .sql("SELECT v FROM meta WHERE k = ?", vec![key.as_str().into()])?
                     .to_array()?;
                 let held = rows.into_iter().next().map(|m| m.v);
+                // Its default only while the principal still reaches it (not forgotten, not
+                // a tombstone whose removal is pending).
                 let id = match held {
-                    Some(id) if self.registry().contains(&id)? => id,
+                    Some(id) if self.registry().visible(&id, &owner).is_ok() => id,
                     _ => fresh,
                 };
                 let claimant = Claimant {

@@ -110,6 +110,7 @@ fn step(reg: &mut Registry<MemoryStore>, line: &str) -> String {
         ["end", id] => ok(reg.running(id, false, now)),
         ["touch", id] => ok(reg.touch(id, now)),
         ["forget", id] => ok(reg.forget(id)),
+        ["retire", id] => ok(reg.retire(id)),
         ["ran", id] => ok(reg.ran(
             id,
             HistoryEntry {
@@ -228,6 +229,25 @@ const CASES: &[(&str, &str)] = &[
          see left s1 => unknown
          may left t s1 => no
          may other f s1 => yes",
+    ),
+    (
+        "issue 46: a temporary whose removal failed is nobody's until it is gone",
+        "claim box s1 - @1000 => new temporary
+         claim p s1 f @1000 => new permanent
+         retire box => ok
+         claim box s1 - => not-yours
+         claim box s2 - => not-yours
+         claim box s2 t stateless => not-yours
+         see box s1 => unknown
+         see box s2 => unknown
+         list s1 => p
+         owned s1 => -
+         idle 300 @300000 => box
+         temps => box
+         retire nowhere => ok
+         temps => box
+         forget box => ok
+         claim box s2 - => new temporary",
     ),
     (
         "history belongs to a known computer and goes with it",
