@@ -335,6 +335,7 @@ async fn mcp_post(
             r
         }
         Post::Session { sid, message } => in_session(&state, sid, message).await,
+        Post::SessionBatch { sid, messages } => in_session_batch(&state, sid, messages).await,
         Post::Stateless(call) => {
             let host = SessionHost::new(state.computers.clone(), principal(&state), true);
             let d = state.dispatcher.clone();
@@ -361,6 +362,61 @@ async fn mcp_post(
 }
 
 /// A message inside the legacy session `sid`.
+/// A JSON-RPC batch inside the legacy session `sid` (2025-03-26 sessions only): its
+/// requests run concurrently, and their responses come back as one JSON array, in the
+/// batch's order (202 when it held no request).
+async fn in_session_batch(
+    state: &Arc<HttpState>,
+    sid: String,
+    messages: Vec<Result<InSession, Value>>,
+) -> Response {
+    let (host, version) = {
+        let mut sessions = state.sessions();
+        let Some(s) = sessions.get_mut(&sid) else {
+            return refused(route::unknown_session());
+        };
+        s.last_seen = Instant::now();
+        (s.host.clone(), s.version.clone())
+    };
+    if let Some(r) = route::batch_refused(&version) {
+        return refused(r);
+    }
+    let era = Era::Legacy(version);
+    let sid = &sid;
+    let answers = messages.into_iter().map(|m| {
+        let (host, d, era) = (host.clone(), state.dispatcher.clone(), era.clone());
+        async move {
+            match m {
+                Err(resp) => Some(resp),
+                Ok(InSession::Call(Call {
+                    id, method, params, ..
+                })) => Some(d.request(&host, &era, id, &method, params.as_ref()).await),
+                Ok(InSession::Cancel { request_id }) => {
+                    if let Some(s) = state.sessions().get_mut(sid)
+                        && let Some(h) = s.inflight.remove(&request_id.to_string())
+                    {
+                        h.abort();
+                    }
+                    None
+                }
+                Ok(InSession::Accept) => None,
+            }
+        }
+    });
+    let responses: Vec<Value> = futures_util::future::join_all(answers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if let Some(s) = state.sessions().get_mut(sid) {
+        s.last_seen = Instant::now();
+    }
+    match responses.is_empty() {
+        true => StatusCode::ACCEPTED.into_response(),
+        false => json_response(StatusCode::OK, Value::Array(responses)),
+    }
+}
+
 async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> Response {
     let (host, version) = {
         let mut sessions = state.sessions();

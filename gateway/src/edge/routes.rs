@@ -342,6 +342,9 @@ pub(crate) async fn mcp_post(
             };
             (call, Era::Legacy(version), host)
         }
+        Post::SessionBatch { sid, messages } => {
+            return session_batch(env, gw, caller, sid, messages).await;
+        }
         Post::Stateless(call) => {
             let host = Host {
                 gw: gw.clone(),
@@ -368,4 +371,67 @@ pub(crate) async fn mcp_post(
         Era::Legacy(_) => 200,
     };
     json_response(status, &resp)
+}
+
+/// A JSON-RPC batch inside the legacy session `sid` (2025-03-26 sessions only): each
+/// request in turn, the responses as one JSON array in the batch's order (202 when it held
+/// no request). Each request is its own fetch here, so a cancellation has nothing to stop.
+async fn session_batch(
+    env: &Env,
+    gw: Rc<Gateway>,
+    caller: Caller,
+    sid: String,
+    messages: Vec<std::result::Result<InSession, Value>>,
+) -> Result<Response> {
+    let team = caller.team.clone();
+    let get = inventory::Request::SessionGet {
+        sid: sid.clone(),
+        subject: caller.subject.clone(),
+    };
+    let session = match team_call::<inventory::Session>(env, &team, get).await {
+        Ok(s) => s,
+        Err(GatewayError::Inventory { status: 404, .. }) => {
+            return refused(route::unknown_session());
+        }
+        Err(e) => {
+            return json_response(
+                500,
+                &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
+            );
+        }
+    };
+    if let Some(r) = route::batch_refused(&session.version) {
+        return refused(r);
+    }
+    let host = Host {
+        gw: gw.clone(),
+        env: env.clone(),
+        caller,
+        owner: format!("session:{sid}"),
+        session: Some(sid),
+        default: RefCell::new(session.default_id),
+    };
+    let era = Era::Legacy(session.version);
+    let mut responses = Vec::new();
+    for m in messages {
+        match m {
+            Err(resp) => responses.push(resp),
+            Ok(InSession::Call(Call {
+                id, method, params, ..
+            })) => {
+                let span = tracing::info_span!("mcp", team = %team, method = %method);
+                let resp = gw
+                    .dispatcher
+                    .request(&host, &era, id, &method, params.as_ref())
+                    .instrument(span)
+                    .await;
+                responses.push(resp);
+            }
+            Ok(InSession::Cancel { .. } | InSession::Accept) => {}
+        }
+    }
+    match responses.is_empty() {
+        true => Ok(Response::empty()?.with_status(202)),
+        false => json_response(200, &Value::Array(responses)),
+    }
 }

@@ -80,6 +80,14 @@ pub enum Post {
     Initialize { id: Value, version: &'static str },
     /// A message of the session `sid`; an unknown `sid` gets [`unknown_session`].
     Session { sid: String, message: InSession },
+    /// A JSON-RPC batch inside the session `sid`: each message, or the error response of
+    /// one that is not a message. Only a 2025-03-26 session takes batches (the server
+    /// checks its revision with [`batch_refused`]); they are answered as one JSON array
+    /// of the requests' responses (202 when there is none).
+    SessionBatch {
+        sid: String,
+        messages: Vec<Result<InSession, Value>>,
+    },
     /// A stateless 2026-07-28 request: run it, answer with [`super::modern_status`].
     Stateless(Call),
 }
@@ -106,8 +114,94 @@ fn call(headers: &Headers<'_>, id: Value, method: String, params: Option<Value>)
     }
 }
 
+/// The one revision whose sessions take JSON-RPC batches.
+pub const BATCH_VERSION: &str = "2025-03-26";
+
+/// The refusal of a batch in a session of `version`, unless that revision takes batches.
+pub fn batch_refused(version: &str) -> Option<Refused> {
+    (version != BATCH_VERSION).then(|| {
+        (
+            400,
+            error_response(
+                Value::Null,
+                codes::INVALID_REQUEST,
+                &format!(
+                    "batches belong to protocol {BATCH_VERSION}; this session speaks {version}: send one JSON-RPC message per request"
+                ),
+                None,
+            ),
+        )
+    })
+}
+
+/// A session's message as the session acts on it.
+fn in_session(headers: &Headers<'_>, msg: Incoming, stream: bool) -> InSession {
+    match msg {
+        Incoming::Request { id, method, params } => {
+            let mut c = call(headers, id, method, params);
+            c.stream &= stream;
+            InSession::Call(c)
+        }
+        Incoming::Notification { method, params } if method == "notifications/cancelled" => {
+            match params.as_ref().and_then(|p| p.get("requestId")) {
+                Some(rid) => InSession::Cancel {
+                    request_id: rid.clone(),
+                },
+                None => InSession::Accept,
+            }
+        }
+        Incoming::Notification { .. } | Incoming::Response => InSession::Accept,
+    }
+}
+
+/// A session's version header: absent, or one of the session revisions (else a 400).
+fn session_version(headers: &Headers<'_>, id: &Value) -> Result<(), Refused> {
+    match headers.protocol_version {
+        Some(v) if !crate::mcp::LEGACY_VERSIONS.contains(&v) => {
+            Err((400, crate::mcp::unsupported_version(id.clone(), v)))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Decides a POST to `/mcp` (the caller is already authenticated).
 pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
+    if let Some(sid) = headers.session_id
+        && body.trim_ascii_start().starts_with(b"[")
+    {
+        if let Err(refused) = session_version(headers, &Value::Null) {
+            return Post::Refuse(refused);
+        }
+        let raws: Vec<Box<serde_json::value::RawValue>> = match serde_json::from_slice(body) {
+            Ok(r) => r,
+            Err(e) => {
+                let resp = error_response(
+                    Value::Null,
+                    codes::PARSE_ERROR,
+                    &format!("parse error: {e}"),
+                    None,
+                );
+                return Post::Refuse((400, resp));
+            }
+        };
+        if raws.is_empty() {
+            let resp = error_response(
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "an empty batch: send at least one JSON-RPC message",
+                None,
+            );
+            return Post::Refuse((400, resp));
+        }
+        let messages = raws
+            .iter()
+            .map(|raw| parse_message(raw.get().as_bytes()).map(|m| in_session(headers, m, false)))
+            .collect();
+        return Post::SessionBatch {
+            sid: sid.to_owned(),
+            messages,
+        };
+    }
     let msg = match parse_message(body) {
         Ok(m) => m,
         Err(resp) => return Post::Refuse((400, resp)),
@@ -129,32 +223,16 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
     if let Some(sid) = headers.session_id {
         // Inside a session the header is optional (absent means 2025-03-26), but one this
         // server does not speak is a 400 (Streamable HTTP; issue 45).
-        if let Some(v) = headers.protocol_version
-            && !crate::mcp::LEGACY_VERSIONS.contains(&v)
-        {
-            let id = match &msg {
-                Incoming::Request { id, .. } => id.clone(),
-                _ => Value::Null,
-            };
-            return Post::Refuse((400, crate::mcp::unsupported_version(id, v)));
-        }
-        let message = match msg {
-            Incoming::Request { id, method, params } => {
-                InSession::Call(call(headers, id, method, params))
-            }
-            Incoming::Notification { method, params } if method == "notifications/cancelled" => {
-                match params.as_ref().and_then(|p| p.get("requestId")) {
-                    Some(rid) => InSession::Cancel {
-                        request_id: rid.clone(),
-                    },
-                    None => InSession::Accept,
-                }
-            }
-            Incoming::Notification { .. } | Incoming::Response => InSession::Accept,
+        let id = match &msg {
+            Incoming::Request { id, .. } => id.clone(),
+            _ => Value::Null,
         };
+        if let Err(refused) = session_version(headers, &id) {
+            return Post::Refuse(refused);
+        }
         return Post::Session {
             sid: sid.to_owned(),
-            message,
+            message: in_session(headers, msg, true),
         };
     }
     let id = match &msg {

@@ -288,7 +288,74 @@ fn stateless_default_is_the_principals<'a>(t: &'a Target, _tag: &'a str) -> Case
     })
 }
 
+/// Issue 45: a 2025-03-26 session takes JSON-RPC batches (the one revision that has
+/// them): one JSON array of the requests' responses, in order; a later revision's session
+/// refuses a batch with 400.
+fn batches_in_2025_03_26_sessions<'a>(t: &'a Target, _tag: &'a str) -> CaseFuture<'a> {
+    Box::pin(async move {
+        let http = reqwest::Client::new();
+        let auth = format!("Bearer {TOKEN}");
+        let post = |sid: Option<&str>, body: Value| {
+            let mut r = http
+                .post(&t.url)
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(sid) = sid {
+                r = r.header("mcp-session-id", sid);
+            }
+            r.body(body.to_string()).send()
+        };
+        let mut seen = Vec::new();
+        for version in ["2025-03-26", "2025-06-18"] {
+            let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": "parity", "version": "1"}}});
+            let r = post(None, init).await?;
+            let sid = r
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let batch = json!([
+                {"jsonrpc": "2.0", "id": "b1", "method": "tools/list"},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "terminal_execute", "arguments": {"command": "echo batched"}}},
+                {"jsonrpc": "2.0", "id": 3, "method": "no/such"},
+            ]);
+            let r = post(Some(&sid), batch).await?;
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            let summary = match body.as_array() {
+                Some(items) => json!(
+                    items
+                        .iter()
+                        .map(|i| json!([
+                            i["id"],
+                            i["result"]["structuredContent"]["stdout"],
+                            i["error"]["code"]
+                        ]))
+                        .collect::<Vec<_>>()
+                ),
+                None => json!(body["error"]["code"]),
+            };
+            seen.push(json!([version, status, summary]));
+        }
+        anyhow::ensure!(
+            seen[0][1] == 200 && seen[1][1] == 400,
+            "a 2025-03-26 batch is answered, a later one refused: {seen:?}"
+        );
+        Ok(json!(seen))
+    })
+}
+
 const CASES: &[(&str, Case)] = &[
+    (
+        "batches in 2025-03-26 sessions",
+        batches_in_2025_03_26_sessions,
+    ),
     (
         "stateless default is the principal's",
         stateless_default_is_the_principals,

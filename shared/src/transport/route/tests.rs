@@ -46,6 +46,18 @@ fn summary(p: &Post) -> String {
             InSession::Accept => format!("session {sid} accept"),
         },
         Post::Stateless(c) => format!("stateless {}", call(c)),
+        Post::SessionBatch { sid, messages } => {
+            let each: Vec<String> = messages
+                .iter()
+                .map(|m| match m {
+                    Ok(InSession::Call(c)) => format!("call {}", call(c)),
+                    Ok(InSession::Cancel { request_id }) => format!("cancel {request_id}"),
+                    Ok(InSession::Accept) => "accept".into(),
+                    Err(body) => format!("error {}", code(body)),
+                })
+                .collect();
+            format!("session {sid} batch [{}]", each.join(", "))
+        }
     }
 }
 
@@ -62,6 +74,25 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
     vec![
         ("-", "{not json".into(), "refuse 400 -32700"),
         ("-", "[]".into(), "refuse 400 -32600"),
+        // Batches inside a session (2025-03-26 sessions take them; the server checks).
+        ("sid=s1", "[]".into(), "refuse 400 -32600"),
+        ("sid=s1", " [1,".into(), "refuse 400 -32700"),
+        (
+            "sid=s1 sse",
+            format!(
+                "[{}, {}, {}, 7, {}]",
+                req("tools/list", ""),
+                req("tools/call", r#""_meta":{"progressToken":1}"#),
+                note("notifications/cancelled", r#""requestId":3"#),
+                note("notifications/initialized", "")
+            ),
+            "session s1 batch [call tools/list, call tools/call, cancel 3, error -32600, accept]",
+        ),
+        (
+            "sid=s1 v=garbage",
+            format!("[{}]", req("tools/list", "")),
+            "refuse 400 -32022",
+        ),
         ("-", init("2025-06-18"), "initialize 2025-06-18"),
         ("-", init("1999-01-01"), "initialize 2025-11-25"),
         ("sid=old", init("2024-11-05"), "initialize 2024-11-05"),
@@ -251,5 +282,15 @@ fn post_never_panics_on_junk() {
         for spec in specs {
             let _ = post(&headers(spec), &bytes);
         }
+    }
+}
+
+#[test]
+fn batches_belong_to_2025_03_26() {
+    assert!(batch_refused("2025-03-26").is_none());
+    for v in ["2024-11-05", "2025-06-18", "2025-11-25"] {
+        let (status, body) = batch_refused(v).unwrap();
+        assert_eq!((status, code(&body)), (400, "-32600".to_owned()), "{v}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(v));
     }
 }
