@@ -40,6 +40,20 @@ impl Origins {
         }
     }
 
+    /// The origin to name in answers to a request for `url` (the protected-resource
+    /// metadata, a 401's challenge): the request's own when it is served here, else the
+    /// first of `PUBLIC_ORIGINS` (or, with none, `http://localhost`), so a forged `Host`
+    /// header is never reflected (issue 46).
+    pub fn public(&self, url: &Url) -> String {
+        if self.ok(url) {
+            return url.origin().ascii_serialization();
+        }
+        self.allowed
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "http://localhost".to_owned())
+    }
+
     /// May a request to `url` with this `Origin` header be served? The refusal says what
     /// to configure.
     pub fn check(&self, url: &Url, origin: Option<&str>) -> Result<(), String> {
@@ -113,6 +127,28 @@ mod tests {
                 Some("https://evil.example")
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn issue_46_a_forged_host_is_never_named_back() {
+        let o = Origins::parse(Some("https://mcp.example.com, https://alt.example.com"));
+        assert_eq!(
+            o.public(&url("https://alt.example.com/mcp")),
+            "https://alt.example.com"
+        );
+        assert_eq!(
+            o.public(&url("https://evil.example/mcp")),
+            "https://mcp.example.com"
+        );
+        let dev = Origins::parse(None);
+        assert_eq!(
+            dev.public(&url("http://127.0.0.1:8787/x")),
+            "http://127.0.0.1:8787"
+        );
+        assert_eq!(
+            dev.public(&url("https://evil.example/x")),
+            "http://localhost"
         );
     }
 }

@@ -87,7 +87,9 @@ fn authenticated(
 pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
     super::log::init(|| var(&env, "LOG_LEVEL"));
     let url = req.url()?;
-    let origin = url.origin().ascii_serialization();
+    // The origin answers name: never a forged Host header (`Origins::public`).
+    let origin =
+        crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref()).public(&url);
     let gw = gateway(&env);
     match (req.method(), url.path()) {
         (Method::Get, "/healthz") => json_response(200, &json!({"status": "ok"})),
