@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shared::capabilities::BackendKind;
 use shared::catalogue::ToolNames;
 use shared::mcp::{Dispatcher, ServerConfig};
-
-use shared::capabilities::BackendKind;
 
 use crate::backend::Backend;
 use crate::cli::TransportArg;
