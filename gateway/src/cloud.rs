@@ -40,6 +40,32 @@ use shared::validate::{ExecRequest, Program as ValidProgram};
 pub const FLY: &str = "fly";
 pub const E2B: &str = "e2b";
 
+/// Where a computer the gateway placed lives, read once from its inventory record's place:
+/// a provider the Worker drives itself, or an executor by name. The closed set the edge
+/// matches on, instead of comparing place strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgePlace<'a> {
+    Fly,
+    E2b,
+    Executor(&'a str),
+}
+
+impl<'a> EdgePlace<'a> {
+    /// The place a record names (`fly`, `e2b`, or an executor's name).
+    pub fn of(place: &'a str) -> Self {
+        match place {
+            FLY => EdgePlace::Fly,
+            E2B => EdgePlace::E2b,
+            name => EdgePlace::Executor(name),
+        }
+    }
+
+    /// A provider the Worker reaches itself (no executor in between).
+    pub fn is_direct(self) -> bool {
+        !matches!(self, EdgePlace::Executor(_))
+    }
+}
+
 /// Default command timeout and output limit (as on executors).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
 pub const OUTPUT_LIMIT: usize = 2 * 1024 * 1024;
@@ -645,6 +671,16 @@ fn fnv(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn places_are_read_once_into_a_closed_set() {
+        assert_eq!(EdgePlace::of("fly"), EdgePlace::Fly);
+        assert_eq!(EdgePlace::of("e2b"), EdgePlace::E2b);
+        assert_eq!(EdgePlace::of("exec-1"), EdgePlace::Executor("exec-1"));
+        assert_eq!(EdgePlace::of("Fly"), EdgePlace::Executor("Fly"));
+        assert!(EdgePlace::Fly.is_direct() && EdgePlace::E2b.is_direct());
+        assert!(!EdgePlace::of("local").is_direct());
+    }
     use std::collections::HashMap;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

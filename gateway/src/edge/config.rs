@@ -74,9 +74,10 @@ impl Gateway {
             matches!(fly, Ok(Some(_))),
             matches!(e2b, Ok(Some(_))),
         );
-        let what = match placement.as_ref().ok().and_then(|p| p.fixed()) {
-            Some(cloud::FLY) => "a Fly Machine",
-            Some(cloud::E2B) => "an E2B sandbox",
+        let fixed = placement.as_ref().ok().and_then(|p| p.fixed());
+        let what = match fixed.map(EdgePlace::of) {
+            Some(EdgePlace::Fly) => "a Fly Machine",
+            Some(EdgePlace::E2b) => "an E2B sandbox",
             _ => "a container on a self-hosted executor",
         };
         let exec_description = format!(
@@ -136,10 +137,10 @@ impl Gateway {
 
     /// Why `place` cannot take computers now (a provider without valid configuration).
     pub(crate) fn unusable(&self, place: &str) -> Option<GatewayError> {
-        match place {
-            cloud::FLY => slot(&self.fly, place).err(),
-            cloud::E2B => slot(&self.e2b, place).err(),
-            _ => None,
+        match EdgePlace::of(place) {
+            EdgePlace::Fly => slot(&self.fly, place).err(),
+            EdgePlace::E2b => slot(&self.e2b, place).err(),
+            EdgePlace::Executor(_) => None,
         }
     }
 
@@ -153,10 +154,10 @@ impl Gateway {
         scope: &str,
         op: Op,
     ) -> std::result::Result<Value, GatewayError> {
-        let answer = match place {
-            cloud::FLY => slot(&self.fly, place)?.handle(team, op).await,
-            cloud::E2B => slot(&self.e2b, place)?.handle(team, op).await,
-            _ => return self.call(place, team, scope, &op).await,
+        let answer = match EdgePlace::of(place) {
+            EdgePlace::Fly => slot(&self.fly, place)?.handle(team, op).await,
+            EdgePlace::E2b => slot(&self.e2b, place)?.handle(team, op).await,
+            EdgePlace::Executor(name) => return self.call(name, team, scope, &op).await,
         };
         answer.map_err(GatewayError::Api)
     }
@@ -170,17 +171,18 @@ impl Gateway {
         path: &str,
         offset: u64,
     ) -> std::result::Result<shared::files::Slice, GatewayError> {
-        let slice = match place {
-            cloud::FLY => {
+        let slice = match EdgePlace::of(place) {
+            EdgePlace::Fly => {
                 slot(&self.fly, place)?
                     .file_slice(team, id, path, offset)
                     .await
             }
-            _ => {
+            EdgePlace::E2b => {
                 slot(&self.e2b, place)?
                     .file_slice(team, id, path, offset)
                     .await
             }
+            EdgePlace::Executor(name) => return Err(through_executor(name)),
         };
         slice.map_err(GatewayError::Api)
     }
@@ -198,17 +200,18 @@ impl Gateway {
     where
         S: futures_util::Stream<Item = std::result::Result<Vec<u8>, String>> + Unpin,
     {
-        let written = match place {
-            cloud::FLY => {
+        let written = match EdgePlace::of(place) {
+            EdgePlace::Fly => {
                 slot(&self.fly, place)?
                     .file_put(team, id, path, how, body)
                     .await
             }
-            _ => {
+            EdgePlace::E2b => {
                 slot(&self.e2b, place)?
                     .file_put(team, id, path, how, body)
                     .await
             }
+            EdgePlace::Executor(name) => return Err(through_executor(name)),
         };
         written.map_err(GatewayError::Api)
     }
@@ -284,6 +287,13 @@ impl Gateway {
     }
 }
 
+/// A direct file call on a computer an executor holds: its files stream through it.
+fn through_executor(name: &str) -> GatewayError {
+    GatewayError::Config(format!(
+        "computer files on executor {name:?} stream through the executor, not the Worker"
+    ))
+}
+
 /// The provider of a slot, or what to set to configure it.
 pub(crate) fn slot<'a, C>(
     s: &'a CloudSlot<C>,
@@ -293,10 +303,9 @@ pub(crate) fn slot<'a, C>(
         Ok(Some(c)) => Ok(c),
         Ok(None) => Err(GatewayError::Config(format!(
             "{place} is not configured on this gateway ({} as Worker secrets/vars)",
-            if place == cloud::FLY {
-                "set FLY_API_TOKEN and FLY_APP_NAME"
-            } else {
-                "set E2B_API_KEY"
+            match EdgePlace::of(place) {
+                EdgePlace::Fly => "set FLY_API_TOKEN and FLY_APP_NAME",
+                _ => "set E2B_API_KEY",
             }
         ))),
         Err(e) => Err(GatewayError::Config(e.clone())),

@@ -122,7 +122,7 @@ pub(crate) async fn files(
         Ok(r) => r,
         Err(e) => return error(status_of(&e), e.to_string()),
     };
-    if rec.executor == cloud::FLY || rec.executor == cloud::E2B {
+    if EdgePlace::of(&rec.executor).is_direct() {
         let path = format!("/{}", shared::files::percent_decoded(file));
         if let Err(e) = shared::files::validate_path(&path) {
             return error(400, e);

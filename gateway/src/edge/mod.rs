@@ -38,7 +38,7 @@ use worker::{
 };
 
 use crate::auth::{Auth, Caller, Settings};
-use crate::cloud::{self, Cloud};
+use crate::cloud::{self, Cloud, EdgePlace};
 use crate::error::GatewayError;
 use crate::exec_token;
 use crate::inventory::{self, Record};
