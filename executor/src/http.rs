@@ -362,6 +362,14 @@ async fn mcp_post(
 }
 
 /// A message inside the legacy session `sid`.
+/// The host and revision of the live session `sid`, marked as just used.
+fn touch_session(state: &HttpState, sid: &str) -> Option<(SessionHost, String)> {
+    let mut sessions = state.sessions();
+    let s = sessions.get_mut(sid)?;
+    s.last_seen = Instant::now();
+    Some((s.host.clone(), s.version.clone()))
+}
+
 /// A JSON-RPC batch inside the legacy session `sid` (2025-03-26 sessions only): its
 /// requests run concurrently, and their responses come back as one JSON array, in the
 /// batch's order (202 when it held no request).
@@ -370,13 +378,8 @@ async fn in_session_batch(
     sid: String,
     messages: Vec<Result<InSession, Value>>,
 ) -> Response {
-    let (host, version) = {
-        let mut sessions = state.sessions();
-        let Some(s) = sessions.get_mut(&sid) else {
-            return refused(route::unknown_session());
-        };
-        s.last_seen = Instant::now();
-        (s.host.clone(), s.version.clone())
+    let Some((host, version)) = touch_session(state, &sid) else {
+        return refused(route::unknown_session());
     };
     if let Some(r) = route::batch_refused(&version) {
         return refused(r);
@@ -418,13 +421,8 @@ async fn in_session_batch(
 }
 
 async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> Response {
-    let (host, version) = {
-        let mut sessions = state.sessions();
-        let Some(s) = sessions.get_mut(&sid) else {
-            return refused(route::unknown_session());
-        };
-        s.last_seen = Instant::now();
-        (s.host.clone(), s.version.clone())
+    let Some((host, version)) = touch_session(state, &sid) else {
+        return refused(route::unknown_session());
     };
     let call = match message {
         InSession::Accept => return StatusCode::ACCEPTED.into_response(),

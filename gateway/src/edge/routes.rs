@@ -312,35 +312,14 @@ pub(crate) async fn mcp_post(
             return Ok(r);
         }
         Post::Session { sid, message } => {
-            let get = inventory::Request::SessionGet {
-                sid: sid.to_owned(),
-                subject: caller.subject.clone(),
-            };
-            let session = match team_call::<inventory::Session>(env, &team, get).await {
-                Ok(s) => s,
-                Err(GatewayError::Inventory { status: 404, .. }) => {
-                    return refused(route::unknown_session());
-                }
-                Err(e) => {
-                    return json_response(
-                        500,
-                        &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
-                    );
-                }
+            let (host, version) = match session_host(env, &gw, caller, sid).await? {
+                Ok(found) => found,
+                Err(answer) => return Ok(answer),
             };
             // Each request is its own fetch here: there is no running request of this
             // isolate to cancel, so a cancellation is accepted like any notification.
             let InSession::Call(call) = message else {
                 return Ok(Response::empty()?.with_status(202));
-            };
-            let version = session.version;
-            let host = Host {
-                gw: gw.clone(),
-                env: env.clone(),
-                caller,
-                owner: format!("session:{sid}"),
-                session: Some(sid),
-                default: RefCell::new(session.default_id),
             };
             (call, Era::Legacy(version), host)
         }
@@ -386,34 +365,14 @@ async fn session_batch(
     messages: Vec<std::result::Result<InSession, Value>>,
 ) -> Result<Response> {
     let team = caller.team.clone();
-    let get = inventory::Request::SessionGet {
-        sid: sid.clone(),
-        subject: caller.subject.clone(),
+    let (host, version) = match session_host(env, &gw, caller, sid).await? {
+        Ok(found) => found,
+        Err(answer) => return Ok(answer),
     };
-    let session = match team_call::<inventory::Session>(env, &team, get).await {
-        Ok(s) => s,
-        Err(GatewayError::Inventory { status: 404, .. }) => {
-            return refused(route::unknown_session());
-        }
-        Err(e) => {
-            return json_response(
-                500,
-                &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
-            );
-        }
-    };
-    if let Some(r) = route::batch_refused(&session.version) {
+    if let Some(r) = route::batch_refused(&version) {
         return refused(r);
     }
-    let host = Host {
-        gw: gw.clone(),
-        env: env.clone(),
-        caller,
-        owner: format!("session:{sid}"),
-        session: Some(sid),
-        default: RefCell::new(session.default_id),
-    };
-    let era = Era::Legacy(session.version);
+    let era = Era::Legacy(version);
     let mut responses = Vec::new();
     for m in messages {
         match m {
@@ -436,4 +395,40 @@ async fn session_batch(
         true => Ok(Response::empty()?.with_status(202)),
         false => json_response(200, &Value::Array(responses)),
     }
+}
+
+/// The tool host of the legacy session `sid` (kept by the team's object) and its revision,
+/// or the answer for a session the object does not have (404) or cannot read (500).
+async fn session_host(
+    env: &Env,
+    gw: &Rc<Gateway>,
+    caller: Caller,
+    sid: String,
+) -> Result<std::result::Result<(Host, String), Response>> {
+    let get = inventory::Request::SessionGet {
+        sid: sid.clone(),
+        subject: caller.subject.clone(),
+    };
+    let session = match team_call::<inventory::Session>(env, &caller.team, get).await {
+        Ok(s) => s,
+        Err(GatewayError::Inventory { status: 404, .. }) => {
+            return refused(route::unknown_session()).map(Err);
+        }
+        Err(e) => {
+            return json_response(
+                500,
+                &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
+            )
+            .map(Err);
+        }
+    };
+    let host = Host {
+        gw: gw.clone(),
+        env: env.clone(),
+        caller,
+        owner: format!("session:{sid}"),
+        session: Some(sid),
+        default: RefCell::new(session.default_id),
+    };
+    Ok(Ok((host, session.version)))
 }

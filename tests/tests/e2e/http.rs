@@ -14,6 +14,20 @@ fn raw() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// A raw stateless (2026-07-28) `tools/call` of `terminal_execute`, accepting SSE.
+async fn stateless_tool_call(url: &str, body: &Value) -> reqwest::Result<reqwest::Response> {
+    raw()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "terminal_execute")
+        .body(body.to_string())
+        .send()
+        .await
+}
+
 async fn post(
     s: &HttpServer,
     headers: &[(&str, &str)],
@@ -419,16 +433,7 @@ async fn issue_2_http_progress_streams_as_sse() -> anyhow::Result<()> {
         "arguments": {"command": "echo modern; sleep 3", "computer_id": format!("{t}-m")},
         "_meta": {"progressToken": 7, "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}}}});
-    let resp = raw()
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "terminal_execute")
-        .body(body.to_string())
-        .send()
-        .await?;
+    let resp = stateless_tool_call(&s.url, &body).await?;
     let msgs = sse_messages(&resp.text().await?);
     assert!(
         msgs.iter()
@@ -492,16 +497,7 @@ async fn issue_45_http_big_results_with_progress_come_as_json() -> anyhow::Resul
     m["progressToken"] = json!("big");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "terminal_execute",
         "arguments": {"command": command}, "_meta": m}});
-    let resp = raw()
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "terminal_execute")
-        .body(body.to_string())
-        .send()
-        .await?;
+    let resp = stateless_tool_call(&s.url, &body).await?;
     check(&resp);
     let v: Value = serde_json::from_str(&resp.text().await?)?;
     let out = &v["result"]["structuredContent"];
