@@ -5,7 +5,8 @@
 #   docker build -t mcp-sandbox-computer .
 # The HTTP server:  docker run -v /var/run/docker.sock:/var/run/docker.sock -p 127.0.0.1:8435:8435 \
 #                     -e KILNTAINERS_AUTH_TOKEN=… mcp-sandbox-computer
-# An executor:      … mcp-sandbox-computer executor --listen 0.0.0.0:8436   (MSC_EXECUTOR_SECRET=…)
+# An executor:      … mcp-sandbox-computer executor --listen 0.0.0.0:8436 --executor-name NAME
+#                     (MSC_EXECUTOR_SECRET=…; NAME as the gateway's EXECUTORS calls it)
 # See compose.yaml for both.
 FROM scratch
 ARG BINARY=target/x86_64-unknown-linux-musl/release/mcp-sandbox-computer-vm-for-ai

@@ -1,7 +1,8 @@
 //! `executor` mode: the versioned REST API the gateway calls (`shared::executor_api`).
 //!
 //! Every request but `/v1/health` carries the gateway's JWT: HS256 only (no `none`, no
-//! RS/HS confusion), our audience, the gateway's issuer, `exp`/`iat` required, `nbf` checked
+//! RS/HS confusion), our audience (this executor's `--executor-name`: a token minted for
+//! another executor is refused), the gateway's issuer, `exp`/`iat` required, `nbf` checked
 //! when present, lifetime at most [`MAX_TOKEN_LIFETIME_SECS`]. `sub` is the team: the team
 //! has its own id space here (`shared::teams`: backend names carry its key prefix, and
 //! every computer its team in a label, metadata or tag), so a token of one team never
@@ -11,8 +12,16 @@
 //! deletes), whatever the gateway already checked. A refused token is answered "invalid
 //! token"; why is logged. Requests decode into typed operations (`shared::op::Op`,
 //! validated by the same rules as the MCP tools) and run through the same `Computers`
-//! registry, so results are identical. Temporaries made here live until the
-//! gateway deletes them (its Team Durable Object owns their lifetime) or this executor stops.
+//! registry, so results are identical.
+//!
+//! The token's `owner` (the caller at the gateway: `session:…` or `user:…`) owns the
+//! temporaries made for it: no other caller of the team reaches them here, whatever the
+//! gateway's records say (SPEC §3.6; a gateway that lost a record cannot hand one to
+//! another user). Temporaries made here live until the gateway deletes them (its Team
+//! Durable Object owns their lifetime), until no request named one for
+//! `--executor-idle-timeout` (the gateway stopped asking: it deleted it while this
+//! executor was out of reach, or lost it; `crate::run` runs the reaper), or until this
+//! executor stops.
 
 use std::sync::Arc;
 
@@ -53,14 +62,15 @@ impl std::fmt::Debug for ApiState {
 }
 
 impl ApiState {
-    /// `secret`: the HS256 key shared with the gateway; `audience`: this executor's `aud`.
+    /// `secret`: the HS256 key shared with the gateway; `name`: this executor's name, the
+    /// `aud` its tokens must carry.
     pub fn new(
         computers: Arc<Computers>,
         secret: &[u8],
-        audience: &str,
+        name: &str,
     ) -> Result<Self, jsonwebtoken::errors::Error> {
         let mut validation = Validation::new(Algorithm::HS256);
-        validation.set_audience(&[audience]);
+        validation.set_audience(&[name]);
         validation.set_issuer(&[GATEWAY_ISSUER]);
         validation.set_required_spec_claims(&["exp", "iat", "aud", "iss", "sub"]);
         validation.validate_nbf = true;
@@ -127,12 +137,13 @@ impl ApiState {
         }
         Ok(Grant {
             team: c.sub,
+            owner: c.owner,
             scope: c.scope,
         })
     }
 
-    fn host(&self, team: &str) -> SessionHost {
-        SessionHost::for_team(self.computers.clone(), team)
+    fn host(&self, grant: &Grant) -> SessionHost {
+        SessionHost::for_team(self.computers.clone(), &grant.team, &grant.owner)
     }
 }
 
@@ -140,6 +151,8 @@ impl ApiState {
 #[derive(Debug)]
 struct Grant {
     team: String,
+    /// The caller at the gateway (`""`: the team itself): the owner of its temporaries.
+    owner: String,
     /// The `scope` claim (space separated).
     scope: String,
 }
@@ -225,7 +238,11 @@ async fn health(State(s): State<Arc<ApiState>>) -> Response {
 async fn metrics(State(s): State<Arc<ApiState>>, headers: HeaderMap) -> Result<Response, Failure> {
     s.authorize(&headers)?;
     let c = &s.computers;
-    Ok(crate::metrics::response(&c.states(), c.jobs_running()))
+    Ok(crate::metrics::response(
+        &c.states(),
+        c.jobs_running(),
+        c.memory(),
+    ))
 }
 
 /// Every other `/v1` route: the token's team, the typed operation, the registry.
@@ -246,7 +263,7 @@ async fn operation(
     let op = Op::decode(method.as_str(), path, &bytes).map_err(Failure)?;
     grant.allow(op.scope())?;
     let v = s
-        .host(&grant.team)
+        .host(&grant)
         .run_op(op, &Progress::new(None, None))
         .await
         .map_err(|e| Failure(ApiError::new(code_of(&e), e.to_string())))?;
@@ -264,24 +281,32 @@ async fn file_stream(
     body: axum::body::Body,
 ) -> Response {
     use crate::http::files;
+    // A refusal goes out before the body is read (an `Expect: 100-continue` client never
+    // sends it).
+    let refuse = |r: Response, body: axum::body::Body| {
+        files::refuse_unread(&headers, body.into_data_stream(), r)
+    };
     let grant = match s
         .authorize(&headers)
         .and_then(|g| g.allow(Scope::Exec).map(|()| g))
     {
         Ok(g) => g,
-        Err(f) => return f.into_response(),
+        Err(f) => return refuse(f.into_response(), body),
     };
-    let team = grant.team;
     let path = match files::target(&id, &rest) {
         Ok(p) => p,
-        Err(d) => return d.into_response(),
+        Err(d) => return refuse(d.into_response(), body),
     };
-    let host = s.host(&team);
-    if method == Method::PUT {
+    let host = s.host(&grant);
+    let answer = if method == Method::PUT {
         files::upload(&host, &id, &path, &uri, &headers, body, s.file_limit).await
     } else {
         files::download(&host, &id, &path, &headers, s.file_limit).await
+    };
+    if answer.status().is_success() {
+        host.used(&id);
     }
+    answer
 }
 
 /// The router.

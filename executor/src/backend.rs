@@ -222,3 +222,15 @@ impl Place for Backend {
         each!(self, p => Place::file_api_upload(p, id, path, bytes).await)
     }
 }
+
+impl Backend {
+    /// The unread output of kept jobs held in this server, and its budget, in bytes: the
+    /// WASM backend's (`--wasm-job-output-budget`); `None` where jobs' output waits in the
+    /// computers (the in-computer supervisor, a cloud sandbox).
+    pub fn job_output(&self) -> Option<(u64, u64)> {
+        match self {
+            Backend::Wasm(w) => Some(w.job_output()),
+            _ => None,
+        }
+    }
+}

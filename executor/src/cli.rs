@@ -107,9 +107,20 @@ pub struct Cli {
         help_heading = "executor mode"
     )]
     pub executor_secret: Option<String>,
-    /// Executor mode: the JWT audience this executor accepts.
-    #[arg(long, default_value = shared::executor_api::DEFAULT_AUDIENCE, help_heading = "executor mode")]
-    pub executor_audience: String,
+    /// Executor mode: this executor's name, as the gateway's EXECUTORS names it: the
+    /// audience of the tokens it accepts (a token for another executor is refused).
+    #[arg(
+        long,
+        env = "MSC_EXECUTOR_NAME",
+        alias = "executor-audience",
+        help_heading = "executor mode"
+    )]
+    pub executor_name: Option<String>,
+    /// Executor mode: seconds after which a temporary computer that no request named is
+    /// removed (its gateway stopped asking for it: deleted it while this executor was out
+    /// of reach, or lost it). Keep it longer than the gateway's SESSION_TIMEOUT_SECS.
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=604_800), help_heading = "executor mode")]
+    pub executor_idle_timeout: u64,
 
     // ---- core options ----
     /// Backend to use [default: docker, or the embedded WebAssembly toolbox (go_busybox) when
@@ -174,6 +185,12 @@ pub struct Cli {
     /// Where fly.json, permanent WASM computers and caches live.
     #[arg(long, env = "MCP_SANDBOX_STATE_DIR", help_heading = "core options")]
     pub state_dir: Option<PathBuf>,
+    /// Most computers one principal may have (one --auth-token, stdio or the anonymous
+    /// caller is one principal on a local server; a gateway's team in executor mode):
+    /// its permanent computers and this server's temporaries. Past it, a call that would
+    /// create one is refused until some are deleted.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000), help_heading = "core options")]
+    pub max_computers_per_principal: u64,
 
     // ---- http limits ----
     /// Largest JSON request body over HTTP (/mcp, the executor API), in bytes (16 MiB);
@@ -239,6 +256,12 @@ pub struct Cli {
     /// Docker memory limit (e.g. "512m").
     #[arg(long, help_heading = "docker backend options")]
     pub memory: Option<String>,
+    /// Disk limit of each Docker computer's own files (its writable layer), e.g. "10g".
+    /// Needs a storage driver with per-container quotas: overlay2 on xfs mounted with
+    /// pquota, btrfs, zfs or devicemapper; the start is refused where the engine cannot
+    /// (plain overlay2 on ext4). Default: none (a computer can fill the engine's disk).
+    #[arg(long, help_heading = "docker backend options")]
+    pub disk: Option<String>,
     /// Additional `docker run` flag. Repeatable (e.g. --docker-run-flag "--pids-limit=256").
     #[arg(
         long = "docker-run-flag",
@@ -373,6 +396,11 @@ pub struct Cli {
     /// CPython WASI module that runs `python3` and `python` on WASM toolbox computers (e.g. python-3.12.0.wasm) [default: <state-dir>/python.wasm when present].
     #[arg(long, env = "MSC_WASM_PYTHON", help_heading = "wasm backend options")]
     pub wasm_python: Option<PathBuf>,
+    /// Most unread output of kept jobs (`yield_ms`) that WASM computers' jobs may hold in
+    /// this server, all jobs together: MiB, or a size such as 512m or 1g (at least 1 MiB).
+    /// Past it, the biggest buffers lose their oldest bytes (`dropped_bytes`).
+    #[arg(long, default_value = "256", help_heading = "wasm backend options")]
+    pub wasm_job_output_budget: String,
     /// WASM instruction fuel limit (default: unlimited).
     #[arg(long, help_heading = "wasm backend options")]
     pub wasm_fuel: Option<u64>,

@@ -30,6 +30,7 @@ pub use session::SessionHost;
 
 pub mod files;
 mod jobs;
+mod quota;
 mod session;
 mod tasks;
 #[cfg(test)]
@@ -57,6 +58,8 @@ pub struct ExecDefaults {
     pub session_timeout_secs: u64,
     /// The `jobs` group is on: `computer_list` items show each computer's jobs.
     pub list_jobs: bool,
+    /// `--max-computers-per-principal` ([`quota`]).
+    pub max_computers: usize,
 }
 
 fn now_ms() -> u64 {
@@ -120,6 +123,8 @@ pub struct Computers {
     /// Each stateless principal's default computer (SPEC §3.2: without a session the
     /// default belongs to the principal), shared by all its requests.
     principal_defaults: Mutex<HashMap<String, DefaultSlot>>,
+    /// Creations under way, by principal scope ([`quota`]).
+    creating: Mutex<HashMap<String, usize>>,
 }
 
 /// A caller's default computer (its id as the caller names it), held while a call that
@@ -138,6 +143,7 @@ impl Computers {
             tasks: tasks::TaskTable::default(),
             unremoved: Mutex::default(),
             principal_defaults: Mutex::default(),
+            creating: Mutex::default(),
         }
     }
 
@@ -154,12 +160,19 @@ impl Computers {
     /// 1 MiB of output, a 300 s session timeout, no jobs in lists).
     #[cfg(test)]
     pub(crate) fn over_fake(fake: crate::fake::Fake) -> Arc<Computers> {
+        Self::over_fake_capped(fake, 64)
+    }
+
+    /// [`Computers::over_fake`] with `--max-computers-per-principal` at `max_computers`.
+    #[cfg(test)]
+    pub(crate) fn over_fake_capped(fake: crate::fake::Fake, max_computers: usize) -> Arc<Self> {
         let defaults = ExecDefaults {
             timeout_secs: 60,
             output_limit: 1 << 20,
             shell: None,
             session_timeout_secs: 300,
             list_jobs: false,
+            max_computers,
         };
         Arc::new(Computers::new(
             Backend::Fake(fake),
@@ -218,6 +231,7 @@ impl Computers {
         let record = match found {
             Some(r) => r,
             None => {
+                let _admitted = self.admit_new(team).await?;
                 let r = self
                     .backend
                     .create(id, claimant.requested.unwrap_or(true), team, progress)
@@ -372,6 +386,15 @@ impl Computers {
                 busy: e.running > 0,
             })
             .collect()
+    }
+
+    /// The kept jobs' output this server holds, and its budget (metrics).
+    pub fn memory(&self) -> crate::metrics::Memory {
+        let (buffered, budget) = self.backend.job_output().unwrap_or_default();
+        crate::metrics::Memory {
+            job_output_buffered: buffered,
+            job_output_budget: budget,
+        }
     }
 
     /// The list item of `r`, named as `team` sees it.

@@ -68,6 +68,10 @@ pub enum ConfigError {
         "--wasm-shell-memory {0}: give MiB (1 to 4096) or a size such as 64m or 1g (1 MiB to 4 GiB)"
     )]
     BadShellMemory(String),
+    #[error(
+        "--wasm-job-output-budget {0}: give MiB (1 to 65536) or a size such as 512m or 1g (1 MiB to 64 GiB)"
+    )]
+    BadJobOutputBudget(String),
     #[error("--wasm-fuel must be at least 1 (omit it for no fuel limit)")]
     BadWasmFuel,
     #[error(
@@ -88,6 +92,8 @@ pub enum ConfigError {
     BadCpu(String),
     #[error("--memory {0:?} must be a size such as 512m or 2g (at least 6m)")]
     BadMemory(String),
+    #[error("--disk {0:?} must be a size such as 10g or 512m (at least 64m)")]
+    BadDisk(String),
     #[error(transparent)]
     RunFlag(#[from] FlagError),
     #[error("--tool-name {0:?} must be 1-64 letters, digits, '_' or '-' (e.g. sandbox_exec)")]
@@ -100,6 +106,10 @@ pub enum ConfigError {
         "executor mode needs --executor-secret (or MSC_EXECUTOR_SECRET): the HS256 secret shared with the gateway, at least 32 bytes (e.g. openssl rand -hex 32)"
     )]
     ExecutorSecret,
+    #[error(
+        "executor mode needs --executor-name NAME (or MSC_EXECUTOR_NAME): this executor's name in the gateway's EXECUTORS, which the gateway's tokens carry as their audience"
+    )]
+    ExecutorName,
     #[error("--listen {0:?} is not an address such as 127.0.0.1:8436 or 0.0.0.0:8436")]
     BadListen(String),
     #[error(
@@ -159,6 +169,8 @@ pub struct Config {
     pub max_sessions: usize,
     /// `--http-max-sessions-per-principal` (at most `max_sessions`).
     pub max_sessions_per_principal: usize,
+    /// `--max-computers-per-principal`.
+    pub max_computers_per_principal: usize,
     pub auth_token: Option<String>,
     /// The configured shell, or `None` for bash with a /bin/sh fallback.
     pub shell: Option<String>,
@@ -198,6 +210,14 @@ fn parse_cpu(s: &str) -> Result<i64, ConfigError> {
     Ok((cpus * 1e9).round() as i64)
 }
 
+/// `--disk`: a size of at least 64 MiB (a computer's image needs some of it).
+fn parse_disk(s: &str) -> Result<i64, ConfigError> {
+    match parse_size(s) {
+        Some(b) if b >= 64 << 20 => Ok(b),
+        _ => Err(ConfigError::BadDisk(s.into())),
+    }
+}
+
 fn parse_memory(s: &str) -> Result<i64, ConfigError> {
     match parse_size(s) {
         Some(b) if b >= 6 * 1024 * 1024 => Ok(b),
@@ -205,19 +225,29 @@ fn parse_memory(s: &str) -> Result<i64, ConfigError> {
     }
 }
 
-/// `--wasm-shell-memory`: a bare number is MiB (like `--wasm-max-memory`), else a size.
-fn parse_shell_memory(s: &str) -> Result<usize, ConfigError> {
+/// A bare number of MiB (like `--wasm-max-memory`), else a size; from 1 MiB to
+/// `max_mib` MiB.
+fn parse_mib_or_size(s: &str, max_mib: u64) -> Option<u64> {
     let t = s.trim();
-    let bytes = match t.parse::<u64>() {
-        Ok(mib) if (1..=4096).contains(&mib) => Some(mib << 20),
+    match t.parse::<u64>() {
+        Ok(mib) if (1..=max_mib).contains(&mib) => Some(mib << 20),
         Ok(_) => None,
         Err(_) => parse_size(t)
             .and_then(|b| u64::try_from(b).ok())
-            .filter(|b| (1 << 20..=4 << 30).contains(b)),
-    };
-    bytes
+            .filter(|b| (1 << 20..=max_mib << 20).contains(b)),
+    }
+}
+
+/// `--wasm-shell-memory`: MiB or a size, up to 4 GiB.
+fn parse_shell_memory(s: &str) -> Result<usize, ConfigError> {
+    parse_mib_or_size(s, 4096)
         .and_then(|b| usize::try_from(b).ok())
         .ok_or_else(|| ConfigError::BadShellMemory(s.into()))
+}
+
+/// `--wasm-job-output-budget`: MiB or a size, up to 64 GiB.
+fn parse_job_output_budget(s: &str) -> Result<u64, ConfigError> {
+    parse_mib_or_size(s, 64 << 10).ok_or_else(|| ConfigError::BadJobOutputBudget(s.into()))
 }
 
 fn parse_endpoint(raw: Option<&str>) -> Result<DockerEndpoint, ConfigError> {
@@ -257,19 +287,24 @@ fn parse_endpoint(raw: Option<&str>) -> Result<DockerEndpoint, ConfigError> {
     Err(bad("use unix:///path/to/docker.sock or tcp://host:port"))
 }
 
-/// Executor mode: where to listen and how to check the gateway's tokens.
+/// Executor mode: where to listen, how to check the gateway's tokens, and when a
+/// temporary nobody asks for goes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ExecutorConfig {
     pub listen: std::net::SocketAddr,
     pub secret: String,
-    pub audience: String,
+    /// `--executor-name`: the audience of the tokens it accepts.
+    pub name: String,
+    /// `--executor-idle-timeout`, in seconds.
+    pub idle_timeout_secs: u64,
 }
 
 impl std::fmt::Debug for ExecutorConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecutorConfig")
             .field("listen", &self.listen)
-            .field("audience", &self.audience)
+            .field("name", &self.name)
+            .field("idle_timeout_secs", &self.idle_timeout_secs)
             .finish_non_exhaustive()
     }
 }
@@ -675,6 +710,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             python,
             max_memory_bytes: usize::try_from(cli.wasm_max_memory << 20).unwrap_or(usize::MAX),
             shell_memory_bytes: parse_shell_memory(&cli.wasm_shell_memory)?,
+            job_output_budget_bytes: parse_job_output_budget(&cli.wasm_job_output_budget)?,
             fuel: cli.wasm_fuel,
             cache_dir: cli
                 .wasm_cache_dir
@@ -693,6 +729,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             image,
             nano_cpus: cli.cpu.as_deref().map(parse_cpu).transpose()?,
             memory_bytes: cli.memory.as_deref().map(parse_memory).transpose()?,
+            disk_bytes: cli.disk.as_deref().map(parse_disk).transpose()?,
             network,
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
             warm_pool: usize::try_from(cli.warm_pool).unwrap_or(0),
@@ -710,10 +747,17 @@ Files persist between calls on the same computer and across computer_restart (a 
                     .listen
                     .parse()
                     .map_err(|_| ConfigError::BadListen(cli.listen.clone()))?;
+                let name = cli
+                    .executor_name
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .ok_or(ConfigError::ExecutorName)?;
                 Some(ExecutorConfig {
                     listen,
                     secret: secret.trim().to_owned(),
-                    audience: cli.executor_audience.clone(),
+                    name: name.to_owned(),
+                    idle_timeout_secs: cli.executor_idle_timeout,
                 })
             }
         };
@@ -733,6 +777,8 @@ Files persist between calls on the same computer and across computer_restart (a 
                     .min(cli.http_max_sessions),
             )
             .unwrap_or(usize::MAX),
+            max_computers_per_principal: usize::try_from(cli.max_computers_per_principal)
+                .unwrap_or(usize::MAX),
             auth_token,
             shell: cli.shell.clone(),
             tool_name: cli.tool_name.clone(),
@@ -774,6 +820,36 @@ mod tests {
         assert!(!c.lifecycle_tools);
         assert_eq!(c.http, HttpLimits::default());
         assert_eq!((c.max_sessions, c.max_sessions_per_principal), (1024, 256));
+    }
+
+    /// Issue 46: an executor accepts only tokens for its own name (SPEC §5), so it must
+    /// know it; and its idle reaper's timeout is an hour unless set.
+    #[test]
+    fn issue_46_executor_mode_needs_its_name() {
+        let secret = "--executor-secret=0123456789abcdef0123456789abcdef";
+        assert!(matches!(
+            cfg(&["executor", secret]),
+            Err(ConfigError::ExecutorName)
+        ));
+        assert!(matches!(
+            cfg(&["executor", secret, "--executor-name= "]),
+            Err(ConfigError::ExecutorName)
+        ));
+        let ex = |args: &[&str]| cfg(args).unwrap().executor.unwrap();
+        let named = ex(&["executor", secret, "--executor-name=fra-1"]);
+        assert_eq!(
+            (named.name.as_str(), named.idle_timeout_secs),
+            ("fra-1", 3600)
+        );
+        let old_flag = ex(&["executor", secret, "--executor-audience=fra-2"]);
+        assert_eq!(old_flag.name, "fra-2");
+        let idle = ex(&[
+            "executor",
+            secret,
+            "--executor-name=a",
+            "--executor-idle-timeout=90",
+        ]);
+        assert_eq!(idle.idle_timeout_secs, 90);
     }
 
     #[test]
@@ -882,6 +958,34 @@ mod tests {
                 matches!(shell(bad), Err(ConfigError::BadShellMemory(_))),
                 "{bad}"
             );
+        }
+        // Issue 46: the budget of WASM jobs' unread output, 256 MiB by default.
+        let budget = |v: &str| cfg(&["--backend", "go_busybox", "--wasm-job-output-budget", v]);
+        assert_eq!(
+            cfg(&["--backend", "go_busybox"])
+                .unwrap()
+                .wasm
+                .job_output_budget_bytes,
+            256 << 20
+        );
+        assert_eq!(budget("8").unwrap().wasm.job_output_budget_bytes, 8 << 20);
+        assert_eq!(budget("2g").unwrap().wasm.job_output_budget_bytes, 2 << 30);
+        for bad in ["0", "512k", "70000", "65g", "lots"] {
+            assert!(
+                matches!(budget(bad), Err(ConfigError::BadJobOutputBudget(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn issue_46_disk_takes_a_size_of_at_least_64m() {
+        let disk = |v: &str| cfg(&[&format!("--disk={v}")]).map(|c| c.docker.disk_bytes);
+        assert_eq!(disk("10g").ok().flatten(), Some(10 << 30));
+        assert_eq!(disk("512m").ok().flatten(), Some(512 << 20));
+        assert_eq!(cfg(&[]).ok().and_then(|c| c.docker.disk_bytes), None);
+        for bad in ["1m", "0", "-5g", "lots"] {
+            assert!(matches!(disk(bad), Err(ConfigError::BadDisk(_))), "{bad}");
         }
     }
 

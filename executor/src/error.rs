@@ -23,6 +23,13 @@ pub enum ComputerError {
         "computer_id {0:?} is taken by a computer that is not yours; choose another computer_id"
     )]
     Taken(String),
+    /// A new computer would pass `--max-computers-per-principal` (`computers::quota`);
+    /// nothing was changed.
+    #[error(
+        "this {} already has {limit} computers, the quota of --max-computers-per-principal; delete computers it no longer needs (computer_delete; computer_list shows them), or start the server with a higher --max-computers-per-principal",
+        if *team { "team" } else { "principal" }
+    )]
+    Quota { limit: usize, team: bool },
     /// The backend cannot do this here (`shared::capabilities`); nothing was changed.
     #[error(transparent)]
     Unsupported(#[from] shared::capabilities::Unsupported),
@@ -65,6 +72,7 @@ impl ComputerError {
             Some(Failure::File) => ErrorCode::BadRequest,
             Some(Failure::Unsupported) => ErrorCode::Unsupported,
             None if matches!(self, ComputerError::Unsupported(_)) => ErrorCode::Unsupported,
+            None if matches!(self, ComputerError::Quota { .. }) => ErrorCode::Conflict,
             _ if self.is_not_found() => ErrorCode::NotFound,
             _ if self.is_conflict() => ErrorCode::Conflict,
             _ => ErrorCode::Engine,

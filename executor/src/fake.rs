@@ -335,6 +335,7 @@ impl Place for Fake {
                 data: bytes[from..to].to_vec(),
                 mode: 0o644,
                 mtime_secs: 0,
+                mtime_nanos: 0,
             })
         })
     }

@@ -516,7 +516,7 @@ async fn metrics(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Res
         return r.into_response();
     }
     let c = &state.computers;
-    crate::metrics::response(&c.states(), c.jobs_running())
+    crate::metrics::response(&c.states(), c.jobs_running(), c.memory())
 }
 
 async fn healthz() -> Response {

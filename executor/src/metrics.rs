@@ -4,8 +4,9 @@
 //! Owns: the one registry of the process and its families: execs by backend and outcome
 //! and their latency, jobs started, auth refusals, HTTP requests by status; and the
 //! gauges set at scrape time from what the caller reads off `crate::computers` right then
-//! (computers by state, jobs running), so they can never drift from the registry they
-//! describe. It records; it never
+//! (computers by state, jobs running, the WASM jobs' buffered output and its budget) and
+//! the process's resident memory (`/proc/self/status`), so they can never drift from what
+//! they describe. It records; it never
 //! decides anything, and it holds no computer id, command or token (labels are closed
 //! sets: backend names, outcomes, status codes).
 
@@ -134,6 +135,9 @@ struct Metrics {
     pool_ready: Gauge,
     pool_handouts: Family<HandoutLabel, Counter>,
     supervisor_connections: Family<ChannelLabel, Counter>,
+    job_output_buffered: Gauge,
+    job_output_budget: Gauge,
+    resident: Gauge,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: Mutex<()>,
 }
@@ -206,8 +210,29 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Connections opened to computers' supervisors, by channel (direct or relay)",
         supervisor_connections.clone(),
     );
+    let job_output_buffered = Gauge::default();
+    registry.register(
+        "job_output_buffered_bytes",
+        "Unread output of kept jobs held in this process (WASM computers' jobs; 0 where the computers hold their jobs' output) (at scrape time)",
+        job_output_buffered.clone(),
+    );
+    let job_output_budget = Gauge::default();
+    registry.register(
+        "job_output_budget_bytes",
+        "The bound on job_output_buffered_bytes (--wasm-job-output-budget; 0 where this process buffers no job output): past it the biggest buffers lose their oldest bytes, counted in the jobs' dropped_bytes",
+        job_output_budget.clone(),
+    );
+    let resident = Gauge::default();
+    registry.register(
+        "process_resident_memory_bytes",
+        "Resident memory of this process (VmRSS; 0 where /proc cannot tell) (at scrape time)",
+        resident.clone(),
+    );
     Metrics {
         registry,
+        job_output_buffered,
+        job_output_budget,
+        resident,
         supervisor_connections,
         pool_ready,
         pool_handouts,
@@ -343,8 +368,12 @@ pub async fn count_requests(
 }
 
 /// The exposition text, with the scrape-time gauges set from `computers` (every tracked
-/// computer now) and `jobs_running`.
-pub fn render(computers: &[ComputerState], jobs_running: i64) -> Result<String, std::fmt::Error> {
+/// computer now), `jobs_running` and `memory`.
+pub fn render(
+    computers: &[ComputerState],
+    jobs_running: i64,
+    memory: Memory,
+) -> Result<String, std::fmt::Error> {
     let m = &*METRICS;
     let _one = m.scrape.lock().unwrap_or_else(|p| p.into_inner());
     m.computers.clear();
@@ -357,14 +386,18 @@ pub fn render(computers: &[ComputerState], jobs_running: i64) -> Result<String, 
             .inc();
     }
     m.jobs_running.set(jobs_running);
+    let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    m.job_output_buffered.set(gauge(memory.job_output_buffered));
+    m.job_output_budget.set(gauge(memory.job_output_budget));
+    m.resident.set(gauge(resident_bytes().unwrap_or(0)));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &m.registry)?;
     Ok(out)
 }
 
 /// The `/metrics` answer (the caller has checked the auth).
-pub fn response(computers: &[ComputerState], jobs_running: i64) -> Response {
-    match render(computers, jobs_running) {
+pub fn response(computers: &[ComputerState], jobs_running: i64, memory: Memory) -> Response {
+    match render(computers, jobs_running, memory) {
         Ok(text) => {
             let mut r = (StatusCode::OK, text).into_response();
             r.headers_mut()
@@ -373,6 +406,29 @@ pub fn response(computers: &[ComputerState], jobs_running: i64) -> Response {
         }
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+/// What the scrape reports of memory the caller knows of.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Memory {
+    /// Unread output of kept jobs held in this process.
+    pub job_output_buffered: u64,
+    /// Its bound (0: this process buffers no job output).
+    pub job_output_budget: u64,
+}
+
+/// This process's resident memory (`VmRSS` of `/proc/self/status`), if it can tell.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
 }
 
 /// One tracked computer, as the scrape sees it.

@@ -133,6 +133,10 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
             let probe = tokio::time::timeout(Duration::from_secs(5), docker_backend(&config)).await;
             match probe {
                 Ok(Ok(docker)) => Backend::Docker(docker),
+                // The engine is there but cannot hold --disk: say so, not "no engine".
+                Ok(Err(e @ RunError::Docker(crate::docker::DockerError::DiskLimit { .. }))) => {
+                    return Err(e);
+                }
                 Ok(Err(e)) => {
                     eprintln!(
                         "mcp-sandbox-computer-vm-for-ai: no container engine is reachable ({e}); using the embedded WebAssembly toolbox (--backend go_busybox). Start Docker or Podman for full Linux computers, or pass --backend docker to require them."
@@ -177,12 +181,13 @@ async fn docker_backend(config: &Config) -> Result<Docker, RunError> {
             }
         },
     };
-    Ok(
-        Docker::connect(config.docker.clone(), instance::current(), host_name())
-            .await?
-            .with_supervisor(supervisor)
-            .with_pool(config.docker.warm_pool),
-    )
+    let docker = Docker::connect(config.docker.clone(), instance::current(), host_name())
+        .await?
+        .with_supervisor(supervisor)
+        .with_pool(config.docker.warm_pool);
+    // `--disk` where the storage driver cannot hold it: refused before any computer.
+    docker.check_disk_limit().await?;
+    Ok(docker)
 }
 
 async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
@@ -192,8 +197,14 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
             timeout_secs: config.default_timeout_secs,
             output_limit: usize::try_from(config.output_limit).unwrap_or(usize::MAX),
             shell: config.shell.clone(),
-            session_timeout_secs: config.session_timeout_secs,
+            // Executor mode has no sessions: its temporaries (all stateless) idle out after
+            // --executor-idle-timeout.
+            session_timeout_secs: config
+                .executor
+                .as_ref()
+                .map_or(config.session_timeout_secs, |ex| ex.idle_timeout_secs),
             list_jobs: config.jobs_tools,
+            max_computers: config.max_computers_per_principal,
         },
         host_name(),
     ));
@@ -208,7 +219,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
     }
     if let Some(ex) = &config.executor {
         let state = Arc::new(
-            crate::api::ApiState::new(computers.clone(), ex.secret.as_bytes(), &ex.audience)
+            crate::api::ApiState::new(computers.clone(), ex.secret.as_bytes(), &ex.name)
                 .map_err(|e| RunError::Executor(e.to_string()))?
                 .with_file_limit(config.file_limit)
                 .with_max_body(config.http.max_body),
@@ -219,8 +230,20 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                 addr: ex.listen.to_string(),
                 source,
             })?;
-        // No idle reaper here: the gateway's Team Durable Object owns the lifetime of the
-        // temporaries it places (its alarm deletes them); what is left goes at shutdown.
+        // The gateway's Team Durable Object owns the lifetime of the temporaries it places
+        // (its alarm deletes them). Defence in depth: one that no request named for
+        // `--executor-idle-timeout` (its gateway stopped asking) goes here too.
+        let reaper = {
+            let c = computers.clone();
+            let every = Duration::from_millis((ex.idle_timeout_secs * 1000 / 4).clamp(250, 30_000));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    c.reap_idle().await;
+                }
+            })
+        };
         tracing::info!(addr = %ex.listen, "executor API listening (/v1)");
         eprintln!(
             "mcp-sandbox-computer-vm-for-ai executor listening on http://{}/v1",
@@ -233,6 +256,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
             shutdown_signal(),
         )
         .await?;
+        reaper.abort();
         computers.shutdown().await;
         return Ok(());
     }

@@ -78,6 +78,8 @@ pub struct WasmConfig {
     pub max_memory_bytes: usize,
     /// The memory budget of one run of the toolbox's host shell (`--wasm-shell-memory`).
     pub shell_memory_bytes: usize,
+    /// All kept jobs' unread output this server may hold (`--wasm-job-output-budget`).
+    pub job_output_budget_bytes: u64,
     pub fuel: Option<u64>,
     pub cache_dir: PathBuf,
 }

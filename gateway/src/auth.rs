@@ -319,6 +319,23 @@ mod tests {
         .unwrap()
     }
 
+    /// `claims` under a header saying `alg` (and `kid`), signed for real with HMAC-SHA256
+    /// keyed by `key`: what a verifier that trusts the header's `alg` with the key it holds
+    /// would accept (key confusion), so a refusal is for the algorithm, not the signature.
+    fn hmac_as(alg: &str, kid: Option<&str>, claims: &Value, key: &[u8]) -> String {
+        use base64::Engine as _;
+        let b64 =
+            |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        let mut header = json!({"alg": alg, "typ": "JWT"});
+        if let Some(kid) = kid {
+            header["kid"] = json!(kid);
+        }
+        let message = format!("{}.{}", b64(&header), b64(claims));
+        let key = EncodingKey::from_secret(key).unwrap();
+        let sig = jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::HS256).unwrap();
+        format!("{message}.{sig}")
+    }
+
     fn hs(claims: Value) -> String {
         jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),
@@ -367,7 +384,13 @@ mod tests {
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
         };
         let none = format!("{}.{}.", b64(json!({"alg": "none"})), b64(good(now)));
-        let rs = format!("{}.{}.c2ln", b64(json!({"alg": "RS256"})), b64(good(now)));
+        // issue 46: the confusion token is signed for real with the only key held.
+        let rs = hmac_as("RS256", None, &good(now), SECRET.as_bytes());
+        let honest = hmac_as("HS256", None, &good(now), SECRET.as_bytes());
+        assert!(
+            a.check(Some(&bearer(&honest)), now).is_ok(),
+            "the forger signs correctly"
+        );
         let cases = [
             ("missing", None),
             ("garbage", Some("Bearer garbage".to_owned())),
@@ -422,6 +445,29 @@ mod tests {
         // HS256 with no HS secret configured: refused, even though public keys exist.
         let hs_token = hs(good(now));
         assert!(a.check(Some(&format!("Bearer {hs_token}")), now).is_err());
+        // issue 46: key confusion for real: HS256 (and an RS256 header) signed with the
+        // RSA public key as the HMAC secret, in PEM and in DER, with and without its kid.
+        let pem = include_str!("../testdata/rsa_pub.pem");
+        let der = {
+            use base64::Engine as _;
+            let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+            base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .unwrap()
+        };
+        for key in [pem.as_bytes(), pem.trim_end().as_bytes(), der.as_slice()] {
+            for (alg, kid) in [
+                ("HS256", None),
+                ("HS256", Some("r1")),
+                ("RS256", Some("r1")),
+            ] {
+                let t = hmac_as(alg, kid, &good(now), key);
+                assert!(
+                    a.check(Some(&format!("Bearer {t}")), now).is_err(),
+                    "{alg} {kid:?} signed with the public key accepted"
+                );
+            }
+        }
         // An ES256 header naming the RSA key id finds no ES256 key.
         let mut h = Header::new(Algorithm::ES256);
         h.kid = Some("r1".into());

@@ -21,21 +21,21 @@
 //! Success bodies are exactly the `structuredContent` the local server returns for the same
 //! tool, so the gateway can hand them on unchanged. Every failure is an HTTP status with an
 //! [`ApiError`] body whose `code` is stable. Requests carry `Authorization: Bearer <JWT>`
-//! signed by the gateway ([`Claims`], HS256, short-lived); `sub` is the team: a team
-//! reaches only its own computers on the executor, permanent ones included.
+//! signed by the gateway ([`Claims`], HS256, about a minute long, for one executor: `aud`
+//! is its name); `sub` is the team: a team reaches only its own computers on the executor,
+//! permanent ones included, and `owner` the caller: only it reaches its temporaries.
 
 use serde::{Deserialize, Serialize};
 
 /// The path prefix of this version of the API.
 pub const PREFIX: &str = "/v1";
-/// The `aud` the executor expects unless configured otherwise.
-pub const DEFAULT_AUDIENCE: &str = "mcp-sandbox-executor";
 /// The `iss` the gateway puts in its tokens.
 pub const GATEWAY_ISSUER: &str = "mcp-sandbox-gateway";
 /// Shortest shared secret (gateway ↔ executor) an executor accepts, in bytes.
 pub const MIN_SECRET_LEN: usize = 32;
-/// Longest token lifetime (`exp - iat`) an executor accepts, in seconds.
-pub const MAX_TOKEN_LIFETIME_SECS: u64 = 600;
+/// Longest token lifetime (`exp - iat`) an executor accepts, in seconds: the gateway's
+/// live about a minute (SPEC §5), so a token that leaks is soon worthless.
+pub const MAX_TOKEN_LIFETIME_SECS: u64 = 120;
 
 /// `GET /v1/health`: what this executor serves and how busy it is (placement reads it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,7 +150,8 @@ impl std::error::Error for ApiError {}
 pub struct Claims {
     /// The gateway ([`GATEWAY_ISSUER`]).
     pub iss: String,
-    /// The executor's audience ([`DEFAULT_AUDIENCE`] unless configured).
+    /// The executor's name (`--executor-name`, its `name` in the gateway's `EXECUTORS`):
+    /// a token for one executor is refused by every other.
     pub aud: String,
     /// The team the request is for.
     pub sub: String,
@@ -161,6 +162,12 @@ pub struct Claims {
     /// checks it on every route; a token without it may do nothing.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub scope: String,
+    /// The caller at the gateway (`session:<sid>` or `user:<sub>`, SPEC §3.6): the owner
+    /// of the temporaries made for it. The executor lets no one else reach them (a gateway
+    /// that lost its record of one cannot hand it to another user of the team). Empty: the
+    /// team itself, which owns only the temporaries made without an owner.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
 }
 
 /// A scope of [`Claims::scope`].

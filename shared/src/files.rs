@@ -172,6 +172,9 @@ pub struct Slice {
     pub mode: u32,
     /// Last modification, seconds since the epoch.
     pub mtime_secs: i64,
+    /// Nanoseconds past `mtime_secs`, where the backend knows them (else 0): with the size,
+    /// how a download spanning several reads tells that the file changed meanwhile.
+    pub mtime_nanos: u32,
 }
 
 impl Slice {
@@ -502,6 +505,7 @@ mod tests {
             data: b"hi\n".to_vec(),
             mode: 0o644,
             mtime_secs: 0,
+            mtime_nanos: 0,
         };
         let v = read_structured("box", "/f", &s);
         assert_eq!(v["content"], "hi\n");

@@ -16,8 +16,9 @@ use crate::lifecycle::{
     Existing, LifecycleError, becomes_default, check_attach, idle_expired, visible_to,
 };
 
-/// The owner of a computer whose removal failed and is tried again ([`Registry::retire`]):
-/// no caller's owner key looks like it (theirs are `session:…`, `user:…`, `team:…`).
+/// The owner of a computer whose removal failed and is tried again ([`Registry::retire`])
+/// starts with this, followed by the owner it had: no caller's owner key looks like it
+/// (theirs are `session:…`, `user:…`, `team:…`).
 pub const RETIRED: &str = "(removal pending)";
 
 /// What the registry knows of one computer.
@@ -42,6 +43,17 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Who the computer was made for: its owner, or a tombstone's owner before it was
+    /// retired (the removal is retried in that owner's name, as an executor that checks
+    /// owners requires).
+    pub fn principal(&self) -> Option<&str> {
+        let owner = self.owner.as_deref()?;
+        Some(match owner.strip_prefix(RETIRED) {
+            Some(first) => first.strip_prefix(' ').unwrap_or(first),
+            None => owner,
+        })
+    }
+
     fn existing(&self) -> Existing<'_> {
         Existing {
             computer_id: &self.id,
@@ -299,14 +311,18 @@ impl<S: InventoryStore> Registry<S> {
     }
 
     /// Keeps `id` as a tombstone after its removal failed (its place did not answer): owned
-    /// by [`RETIRED`], which no caller is, so nobody attaches to it, sees it or names it
+    /// by [`RETIRED`] (and its first owner, [`Entry::principal`]), which no caller is, so
+    /// nobody attaches to it, sees it or names it
     /// again, and idle at once (stateless, unused since the epoch), so every idle sweep
     /// tries its removal again until the place answers (issue 46: a temporary that an
     /// executor may still hold must never be forgotten and handed to another caller).
     pub fn retire(&mut self, id: &str) -> Result<(), S::Error> {
         self.store.update(id, |e| {
+            if !e.owner.as_deref().is_some_and(|o| o.starts_with(RETIRED)) {
+                let first = e.owner.as_deref().unwrap_or_default();
+                e.owner = Some(format!("{RETIRED} {first}"));
+            }
             e.temporary = true;
-            e.owner = Some(RETIRED.to_owned());
             e.stateless = true;
             e.last_used_ms = 0;
         })

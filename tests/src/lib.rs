@@ -229,6 +229,7 @@ pub fn command(tag: &str, state: &Path, opts: &ServerOpts) -> tokio::process::Co
     }
     cmd.env_remove("MSC_SUPERVISOR");
     cmd.env_remove("MSC_EXECUTOR_SECRET");
+    cmd.env_remove("MSC_EXECUTOR_NAME");
     cmd.env("MSC_WASM_CACHE_DIR", wasm_cache_dir());
     // MSC_TEST_RUST_LOG=executor=debug makes the servers' logs (target/test-logs) verbose.
     cmd.env(
@@ -298,16 +299,36 @@ impl HttpServer {
         Self::spawn(tag, cmd).await
     }
 
-    /// Starts `executor --listen 127.0.0.1:0` with `secret`; `url` is the `/v1` prefix.
+    /// Starts `executor --listen 127.0.0.1:0` named [`EXECUTOR_NAME`] with `secret`;
+    /// `url` is the `/v1` prefix.
     pub async fn start_executor(
         tag: &str,
         state: &Path,
         opts: &ServerOpts,
         secret: &str,
     ) -> Result<Self> {
+        Self::start_named_executor(tag, state, opts, secret, EXECUTOR_NAME, &[]).await
+    }
+
+    /// [`HttpServer::start_executor`] named `name` (its tokens' audience), with `args`.
+    pub async fn start_named_executor(
+        tag: &str,
+        state: &Path,
+        opts: &ServerOpts,
+        secret: &str,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Self> {
         let mut cmd = command(tag, state, opts);
-        cmd.args(["executor", "--listen", "127.0.0.1:0"])
-            .env("MSC_EXECUTOR_SECRET", secret);
+        cmd.args([
+            "executor",
+            "--listen",
+            "127.0.0.1:0",
+            "--executor-name",
+            name,
+        ])
+        .args(args)
+        .env("MSC_EXECUTOR_SECRET", secret);
         Self::spawn(tag, cmd).await
     }
 
@@ -750,17 +771,32 @@ pub fn hs256(claims: &Value, secret: &str) -> Result<String> {
     )?)
 }
 
-/// A token such as the gateway signs for an executor: `team`, both scopes, one minute
-/// long.
+/// The name [`HttpServer::start_executor`] gives its executor (the gateway tests' EXECUTORS
+/// call it so): the audience of the tokens it accepts.
+pub const EXECUTOR_NAME: &str = "local";
+
+/// A token such as the gateway signs for an executor named [`EXECUTOR_NAME`]: `team`, both
+/// scopes, one minute long.
 pub fn executor_token(secret: &str, team: &str) -> Result<String> {
     executor_token_scoped(secret, team, "exec manage")
 }
 
-/// The ids of team `team`'s computers on the executor at `base`, by its own API, sorted.
+/// The ids of team `team`'s computers on the executor at `base` (named
+/// [`EXECUTOR_NAME`]), by its own API, sorted.
 pub async fn executor_computers(base: &str, secret: &str, team: &str) -> Result<Vec<String>> {
+    executor_computers_of(EXECUTOR_NAME, base, secret, team).await
+}
+
+/// [`executor_computers`] of the executor named `name`.
+pub async fn executor_computers_of(
+    name: &str,
+    base: &str,
+    secret: &str,
+    team: &str,
+) -> Result<Vec<String>> {
     let v: serde_json::Value = reqwest::Client::new()
         .get(format!("{base}/v1/computers"))
-        .bearer_auth(executor_token(secret, team)?)
+        .bearer_auth(executor_token_for(name, secret, team, "exec manage")?)
         .send()
         .await?
         .json()
@@ -775,12 +811,19 @@ pub async fn executor_computers(base: &str, secret: &str, team: &str) -> Result<
     Ok(ids)
 }
 
-/// A token for an executor with the `scope` claim given ("" = none).
+/// A token for the executor named [`EXECUTOR_NAME`] with the `scope` claim given ("" =
+/// none).
 pub fn executor_token_scoped(secret: &str, team: &str, scope: &str) -> Result<String> {
+    executor_token_for(EXECUTOR_NAME, secret, team, scope)
+}
+
+/// A token for the executor named `name` (its audience), for `team` (as the team itself:
+/// no `owner`), with `scope`, one minute long.
+pub fn executor_token_for(name: &str, secret: &str, team: &str, scope: &str) -> Result<String> {
     let now = unix_now();
     hs256(
         &serde_json::json!({"iss": shared::executor_api::GATEWAY_ISSUER,
-            "aud": shared::executor_api::DEFAULT_AUDIENCE, "sub": team, "iat": now, "exp": now + 60,
+            "aud": name, "sub": team, "iat": now, "exp": now + 60,
             "scope": scope}),
         secret,
     )

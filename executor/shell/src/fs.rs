@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use cap_std::fs::{Dir, Metadata, OpenOptions};
 
 /// Joins `path` to `cwd` (both guest paths) and normalizes `.`/`..` lexically.
-/// Returns an absolute guest path such as `/srv/x`.
-pub(crate) fn resolve(cwd: &str, path: &str) -> String {
+/// Returns an absolute guest path such as `/srv/x`. The executor's file tools resolve
+/// paths with it too, so they meet the mounts the shell meets.
+pub fn resolve(cwd: &str, path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     let full = if path.starts_with('/') {
         path.to_owned()

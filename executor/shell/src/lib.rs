@@ -48,6 +48,7 @@ use tokio::io::AsyncWriteExt;
 
 pub use budget::{DEFAULT_ARGS, DEFAULT_MEMORY, Limits, Stop, size_text};
 pub use builtins::IN_BIN;
+pub use fs::resolve;
 pub use kept::Jobs;
 
 pub type Input = Box<dyn tokio::io::AsyncRead + Send + Unpin>;

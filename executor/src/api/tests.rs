@@ -33,16 +33,47 @@ fn now() -> u64 {
 }
 
 fn token_with(team: &str, scope: &str, secret: &[u8], aud: &str) -> String {
-    let claims = Claims {
+    sign(
+        &Claims {
+            iss: GATEWAY_ISSUER.into(),
+            aud: aud.into(),
+            sub: team.into(),
+            iat: now(),
+            exp: now() + 60,
+            scope: scope.into(),
+            owner: String::new(),
+        },
+        secret,
+    )
+}
+
+fn sign(claims: &Claims, secret: &[u8]) -> String {
+    let key = EncodingKey::from_secret(secret).unwrap_or_else(|e| panic!("key: {e}"));
+    jsonwebtoken::encode(&Header::default(), claims, &key).unwrap_or_else(|e| panic!("token: {e}"))
+}
+
+/// A token of team `t1` for caller `owner` (`""`: the team itself), with every scope.
+fn token_of(owner: &str) -> String {
+    sign(
+        &Claims {
+            owner: owner.into(),
+            ..claims("t1", "exec manage")
+        },
+        SECRET,
+    )
+}
+
+/// A good token's claims.
+fn claims(team: &str, scope: &str) -> Claims {
+    Claims {
         iss: GATEWAY_ISSUER.into(),
-        aud: aud.into(),
+        aud: AUDIENCE.into(),
         sub: team.into(),
         iat: now(),
         exp: now() + 60,
         scope: scope.into(),
-    };
-    let key = EncodingKey::from_secret(secret).unwrap_or_else(|e| panic!("key: {e}"));
-    jsonwebtoken::encode(&Header::default(), &claims, &key).unwrap_or_else(|e| panic!("token: {e}"))
+        owner: String::new(),
+    }
 }
 
 fn token(team: &str, scope: &str) -> String {
@@ -289,4 +320,86 @@ async fn what_the_backend_cannot_do_is_501_and_changes_nothing() {
     assert_eq!(v["error"]["code"], "unsupported");
     let (_, v, _) = send(&s, "GET", "/v1/computers", Some(&all), "").await;
     assert_eq!(v["count"], 0);
+}
+
+/// Issue 46, item 11: a token minted for one executor, an expired one, and one minted to
+/// live as long as the gateway's used to (five minutes) are all refused.
+#[tokio::test]
+async fn issue_46_tokens_for_another_executor_expired_or_long_lived_are_refused() {
+    let s = state(Fake::default());
+    let good = sign(&claims("t1", "exec"), SECRET);
+    let (status, _, _) = send(&s, "GET", "/v1/computers", Some(&good), "").await;
+    assert_eq!(status, StatusCode::OK);
+    let for_a = Claims {
+        aud: "exec-a".into(),
+        ..claims("t1", "exec")
+    };
+    let expired = Claims {
+        iat: now() - 90,
+        exp: now() - 30,
+        ..claims("t1", "exec")
+    };
+    let five_minutes = Claims {
+        exp: now() + 300,
+        ..claims("t1", "exec")
+    };
+    for (what, c) in [
+        ("another executor's", for_a),
+        ("expired", expired),
+        ("five minutes long", five_minutes),
+    ] {
+        let (status, v, _) = send(&s, "GET", "/v1/computers", Some(&sign(&c, SECRET)), "").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+        assert_eq!(v["error"]["message"], "invalid token", "{what}");
+    }
+}
+
+/// Issue 46, item 7 (defence in depth): a temporary made for one caller of a team answers
+/// no other caller of that team, nor the team's owner-less token, whatever route names it;
+/// the team's permanent computers stay shared.
+#[tokio::test]
+async fn issue_46_a_temporary_answers_only_the_caller_it_was_made_for() {
+    let s = state(Fake::default());
+    let (alice, bob, team) = (token_of("user:alice"), token_of("session:s2"), token_of(""));
+    let exec = r#"{"command": "echo mine"}"#;
+    let (status, v, _) = send(&s, "POST", "/v1/computers/box/exec", Some(&alice), exec).await;
+    assert_eq!(
+        (status, v["temporary"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{v}"
+    );
+    let shared = r#"{"computer_id": "shared", "temporary": false}"#;
+    let (status, _, _) = send(&s, "POST", "/v1/computers", Some(&alice), shared).await;
+    assert_eq!(status, StatusCode::OK);
+    for other in [&bob, &team] {
+        for (method, path, body) in [
+            ("POST", "/v1/computers/box/exec", exec),
+            ("POST", "/v1/computers", r#"{"computer_id": "box"}"#),
+            ("POST", "/v1/computers/box/restart", ""),
+            ("POST", "/v1/computers/box/factory-reset", ""),
+            ("GET", "/v1/computers/box/jobs", ""),
+            (
+                "POST",
+                "/v1/computers/box/files/write",
+                r#"{"path": "/tmp/x", "content": "x"}"#,
+            ),
+            ("DELETE", "/v1/computers/box", ""),
+        ] {
+            let (status, v, _) = send(&s, method, path, Some(other), body).await;
+            assert!(
+                status == StatusCode::NOT_FOUND || status == StatusCode::CONFLICT,
+                "{method} {path}: {status} {v}"
+            );
+        }
+        let (_, v, _) = send(&s, "GET", "/v1/computers", Some(other), "").await;
+        assert_eq!(v["count"], 1, "{v}");
+        assert_eq!(v["computers"][0]["computer_id"], "shared");
+        let (status, _, _) = send(&s, "POST", "/v1/computers/shared/exec", Some(other), exec).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Alice's temporary is untouched, and hers to delete.
+    let (_, v, _) = send(&s, "GET", "/v1/computers", Some(&alice), "").await;
+    assert_eq!(v["count"], 2, "{v}");
+    let (status, _, _) = send(&s, "DELETE", "/v1/computers/box", Some(&alice), "").await;
+    assert_eq!(status, StatusCode::OK);
 }

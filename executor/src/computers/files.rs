@@ -56,8 +56,41 @@ impl Drop for Held {
     }
 }
 
+/// What a file looked like at one read. A download sees the same at its first read, at
+/// every later slice and after its last read, or it fails (issue 46): a file written
+/// meanwhile would go out mixed or cut under a 200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    mtime_secs: i64,
+    mtime_nanos: u32,
+}
+
+impl Stamp {
+    fn of(s: &crate::spec::FileSlice) -> Self {
+        Self {
+            size: s.size,
+            mtime_secs: s.mtime_secs,
+            mtime_nanos: s.mtime_nanos,
+        }
+    }
+
+    /// The same version of the file: nanoseconds count where both reads knew them (a
+    /// backend's fallback path may know seconds only).
+    fn same(&self, other: &Stamp) -> bool {
+        self.size == other.size
+            && self.mtime_secs == other.mtime_secs
+            && (self.mtime_nanos == 0
+                || other.mtime_nanos == 0
+                || self.mtime_nanos == other.mtime_nanos)
+    }
+}
+
 /// A file being streamed out (HTTP `GET /v1/files`) slice by slice, the next slice read
 /// while the previous one goes out: at most two slices of memory, whatever the size.
+/// The last chunk goes out only once a read after it found the file as it was at the
+/// start; otherwise the stream ends in an error (the client sees a broken body, never a
+/// clean short or mixed one).
 pub struct Download {
     held: Held,
     path: String,
@@ -73,6 +106,12 @@ pub struct Download {
     ahead: Option<tokio::task::JoinHandle<Result<crate::spec::FileSlice, BackendError>>>,
     /// The rest in one stream, where the backend has a fast path (Docker's archive API).
     fast: Option<crate::spec::FileChunks>,
+    /// The file at the first read.
+    stamp: Stamp,
+    /// Bytes handed out so far.
+    sent: u64,
+    /// Ended: the whole range went out, or an error did.
+    done: bool,
 }
 
 impl Download {
@@ -94,8 +133,41 @@ impl Download {
         }));
     }
 
-    /// The next chunk, `None` at the end (or when the file shrank meanwhile).
+    /// The next chunk, `None` at the end; an error when the file changed while it was read
+    /// (checked before the last chunk goes out).
     pub async fn next_chunk(&mut self) -> Option<Result<Vec<u8>, ComputerError>> {
+        if self.done {
+            return None;
+        }
+        let total = self.end.saturating_sub(self.start);
+        let chunk = match self.read_next().await {
+            Some(Ok(data)) => data,
+            Some(Err(e)) => {
+                self.done = true;
+                return Some(Err(e));
+            }
+            None => {
+                self.done = true;
+                return (self.sent < total).then(|| Err(self.changed(None)));
+            }
+        };
+        self.sent += chunk.len() as u64;
+        if self.sent > total {
+            self.done = true;
+            return Some(Err(self.changed(None)));
+        }
+        if self.sent == total {
+            self.done = true;
+            if let Err(e) = self.verify().await {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(chunk))
+    }
+
+    /// The next piece read: the first slice, the fast path's next chunk, or the next slice
+    /// (checked against the first read).
+    async fn read_next(&mut self) -> Option<Result<Vec<u8>, ComputerError>> {
         if let Some(first) = self.first.take() {
             if self.fast.is_none() {
                 self.read_ahead();
@@ -113,22 +185,54 @@ impl Download {
             .await
             .unwrap_or_else(|e| Err(BackendError::new(Failure::Failed, e)));
         match read {
-            Ok(s) if s.data.is_empty() => None,
             Ok(s) => {
                 let asked = (self.end.min(s.offset + MAX_SLICE)) - s.offset;
-                if (s.data.len() as u64) < asked {
-                    // It shrank while read: this is the last of it.
-                    self.end = s.offset + s.data.len() as u64;
-                } else {
-                    self.read_ahead();
+                if !self.stamp.same(&Stamp::of(&s)) || (s.data.len() as u64) < asked {
+                    return Some(Err(self.changed(Some(Stamp::of(&s)))));
                 }
+                self.read_ahead();
                 Some(Ok(s.data))
             }
-            Err(e) => {
-                self.end = self.next;
-                Some(Err(e.into()))
-            }
+            Err(e) => Some(Err(e.into())),
         }
+    }
+
+    /// Reads the file's metadata again after the last read: the same as at the start, or
+    /// the download fails.
+    async fn verify(&self) -> Result<(), ComputerError> {
+        let now = self
+            .held
+            .computers
+            .backend
+            .file_read(&self.held.key, &self.path, 0, 0)
+            .await?;
+        let now = Stamp::of(&now);
+        if self.stamp.same(&now) {
+            Ok(())
+        } else {
+            Err(self.changed(Some(now)))
+        }
+    }
+
+    /// The error of a download whose file changed while it was read.
+    fn changed(&self, now: Option<Stamp>) -> ComputerError {
+        let was = self.stamp;
+        let seen = match now {
+            Some(n) if n.size != was.size => format!(
+                " (it was {} bytes when the download started, {} bytes later)",
+                was.size, n.size
+            ),
+            Some(_) => " (it was modified after the download started)".to_owned(),
+            None => format!(
+                " (it was {} bytes when the download started, and it did not read to that size)",
+                was.size
+            ),
+        };
+        tracing::info!(path = %self.path, "a download stopped: the file changed while it was read");
+        refused(format!(
+            "{} changed while it was downloaded{seen}: the download was stopped so that no mixed or cut copy passes for the file; download it again once nothing writes to it",
+            self.path
+        ))
     }
 }
 
@@ -166,6 +270,7 @@ impl SessionHost {
             )));
         }
         let end = to.map_or(first.size, |t| t.min(first.size));
+        let stamp = Stamp::of(&first);
         let mut data = first.data;
         data.truncate(usize::try_from(end.saturating_sub(from)).unwrap_or(usize::MAX));
         // A big rest goes by the backend's fast path if it has one.
@@ -190,6 +295,9 @@ impl SessionHost {
             first: Some(data),
             ahead: None,
             fast,
+            stamp,
+            sent: 0,
+            done: false,
         })
     }
 
@@ -289,4 +397,78 @@ fn write_spec(w: &FileWrite) -> FileWriteSpec<'_> {
 
 fn refused(message: String) -> ComputerError {
     ComputerError::Backend(BackendError::new(Failure::File, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::Fake;
+
+    /// A download of 9 MiB (three reads) over the fake; `change` runs after its first chunk.
+    async fn download(change: bool) -> Result<u64, String> {
+        let computers = Computers::over_fake(Fake::default());
+        let host = SessionHost::new(computers.clone(), "session:a", false);
+        let spec = FilePutSpec {
+            path: "/f",
+            create_only: false,
+            mode: None,
+            make_dirs: false,
+            size: None,
+        };
+        let mut body = futures_util::stream::iter([Ok(vec![7u8; 9 << 20])]);
+        host.upload("box", None, &spec, &mut body)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut d = host
+            .download("box", "/f", None, 1 << 30)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut got = 0u64;
+        while let Some(chunk) = d.next_chunk().await {
+            got += chunk.map_err(|e| e.to_string())?.len() as u64;
+            if change && got == MAX_SLICE {
+                let grow = FileWriteSpec {
+                    path: "/f",
+                    data: b"more",
+                    append: true,
+                    create_only: false,
+                    mode: None,
+                    make_dirs: false,
+                };
+                let key = host.key("box");
+                computers
+                    .backend
+                    .file_write(&key, &grow)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(got)
+    }
+
+    #[tokio::test]
+    async fn issue_46_a_download_fails_when_its_file_changes_while_it_is_read() {
+        assert_eq!(download(false).await, Ok(9 << 20));
+        let changed = download(true).await;
+        assert!(
+            changed
+                .as_ref()
+                .is_err_and(|e| e.contains("changed while it was downloaded")),
+            "{changed:?}"
+        );
+    }
+
+    #[test]
+    fn stamps_compare_nanoseconds_only_where_both_reads_knew_them() {
+        let s = |size, secs, nanos| Stamp {
+            size,
+            mtime_secs: secs,
+            mtime_nanos: nanos,
+        };
+        assert!(s(5, 10, 7).same(&s(5, 10, 7)));
+        assert!(s(5, 10, 7).same(&s(5, 10, 0)));
+        assert!(!s(5, 10, 7).same(&s(5, 10, 8)));
+        assert!(!s(5, 10, 7).same(&s(6, 10, 7)));
+        assert!(!s(5, 10, 0).same(&s(5, 11, 0)));
+    }
 }

@@ -51,12 +51,34 @@ impl SessionHost {
         }
     }
 
-    /// The executor's view for the gateway's `team`: stateless, owner `team:<team>`, and
-    /// only the team's computers (their backend names carry the team's key prefix).
-    pub fn for_team(computers: Arc<Computers>, team: &str) -> Self {
-        let mut host = Self::new(computers, format!("team:{team}"), true);
-        host.team = Some(team.to_owned());
-        host
+    /// The executor's view for the gateway's `team` and its caller `owner` (the token's
+    /// `owner` claim; `""`: the team itself): stateless, owner `team:<team>` or
+    /// `team:<team>/<owner>`, so a temporary made for one caller answers no other, and only
+    /// the team's computers (their backend names carry the team's key prefix). The gateway
+    /// always names the computer, so this view keeps no default of its own (one per caller
+    /// would pile up in [`Computers`] for every session the gateway ever had).
+    pub fn for_team(computers: Arc<Computers>, team: &str, owner: &str) -> Self {
+        let owner = match owner {
+            "" => format!("team:{team}"),
+            who => format!("team:{team}/{who}"),
+        };
+        Self {
+            computers,
+            owner,
+            stateless: true,
+            team: Some(team.to_owned()),
+            default: DefaultSlot::default(),
+            notifier: None,
+        }
+    }
+
+    /// Records a use of computer `id` (a request named it and succeeded): the executor's
+    /// idle reaper removes only temporaries that no request named for a while.
+    pub fn used(&self, id: &str) {
+        let Ok(()) = self
+            .computers
+            .registry()
+            .touch(&self.key(id), super::now_ms());
     }
 
     /// Lets tool calls send progress notifications through `tx` (stdio, an SSE stream).
@@ -155,7 +177,8 @@ impl SessionHost {
         if let Some(cap) = op.needs() {
             self.computers.backend.require(cap)?;
         }
-        async {
+        let named = op.computer_id().map(str::to_owned);
+        let answer = async {
             match op {
                 Op::Exec(req) => self.exec(req, progress).await,
                 Op::List => self.list().await,
@@ -183,7 +206,11 @@ impl SessionHost {
             }
         }
         .instrument(span)
-        .await
+        .await;
+        if let (Ok(_), Some(id)) = (&answer, named) {
+            self.used(&id);
+        }
+        answer
     }
 
     /// The computer a call that may create it runs on (`computer_id` and `temporary` as

@@ -53,7 +53,7 @@ impl World {
         self.hosts
             .entry(who.to_owned())
             .or_insert_with(|| match who.split_once(':') {
-                Some((team, _)) => SessionHost::for_team(computers, team),
+                Some((team, _)) => SessionHost::for_team(computers, team, ""),
                 None if who.starts_with(['p', 'q']) => {
                     SessionHost::new(computers, format!("user:{who}"), true)
                 }
@@ -722,4 +722,108 @@ async fn a_stateless_default_that_idled_out_is_replaced() {
     )])
     .await;
     assert_ne!(w.bound["$p1"], w.bound["$p2"]);
+}
+
+#[tokio::test]
+async fn issue_46_computers_per_principal_are_capped_on_every_path_that_creates() {
+    let mut w = World::new();
+    w.computers = Computers::over_fake_capped(w.fake.clone(), 3);
+    // Another live server's temporary on the same host is not this principal's.
+    w.fake.plant("theirs", true, Some("other-instance"), None);
+    let refused = json!({"error": "~already has 3 computers, the quota of --max-computers-per-principal; delete computers"});
+    w.run(&[
+        // Exec, a file write and computer_create on new ids each make one.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo 1", "computer_id": "one"}),
+            json!({"exit_code": 0, "created": true}),
+        ),
+        (
+            "a",
+            "computer_file_write",
+            json!({"computer_id": "two", "path": "/f", "content": "x"}),
+            json!({"size": 1}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "three", "temporary": false}),
+            json!({"ok": true}),
+        ),
+        // The fourth is refused on every path, for every caller of the principal.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo 4", "computer_id": "four"}),
+            refused.clone(),
+        ),
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo 4", "yield_ms": 0}),
+            refused.clone(),
+        ),
+        (
+            "a",
+            "computer_file_write",
+            json!({"computer_id": "four", "path": "/f", "content": "x"}),
+            refused.clone(),
+        ),
+        (
+            "b",
+            "computer_create",
+            json!({"computer_id": "four", "temporary": false}),
+            refused.clone(),
+        ),
+        (
+            "p",
+            EXEC,
+            json!({"command": "echo 4", "computer_id": "four"}),
+            refused.clone(),
+        ),
+        // Its existing computers keep working, also a permanent one from another caller.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo again", "computer_id": "one"}),
+            json!({"stdout": "again\n"}),
+        ),
+        (
+            "b",
+            EXEC,
+            json!({"command": "echo shared", "computer_id": "three"}),
+            json!({"stdout": "shared\n"}),
+        ),
+        // A team on an executor is its own principal.
+        (
+            "t1:x",
+            "computer_create",
+            json!({"computer_id": "box", "temporary": false}),
+            json!({"ok": true}),
+        ),
+        // Deleting one makes room.
+        (
+            "a",
+            "computer_delete",
+            json!({"computer_id": "three"}),
+            json!({"deleted": true}),
+        ),
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo 4", "computer_id": "four"}),
+            json!({"stdout": "4\n", "created": true}),
+        ),
+        (
+            "b",
+            EXEC,
+            json!({"command": "echo 5", "computer_id": "five"}),
+            refused,
+        ),
+    ])
+    .await;
+    let keys = w.fake.keys();
+    assert_eq!(keys.len(), 5, "a refusal made nothing: {keys:?}");
+    assert!(!keys.contains(&"five".to_owned()), "{keys:?}");
 }

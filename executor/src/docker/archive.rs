@@ -261,6 +261,7 @@ impl Docker {
                         data,
                         mode,
                         mtime_secs: mtime,
+                        mtime_nanos: 0,
                     });
                 }
                 Entry::Dir => {

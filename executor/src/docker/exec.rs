@@ -1,13 +1,17 @@
 //! One command on a container, through the Engine API, with real process control.
 //!
-//! Every exec runs under a tiny `/bin/sh` wrapper that prints its PID (runc makes each exec
-//! a session and process-group leader), changes directory (126 with the shell's reason on
-//! failure), runs the program and reports its exit status in-band (see [`WRAPPER`]). On timeout, output limit or cancellation (the future
-//! is dropped) the whole process group is killed inside the container with a second exec,
-//! so `sleep 1000 &` children die too, and so does every process that carries the exec's
-//! tag (`MSC_JOB=e<nonce>` in its environment, inherited across `setsid`), as with the
-//! supervisor. The answer never waits for an escaped holder of the output pipes: the
-//! deadline ends the read. Output is capped at the source of our memory: past
+//! Every exec runs under a tiny `/bin/sh` wrapper that opens an audit session of its own
+//! (it sets its login uid, as the supervisor does for its jobs), prints its PID (runc makes
+//! each exec a session and process-group leader), changes directory (126 with the shell's
+//! reason on failure), runs the program and reports its exit status in-band (see
+//! [`WRAPPER`]). On timeout, output limit or cancellation (the future is dropped) the whole
+//! tree is killed inside the container with a second exec: the process group, so
+//! `sleep 1000 &` children die too, and every process of the wrapper's audit session, which
+//! none can leave (`setsid`, `env -i` and double forks included). Where the exec has no
+//! session of its own (a kernel without audit, an engine whose processes carry a login
+//! uid), the exec's tag stands in: `MSC_JOB=e<nonce>` in the environment, inherited across
+//! `setsid` but not `env -i`. The answer never waits for an escaped holder of the output
+//! pipes: the deadline ends the read. Output is capped at the source of our memory: past
 //! the limit nothing more is kept.
 
 use std::time::{Duration, Instant};
@@ -31,7 +35,8 @@ const AUTO_SHELL: &str = "@auto-shell";
 /// was killed), the exit code comes from the engine. A program killed by SIGKILL while the
 /// memory cgroup's `oom_kill` count rose (read with `read`, no extra process) is tagged
 /// ` oom`: the out-of-memory killer ended it.
-const WRAPPER: &str = r#"echo $$
+const WRAPPER: &str = r#"echo 0 2>/dev/null >/proc/self/loginuid
+echo $$
 n=$1; d=$2; shift 2
 if [ -n "$d" ]; then cd -- "$d" || { printf '\036msc-exit-%s 126\036' "$n" >&2; exit 126; }; fi
 if [ "$1" = "@auto-shell" ]; then shift; if [ -x /bin/bash ]; then set -- /bin/bash "$@"; else set -- /bin/sh "$@"; fi; fi
@@ -44,12 +49,25 @@ if [ "$rc" -eq 137 ]; then k; [ -n "$o0" ] && [ "$o" != "$o0" ] && m=' oom'; fi
 printf '\036msc-exit-%s %d%s\036' "$n" "$rc" "$m" >&2
 exit $rc"#;
 
-/// `$1`=process group (may be empty), `$2`=`MSC_JOB=<tag>`: kills the group, its leader, and
-/// every process whose environment holds the tag (found through `/proc`; the script's own
-/// processes do not carry it). Prints `killed` once done.
-const KILL_SCRIPT: &str = r#"if [ -n "$1" ]; then kill -9 -$1 2>/dev/null; kill -9 $1 2>/dev/null; fi
-for p in /proc/[0-9]*; do
-  grep -qF "$2" "$p/environ" 2>/dev/null && kill -9 "${p#/proc/}" 2>/dev/null
+/// `$1`=process group (may be empty), `$2`=`MSC_JOB=<tag>`: kills the group, its leader,
+/// and every process of the leader's audit session when it has one of its own (not unset,
+/// not PID 1's), else every process whose environment holds the tag; three rounds, for
+/// what forked meanwhile (found through `/proc`; the script's own processes carry neither).
+/// Prints `killed` once done.
+const KILL_SCRIPT: &str = r#"s=
+if [ -n "$1" ]; then
+  read -r s 2>/dev/null </proc/$1/sessionid; read -r o 2>/dev/null </proc/1/sessionid
+  if [ "$s" = 4294967295 ] || [ "$s" = "$o" ]; then s=; fi
+  kill -9 -$1 2>/dev/null; kill -9 $1 2>/dev/null
+fi
+for r in 1 2 3; do
+  for p in /proc/[0-9]*; do
+    if [ -n "$s" ]; then
+      q=; read -r q 2>/dev/null <$p/sessionid; [ "$q" = "$s" ] && kill -9 "${p#/proc/}" 2>/dev/null
+    else
+      grep -qF "$2" "$p/environ" 2>/dev/null && kill -9 "${p#/proc/}" 2>/dev/null
+    fi
+  done
 done
 echo killed"#;
 

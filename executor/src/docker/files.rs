@@ -188,6 +188,7 @@ impl Docker {
             data,
             mode: meta.mode,
             mtime_secs: meta.mtime,
+            mtime_nanos: meta.mtime_nsec,
         })
     }
 

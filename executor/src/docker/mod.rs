@@ -10,6 +10,7 @@ mod archive;
 mod archive_stream;
 mod archive_write;
 pub mod channel;
+pub mod disk;
 pub mod exec;
 mod files;
 pub mod flags;
@@ -51,6 +52,9 @@ pub const LABEL_HOST: &str = "mcp-sandbox.host";
 /// The team of a computer an executor made for the gateway (absent on a local server's).
 pub const LABEL_TEAM: &str = "mcp-sandbox.team";
 
+/// How long a new (or restarted) computer's supervisor may take to come to its door.
+const ARM_AT_START: Duration = Duration::from_secs(5);
+
 /// PID 1's program: sleeps forever, exits at once on SIGTERM/SIGINT (so stop and restart
 /// never wait out a grace period, with or without `--init`).
 const KEEPALIVE: &str = "trap 'exit 0' TERM INT HUP; while :; do sleep 86400 & wait $!; done";
@@ -80,6 +84,12 @@ pub enum DockerError {
     NotRunning(String),
     #[error("the container engine refused the request: {0}")]
     Engine(String),
+    /// `--disk` on an engine whose storage driver cannot limit a container's size.
+    #[error(
+        "--disk needs a storage driver that limits each container's size, and this engine's ({driver}) cannot: {detail}. Drivers that can: {}. Move the engine's data root to such a filesystem, or start without --disk (a computer can then fill the engine's disk)",
+        disk::SUPPORTED
+    )]
+    DiskLimit { driver: String, detail: String },
     /// The computer's supervisor cannot be reached (nothing was run; plain exec may follow).
     #[error("the computer's supervisor is unavailable: {0}")]
     SupervisorUnavailable(String),
@@ -151,8 +161,7 @@ pub struct Docker {
     supervisor_volume: Arc<tokio::sync::Mutex<Option<Result<String, String>>>>,
     /// Started computers kept ready for new slugs (`--warm-pool`).
     pool: Option<Arc<pool::Pool>>,
-    /// The supervisor understands `--host-socket … --host-owner` (the direct channel,
-    /// [`channel`]).
+    /// The supervisor understands `--host-door` (the direct channel, [`channel`]).
     supervisor_has_channel: bool,
     /// Whether the direct channel works with this engine, as learnt.
     channel_learnt: Arc<channel::Learnt>,
@@ -302,11 +311,11 @@ impl Docker {
 
     /// Places `binary` (the static supervisor) in computers created from now on.
     pub fn with_supervisor(mut self, binary: Option<Vec<u8>>) -> Self {
-        // A supervisor given with --supervisor may predate the direct channel: one that
-        // does not know the flag would refuse to start as PID 1.
+        // A supervisor given with --supervisor may predate the direct channel's door: one
+        // that does not know the flag would refuse to start as PID 1.
         self.supervisor_has_channel = binary
             .as_ref()
-            .is_some_and(|b| b.windows(12).any(|w| w == b"--host-owner"));
+            .is_some_and(|b| b.windows(11).any(|w| w == b"--host-door"));
         self.supervisor = binary.map(Arc::new);
         self
     }
@@ -581,6 +590,7 @@ impl Docker {
             security_opt: (!f.security_opt.is_empty()).then(|| f.security_opt.clone()),
             tmpfs: (!f.tmpfs.is_empty()).then(|| f.tmpfs.iter().cloned().collect()),
             shm_size: f.shm_size,
+            storage_opt: self.cfg.disk_bytes.map(disk::storage_opt),
             binds: (!f.binds.is_empty()).then(|| f.binds.clone()),
             privileged: Some(f.privileged),
             extra_hosts: (!f.extra_hosts.is_empty()).then(|| f.extra_hosts.clone()),
@@ -606,12 +616,15 @@ impl Docker {
                     ..Default::default()
                 }];
                 // A bind mount, not `binds`: a source the engine cannot see fails the
-                // create (and the relay serves) instead of being made on its host.
+                // create (and the relay serves) instead of being made on its host. Read-only:
+                // nothing of the computer's lands on the host through it (the server binds
+                // the socket and hands it over, `channel::Door`).
                 if let Some(dir) = channel {
                     mounts.push(Mount {
                         target: Some(channel::MOUNT_TARGET.into()),
                         source: Some(dir.to_string_lossy().into_owned()),
                         typ: Some(MountType::BIND),
+                        read_only: Some(true),
                         ..Default::default()
                     });
                 }
@@ -654,13 +667,7 @@ impl Docker {
                     supervised::SOCKET_PATH.into(),
                 ];
                 if channel.is_some() {
-                    argv.extend([
-                        "--host-socket".into(),
-                        channel::SOCKET_IN_COMPUTER.into(),
-                        // Ours, so this server (and only a peer outside the computer) connects.
-                        "--host-owner".into(),
-                        rustix::process::geteuid().as_raw().to_string(),
-                    ]);
+                    argv.extend(["--host-door".into(), channel::DOOR_IN_COMPUTER.into()]);
                 }
                 argv
             } else {
@@ -761,7 +768,9 @@ impl Docker {
         };
         let init =
             !supervised && self.cfg.run_flags.init && self.init_available.load(Ordering::Relaxed);
-        let mut channel = self.new_channel_dir(supervised, computer_id);
+        // Held (locked against sweeps) until the container that names it exists.
+        let mut held = self.new_channel_dir(supervised, computer_id).await;
+        let mut channel = held.as_ref().map(|h| h.dir.clone());
         let mut result = self
             .client
             .create_container(
@@ -772,13 +781,15 @@ impl Docker {
         // Refused for a reason other than the name or the image: the engine may not be
         // able to mount this host's directory (its host is not ours). Try without.
         let refused = match &result {
+            Err(e) if disk::unsupported(&e.to_string()) => None,
             Err(e) if !matches!(status_of(e), Some(404 | 409)) => Some(e.to_string()),
             _ => None,
         };
         if let Some(why) = refused
             && let Some(dir) = channel.take()
         {
-            channel::remove_dir(&dir);
+            channel::remove(dir).await;
+            held = None;
             self.channel_learnt.failed(&why);
             result = self
                 .client
@@ -807,8 +818,10 @@ impl Docker {
         if result.is_err()
             && let Some(dir) = channel.take()
         {
-            channel::remove_dir(&dir);
+            channel::remove(dir).await;
         }
+        // The container names it now (or it is gone): a sweep may judge it.
+        drop(held);
         if let Some(dir) = &channel {
             supervised::lock(&self.channels).insert(name.to_owned(), dir.clone());
         }
@@ -827,6 +840,9 @@ impl Docker {
                     detail: e.to_string(),
                 });
             }
+            Err(e) if self.cfg.disk_bytes.is_some() && disk::unsupported(&e.to_string()) => {
+                return Err(self.disk_refused(&e.to_string()).await);
+            }
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
         progress.report(&format!("starting computer {computer_id}"));
@@ -834,6 +850,14 @@ impl Docker {
             // Leave nothing behind for a computer that never ran.
             let _ = self.remove_container(name).await;
             return Err(e);
+        }
+        if let Some(dir) = &channel
+            && let Err(why) = self.arm_channel(name, dir, ARM_AT_START).await
+        {
+            // This computer relays (and, if the channel never worked here, later ones
+            // get no directory).
+            supervised::lock(&self.channels).remove(name);
+            self.channel_learnt.failed(&why);
         }
         self.remember_supervised(name, supervised);
         self.find_named(name, computer_id)
@@ -862,20 +886,55 @@ impl Docker {
 
     /// Restarts a computer, keeping its writable filesystem.
     pub async fn restart(&self, computer_id: &str) -> Result<(), DockerError> {
-        self.drop_connection(&container_name(computer_id));
+        let name = container_name(computer_id);
+        self.drop_connection(&name);
         let opts = RestartContainerOptions {
             t: Some(2),
             ..Default::default()
         };
-        match self
-            .client
-            .restart_container(&container_name(computer_id), Some(opts))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if status_of(&e) == Some(404) => Err(DockerError::NotFound(computer_id.into())),
-            Err(e) => Err(DockerError::from_bollard(e)),
+        match self.client.restart_container(&name, Some(opts)).await {
+            Ok(()) => {}
+            Err(e) if status_of(&e) == Some(404) => {
+                return Err(DockerError::NotFound(computer_id.into()));
+            }
+            Err(e) => return Err(DockerError::from_bollard(e)),
         }
+        // The new supervisor waits at its door for a listener (else the next exec arms it).
+        if let Some(dir) = self.channel_of(&name)
+            && let Err(why) = self.arm_channel(&name, &dir, ARM_AT_START).await
+        {
+            tracing::debug!(
+                computer_id,
+                why,
+                "the direct channel was not armed after a restart"
+            );
+        }
+        Ok(())
+    }
+
+    /// Binds a fresh listening socket in `container`'s host directory and hands it to its
+    /// supervisor (PID 1) through the door, waiting up to `within`. `Err`: why not.
+    pub(super) async fn arm_channel(
+        &self,
+        container: &str,
+        dir: &Path,
+        within: Duration,
+    ) -> Result<(), String> {
+        let d = dir.to_owned();
+        let door = tokio::task::spawn_blocking(move || channel::open_door(&d))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let pid = self
+            .client
+            .inspect_container(container, None)
+            .await
+            .ok()
+            .and_then(|c| c.state?.pid)
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .ok_or_else(|| channel::DoorError::NotRunning.to_string())?;
+        door.hand_over(pid, within).await.map_err(|e| e.to_string())
     }
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
@@ -897,27 +956,38 @@ impl Docker {
             Err(e) if status_of(&e) == Some(409) => Ok(true),
             Err(e) => Err(DockerError::from_bollard(e)),
         };
-        // Its host directory goes with it (one this server never saw goes in a sweep).
-        if removed.is_ok()
-            && let Some(dir) = supervised::lock(&self.channels).remove(name)
-        {
-            channel::remove_dir(&dir);
+        // Its host directory goes with it (one this server never saw goes in a sweep), off
+        // the runtime's workers: other callers never wait for a big directory.
+        let dir = removed
+            .is_ok()
+            .then(|| supervised::lock(&self.channels).remove(name))
+            .flatten();
+        if let Some(dir) = dir {
+            channel::remove(dir).await;
         }
         removed
     }
 
     /// A fresh host directory for a new computer's direct channel, when it is worth one.
-    fn new_channel_dir(&self, supervised: bool, computer_id: &str) -> Option<PathBuf> {
-        let base = self.cfg.channel_dir.as_deref()?;
+    async fn new_channel_dir(&self, supervised: bool, computer_id: &str) -> Option<channel::Held> {
+        let base = self.cfg.channel_dir.clone()?;
         if !supervised || !self.supervisor_has_channel || !self.channel_learnt.worth_trying() {
             return None;
         }
-        match channel::make_dir(base, computer_id) {
-            Ok(dir) => Some(dir),
+        let id = computer_id.to_owned();
+        let made = tokio::task::spawn_blocking(move || channel::make_dir(&base, &id))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        match made {
+            Ok(held) => Some(held),
             Err(e) => {
                 self.channel_learnt.failed(&format!(
                     "cannot make a directory in {}: {e}",
-                    base.display()
+                    self.cfg
+                        .channel_dir
+                        .as_deref()
+                        .unwrap_or(Path::new(""))
+                        .display()
                 ));
                 None
             }
@@ -925,11 +995,20 @@ impl Docker {
     }
 
     /// Removes direct-channel directories that no container names (their computers were
-    /// removed while no server of this state directory watched). Returns how many.
+    /// removed while no server of this state directory watched, or by a server killed
+    /// before it could) and that no live server is making. Returns how many. The
+    /// directories are locked first and the containers listed after, so one whose
+    /// container is being created is either held by its maker or named in the list.
     pub async fn sweep_channels(&self) -> Result<usize, DockerError> {
         let Some(base) = self.cfg.channel_dir.clone() else {
             return Ok(0);
         };
+        let held = tokio::task::spawn_blocking(move || channel::lock_all(&base))
+            .await
+            .unwrap_or_default();
+        if held.is_empty() {
+            return Ok(0);
+        }
         let list = self
             .list_labelled(vec![channel::LABEL_CHANNEL.to_owned()])
             .await?;
@@ -938,7 +1017,7 @@ impl Docker {
             .filter_map(|c| c.labels?.get(channel::LABEL_CHANNEL).map(PathBuf::from))
             .collect();
         Ok(
-            tokio::task::spawn_blocking(move || channel::sweep(&base, &in_use))
+            tokio::task::spawn_blocking(move || channel::remove_unnamed(held, &in_use))
                 .await
                 .unwrap_or(0),
         )

@@ -22,6 +22,7 @@ impl From<DockerError> for BackendError {
             | DockerError::ImageUnavailable { .. }
             | DockerError::SupervisorUnavailable(_) => Failure::Unavailable,
             DockerError::Engine(_)
+            | DockerError::DiskLimit { .. }
             | DockerError::Stream(_)
             | DockerError::Supervisor(_)
             | DockerError::Job(_) => Failure::Failed,

@@ -21,6 +21,8 @@ pub struct DockerConfig {
     pub image: String,
     pub nano_cpus: Option<i64>,
     pub memory_bytes: Option<i64>,
+    /// `--disk`: the size limit of each computer's writable layer (`StorageOpt size`).
+    pub disk_bytes: Option<i64>,
     pub network: bool,
     pub run_flags: DockerRunFlags,
     /// `--warm-pool`: started computers kept ready for new slugs.

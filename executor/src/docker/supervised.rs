@@ -32,6 +32,9 @@ use super::{Docker, DockerError};
 pub const SUPERVISOR_PATH: &str = "/.msc/msc-supervisor";
 /// Its socket inside a computer.
 pub const SOCKET_PATH: &str = "/run/msc/sup.sock";
+/// How long a running computer's supervisor may take to come to its door.
+const ARM_LATER: Duration = Duration::from_secs(2);
+
 /// Label on containers whose PID 1 is the supervisor.
 pub const LABEL_SUPERVISOR: &str = "mcp-sandbox.supervisor";
 
@@ -348,9 +351,17 @@ impl Docker {
         container: &str,
         dir: &std::path::Path,
     ) -> Result<Arc<Connection>, String> {
-        let stream = super::channel::connect_soon(dir)
-            .await
-            .map_err(|e| e.to_string())?;
+        use super::channel::{OpenError, connect, connect_soon};
+        let stream = match connect_soon(dir).await {
+            // Nothing listens (the computer or its engine restarted): hand its supervisor
+            // a new listener, then connect.
+            Err(OpenError::Missing(_)) => {
+                self.arm_channel(container, dir, ARM_LATER).await?;
+                connect(dir).await
+            }
+            other => other,
+        }
+        .map_err(|e| e.to_string())?;
         tracing::debug!(container, "opening the direct supervisor channel");
         let (mut read, write) = stream.into_split();
         let conn = Arc::new(Connection::new(Box::pin(write)));

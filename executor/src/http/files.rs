@@ -10,11 +10,20 @@
 //! body is read and dropped in the background (`crate::serve::body::linger`) so a client
 //! still sending sees the status; an upload that stalls gets 408 (`--http-body-timeout`).
 //! `Range: bytes=a-b` answers 206 with that part.
+//!
+//! An upload refused before its body is read (auth, the path, the query, the size, the
+//! computer, and whatever the backend checks before it reads: a missing parent,
+//! `create_only`, a read-only path) is answered at once without reading it
+//! ([`refuse_unread`]): hyper sends `100 Continue` only on a body's first read, so a
+//! client that sent `Expect: 100-continue` never sends the body; the body of one that did
+//! not wait is read and dropped in the background so it sees the status, not a broken
+//! pipe. A download whose file changes while it is read ends in a broken body, never a
+//! clean short or mixed 200 (`crate::computers::files::Download`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -232,30 +241,41 @@ pub(super) async fn put(
 ) -> Response {
     match admit(&state, &headers, &id, &rest) {
         Ok((host, path)) => upload(&host, &id, &path, &uri, &headers, body, state.file_limit).await,
-        Err(r) => {
-            drain(body.into_data_stream()).await;
-            r.into_response()
-        }
+        Err(r) => refuse_unread(&headers, body.into_data_stream(), r.into_response()),
     }
 }
 
-/// Reads (and drops) what is left of a small refused body, so the client that is still
-/// sending it reads the answer instead of a reset connection. A big one is not waited
-/// for: its connection closes.
-async fn drain<S, B, E>(stream: S)
-where
-    S: futures_util::Stream<Item = Result<B, E>>,
-    B: AsRef<[u8]>,
-{
-    const DRAIN: usize = 1 << 20;
-    let mut stream = std::pin::pin!(stream);
-    let mut seen = 0usize;
-    while let Some(Ok(chunk)) = stream.next().await {
-        seen += chunk.as_ref().len();
-        if seen > DRAIN {
-            break;
-        }
+/// Whether the client sent `Expect: 100-continue`: it waits for a go-ahead before the body.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    header_str(headers, "expect").is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
+}
+
+/// Answers `r` to an upload refused before its body was read (issue 46): the answer goes
+/// out at once, the last on its connection. hyper sends `100 Continue` only when a body
+/// is first read, so a client that sent `Expect: 100-continue` gets the refusal instead and
+/// never sends the body; the body of one that did not wait is read and dropped in the
+/// background ([`body::linger`], bounded), so it reads the answer instead of meeting a
+/// broken pipe.
+pub(crate) fn refuse_unread(
+    headers: &HeaderMap,
+    body: BodyDataStream,
+    mut r: Response,
+) -> Response {
+    if !expects_continue(headers) {
+        body::linger(body, 0);
     }
+    body::close_after(&mut r);
+    r
+}
+
+/// Answers `r` to an upload refused after its body was read from: the rest of a body
+/// still coming is read and dropped in the background, the connection closed after.
+fn refuse_read(body: BodyDataStream, mut r: Response) -> Response {
+    if !http_body::Body::is_end_stream(&body) {
+        body::linger(body, 0);
+        body::close_after(&mut r);
+    }
+    r
 }
 
 /// Streams `body` into `path` of computer `id` for `host`'s caller (the query says how).
@@ -268,26 +288,29 @@ pub(crate) async fn upload(
     body: Body,
     limit: u64,
 ) -> Response {
+    let mut raw = body.into_data_stream();
     let q = match put_query(uri) {
         Ok(q) => q,
-        Err(e) => {
-            drain(body.into_data_stream()).await;
-            return error(StatusCode::BAD_REQUEST, e);
-        }
+        Err(e) => return refuse_unread(headers, raw, error(StatusCode::BAD_REQUEST, e)),
     };
     let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        // Answered at once; the rest is read in the background so the client sees it.
-        body::linger(body.into_data_stream(), 0);
-        return too_large(format!(
+        let r = too_large(format!(
             "the body is over this server's --file-limit of {limit} bytes; nothing was written"
         ));
+        return refuse_unread(headers, raw, r);
     }
     let mut seen = 0u64;
     let mut over = false;
     let mut stalled = None;
-    let mut raw = body.into_data_stream();
-    let mut stream = (&mut raw).map(|chunk| {
+    // Whether the backend read from the body: each refuses what it can (the computer, the
+    // path, `create_only`) before it reads, and then the body is never read.
+    let mut polled = false;
+    let polling = futures_util::stream::poll_fn(|cx| {
+        polled = true;
+        raw.poll_next_unpin(cx)
+    });
+    let mut stream = polling.map(|chunk| {
         let bytes = chunk.map_err(|e| {
             stalled = body::stalled(&e);
             format!("reading the request body: {e}")
@@ -324,10 +347,8 @@ pub(crate) async fn upload(
             body::close_after(&mut r);
             r
         }
-        Err(e) => {
-            drain(raw).await;
-            failed(&e)
-        }
+        Err(e) if !polled => refuse_unread(headers, raw, failed(&e)),
+        Err(e) => refuse_read(raw, failed(&e)),
     }
 }
 

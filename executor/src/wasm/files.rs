@@ -7,6 +7,9 @@
 //! atomic), so a failed write leaves the old file. Appends sync, then hash the whole file.
 //! A write to a symlink writes its target when that stays inside the computer (as a
 //! shell's `>` does); one leading outside is refused, changing nothing.
+//!
+//! The read-only base layer (`/etc`, `/bin`, `/usr/bin`, `/proc`, `/dev`) is seen as the
+//! shell sees it ([`super::layers`]): read there, refused for writes.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -14,6 +17,7 @@ use std::path::Path;
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, Permissions, PermissionsExt};
 use shared::files::{DEFAULT_MODE, Digest, Sha256, hex};
 
+use super::layers::{self, Layers};
 use super::{Wasm, WasmError};
 use crate::spec::{FilePutSpec, FileSlice, FileWriteSpec, FileWritten, UploadStream};
 
@@ -42,6 +46,23 @@ impl Wasm {
         Ok(fs)
     }
 
+    /// The read-only base layer over computer `id`'s `fs/`, as its shell mounts it.
+    async fn layers(&self, id: &str) -> Result<Layers, WasmError> {
+        let loaded = self.program().await?;
+        let dir = self.computer_dir(id);
+        if !dir.join("etc/hostname").is_file() {
+            // A computer of an older version: give it the base layer's `/etc` (as an exec
+            // does).
+            let (dir, id) = (dir.clone(), id.to_owned());
+            tokio::task::spawn_blocking(move || super::base::ensure(&dir, &id))
+                .await
+                .map_err(|e| WasmError::Storage(e.to_string()))?
+                .map_err(|e| WasmError::Storage(e.to_string()))?;
+        }
+        Ok(Layers::new(super::base::mounts(&loaded.base, &dir)))
+    }
+
+    /// Reads from the writable layer, or from the base layer where the shell sees it.
     pub async fn file_read(
         &self,
         id: &str,
@@ -50,8 +71,14 @@ impl Wasm {
         length: u64,
     ) -> Result<FileSlice, WasmError> {
         let fs = self.root_of(id)?;
+        let layers = self.layers(id).await?;
+        let (root, rel) = match layers.at(path) {
+            Some(m) if m.guest == "/dev" && !m.rel.is_empty() => return Err(layers::device(path)),
+            Some(m) => (m.host.clone(), m.rel),
+            None => (fs, split(path).0.to_owned()),
+        };
         let path = path.to_owned();
-        tokio::task::spawn_blocking(move || read(&fs, &path, offset, length))
+        tokio::task::spawn_blocking(move || read(&root, &rel, &path, offset, length))
             .await
             .map_err(|e| WasmError::Storage(e.to_string()))?
     }
@@ -62,6 +89,7 @@ impl Wasm {
         spec: &FileWriteSpec<'_>,
     ) -> Result<FileWritten, WasmError> {
         let fs = self.root_of(id)?;
+        self.layers(id).await?.check_writable(spec.path)?;
         let w = Upload {
             target: Target {
                 path: spec.path.to_owned(),
@@ -89,6 +117,7 @@ impl Wasm {
         use futures_util::StreamExt;
         use tokio::io::AsyncWriteExt;
         let fs = self.root_of(id)?;
+        self.layers(id).await?.check_writable(spec.path)?;
         let target = Target {
             path: spec.path.to_owned(),
             create_only: spec.create_only,
@@ -198,9 +227,17 @@ fn open_root(fs: &Path) -> Result<Dir, WasmError> {
         .map_err(|e| WasmError::Storage(e.to_string()))
 }
 
-fn read(fs: &Path, path: &str, offset: u64, length: u64) -> Result<FileSlice, WasmError> {
-    let root = open_root(fs)?;
-    let (rel, _, _) = split(path);
+/// Reads `rel` under the directory `dir` (the writable layer or a read-only mount);
+/// `path` names it for the agent.
+fn read(
+    dir: &Path,
+    rel: &str,
+    path: &str,
+    offset: u64,
+    length: u64,
+) -> Result<FileSlice, WasmError> {
+    let root = open_root(dir)?;
+    let rel = if rel.is_empty() { "." } else { rel };
     let mut file = root.open(rel).map_err(|e| refused(path, &e, false))?;
     let md = file.metadata().map_err(|e| refused(path, &e, false))?;
     if md.is_dir() {
@@ -233,6 +270,7 @@ fn read(fs: &Path, path: &str, offset: u64, length: u64) -> Result<FileSlice, Wa
         data,
         mode: md.mode() & 0o7777,
         mtime_secs: md.mtime(),
+        mtime_nanos: u32::try_from(md.mtime_nsec()).unwrap_or(0),
     })
 }
 

@@ -4,7 +4,9 @@
 //!
 //! Each job is one command run as in [`Wasm::exec`] on a task of its own: its stdin is a
 //! channel that `terminal_job` writes and closes, its output goes into the same bounded
-//! [`Ring`] the in-computer supervisor uses (the oldest bytes dropped and counted), and
+//! ring the in-computer supervisor uses (the oldest bytes dropped and counted), metered
+//! against the server's budget for all jobs' unread output ([`budget`]: past it, the
+//! biggest buffers lose their oldest bytes, counted the same way), and
 //! its timeout bounds its whole life (124, `timed_out`). A signal ends it at once (there
 //! are no signal handlers in WASI): status 128 + the signal, as a killed process's. Its
 //! exit is kept until the read that takes its last output, or [`KEEP_ENDED`] after it
@@ -20,9 +22,10 @@ use std::time::{Duration, Instant};
 use msc_shell::{Input, Output, Stdio};
 use shared::jobs::{BUFFER_BYTES, JobInfo, JobOutput, MAX_JOBS, PEEK_BYTES};
 use shared::result::TIMEOUT_EXIT_CODE;
-use supervisor::ring::{Ring, Stream};
+use supervisor::ring::Stream;
 use tokio::sync::{mpsc, watch};
 
+use super::budget::{self, MeteredRing, OutputBudget};
 use super::{Wasm, WasmError};
 use crate::spec::{ExecSpec, JobPoll, JobStart};
 
@@ -47,7 +50,7 @@ struct Ended {
 /// A job's output and exit, behind one lock.
 #[derive(Debug)]
 struct State {
-    ring: Ring,
+    ring: MeteredRing,
     ended: Option<Ended>,
 }
 
@@ -188,13 +191,63 @@ impl Kept {
     }
 }
 
-/// Every computer's kept jobs, by computer id, oldest first.
-#[derive(Debug, Default)]
+/// Every computer's kept jobs, by computer id, oldest first, and the budget their
+/// unread output shares.
+#[derive(Debug)]
 pub(super) struct KeptJobs {
     by_computer: Mutex<HashMap<String, Vec<Arc<Kept>>>>,
+    budget: Arc<OutputBudget>,
+    /// One shedder at a time ([`KeptJobs::keep_budget`]).
+    shedding: Mutex<()>,
 }
 
 impl KeptJobs {
+    /// No jobs yet; their unread output may hold `budget` bytes in all.
+    pub(super) fn new(budget: u64) -> Self {
+        Self {
+            by_computer: Mutex::default(),
+            budget: Arc::new(OutputBudget::new(budget)),
+            shedding: Mutex::new(()),
+        }
+    }
+
+    /// The unread output held now, and the budget, in bytes.
+    pub(super) fn buffered(&self) -> (u64, u64) {
+        (self.budget.used(), self.budget.limit())
+    }
+
+    /// Past the budget, drops the oldest bytes of the biggest buffers (counted in their
+    /// `dropped_bytes`) until it holds again.
+    fn keep_budget(&self) {
+        if !self.budget.over() {
+            return;
+        }
+        let _one = lock(&self.shedding);
+        if !self.budget.over() {
+            return; // another writer shed meanwhile
+        }
+        let all: Vec<Arc<Kept>> = lock(&self.by_computer)
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        let shed = budget::shed(&self.budget, &all, |k, f| {
+            let mut s = lock(&k.state);
+            let before = s.ring.len();
+            f(&mut s.ring);
+            let shed = s.ring.len() != before;
+            drop(s);
+            if shed {
+                k.bump(); // a waiting reader learns of the drop
+            }
+        });
+        tracing::debug!(
+            shed,
+            used = self.budget.used(),
+            "WASM job output over its budget: dropped the oldest bytes"
+        );
+    }
+
     fn get(&self, id: &str, job_id: &str) -> Option<Arc<Kept>> {
         lock(&self.by_computer)
             .get(id)?
@@ -278,7 +331,7 @@ impl Wasm {
             started: Instant::now(),
             timeout: spec.timeout,
             state: Mutex::new(State {
-                ring: Ring::new(BUFFER_BYTES as usize),
+                ring: MeteredRing::new(BUFFER_BYTES as usize, self.kept.budget.clone()),
                 ended: None,
             }),
             news: watch::channel(0).0,
@@ -293,10 +346,12 @@ impl Wasm {
             }) as Input,
             stdout: Box::new(JobWriter {
                 kept: kept.clone(),
+                jobs: self.kept.clone(),
                 stream: Stream::Stdout,
             }) as Output,
             stderr: Box::new(JobWriter {
                 kept: kept.clone(),
+                jobs: self.kept.clone(),
                 stream: Stream::Stderr,
             }) as Output,
         };
@@ -388,9 +443,12 @@ impl tokio::io::AsyncRead for ChannelReader {
     }
 }
 
-/// A job's stdout or stderr: into its ring, never blocking and never failing.
+/// A job's stdout or stderr: into its ring, never blocking and never failing; past the
+/// server's budget, the biggest buffers shed their oldest bytes. (The writer holds the
+/// table, the table never holds a writer: no cycle keeps a deleted computer's jobs.)
 struct JobWriter {
     kept: Arc<Kept>,
+    jobs: Arc<KeptJobs>,
     stream: Stream,
 }
 
@@ -401,6 +459,7 @@ impl tokio::io::AsyncWrite for JobWriter {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         self.kept.push(self.stream, buf);
+        self.jobs.keep_budget();
         Poll::Ready(Ok(buf.len()))
     }
 

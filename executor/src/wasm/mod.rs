@@ -14,7 +14,9 @@
 //! is shared ([`base`]). Permanent computers are found again after a restart; temporaries
 //! are removed by their server, or reaped by the next start when that server died.
 //! Background jobs (`&`) live in a per-computer table between calls; restart ends them,
-//! factory reset ends them, empties `fs/` and writes the base's `/etc` again.
+//! factory reset ends them, empties `fs/` and writes the base's `/etc` again. Kept jobs'
+//! unread output lives in this server, bounded in all by `--wasm-job-output-budget`
+//! ([`budget`]).
 //!
 //! With a CPython WASI module (`--wasm-python`, or `<state-dir>/python.wasm`), the toolbox
 //! shell also runs `python3` and `python` ([`Python`]): one instance of that module a
@@ -22,11 +24,13 @@
 //! background after it.
 
 mod base;
+pub mod budget;
 pub mod capture;
 pub mod engine;
 mod exec;
 mod files;
 mod jobs;
+mod layers;
 mod place;
 
 use std::path::{Path, PathBuf};
@@ -159,6 +163,7 @@ pub async fn open(
     }
     wasm.shell_memory = cfg.shell_memory_bytes;
     wasm.max_memory = cfg.max_memory_bytes as u64;
+    wasm.kept = Arc::new(jobs::KeptJobs::new(cfg.job_output_budget_bytes));
     if custom.is_some() {
         // Refuse a module that is not a WASI command before serving anything.
         wasm.ready().await?;
@@ -298,8 +303,13 @@ impl Wasm {
             max_memory: 256 << 20,
             jobs: Arc::default(),
             python: None,
-            kept: Arc::default(),
+            kept: Arc::new(jobs::KeptJobs::new(budget::DEFAULT_BUDGET)),
         })
+    }
+
+    /// The kept jobs' unread output held now, and its budget, in bytes (`/metrics`).
+    pub fn job_output(&self) -> (u64, u64) {
+        self.kept.buffered()
     }
 
     /// The backend's name in `computer_list`.

@@ -108,6 +108,7 @@ fn read_file(
         read: done,
         mode: st.st_mode & 0o7777,
         mtime: st.st_mtime,
+        mtime_nsec: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
     })
 }
 

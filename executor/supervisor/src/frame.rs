@@ -319,6 +319,9 @@ pub struct FileRead {
     pub mode: u32,
     /// Last modification, seconds since the epoch.
     pub mtime: i64,
+    /// Nanoseconds past `mtime` (absent from an older supervisor: 0).
+    #[serde(default)]
+    pub mtime_nsec: u32,
 }
 
 /// A finished upload: the whole file's size and SHA-256 (lowercase hex) after it.

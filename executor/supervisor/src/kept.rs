@@ -115,6 +115,11 @@ impl Kept {
         self.news.notify_all();
     }
 
+    /// Whether its reader fell behind: the buffer dropped bytes since the last read.
+    pub(crate) fn behind(&self) -> bool {
+        lock(&self.inner).ring.behind()
+    }
+
     pub(crate) fn end(&self, info: ExitInfo) {
         {
             let mut inner = lock(&self.inner);

@@ -2,7 +2,7 @@
 //!
 //! [`frame`] is the protocol both sides speak (the server uses it as a library);
 //! [`server`] serves the connections; `proc` holds the process primitives (locks, exit
-//! codes, job tags and tree kills, a connection's writer), `state` the shared state and the
+//! codes, job marks and tree kills, a connection's writer), `state` the shared state and the
 //! reaper, `run` a job's start and run, `sink` where its output goes, `kept` the table of
 //! kept jobs (jobs that outlive their connection; `jobs` serves their frames) and [`ring`]
 //! their bounded output buffer; `files` serves reads and uploads of files (SPEC §3.9).

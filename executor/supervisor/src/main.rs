@@ -1,4 +1,4 @@
-//! `msc-supervisor init --socket PATH [--host-socket PATH --host-owner UID]` (PID 1 in a
+//! `msc-supervisor init --socket PATH [--host-door PATH]` (PID 1 in a
 //! computer) or
 //! `msc-supervisor relay --socket PATH` (pipes stdio to the socket), or
 //! `msc-supervisor spawn-floor N` (the benchmark's floor: N spawns of `true`, timed here).
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: msc-supervisor init --socket PATH [--host-socket PATH --host-owner UID] | relay --socket PATH | spawn-floor N";
+const USAGE: &str = "usage: msc-supervisor init --socket PATH [--host-door PATH] | relay --socket PATH | spawn-floor N";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,20 +23,8 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["init", "--socket", path] => supervisor::server::run(&PathBuf::from(path), None),
-        [
-            "init",
-            "--socket",
-            path,
-            "--host-socket",
-            host,
-            "--host-owner",
-            uid,
-        ] => {
-            let Ok(uid) = uid.parse::<u32>() else {
-                eprintln!("{USAGE}");
-                return ExitCode::from(2);
-            };
-            supervisor::server::run(&PathBuf::from(path), Some((&PathBuf::from(host), uid)))
+        ["init", "--socket", path, "--host-door", door] => {
+            supervisor::server::run(&PathBuf::from(path), Some(&PathBuf::from(door)))
         }
         ["relay", "--socket", path] => supervisor::server::relay(&PathBuf::from(path)),
         ["spawn-floor", n] => match n.parse::<usize>() {

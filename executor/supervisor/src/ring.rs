@@ -60,6 +60,11 @@ impl Ring {
         self.len == 0
     }
 
+    /// Whether the reader fell behind: bytes were dropped since the previous read.
+    pub fn behind(&self) -> bool {
+        self.dropped > 0
+    }
+
     /// Whether a read would return anything (output, or a count of dropped bytes).
     pub fn has_news(&self) -> bool {
         self.len > 0 || self.dropped > 0

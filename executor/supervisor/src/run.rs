@@ -1,7 +1,7 @@
 //! A job's start ([`launch`], [`start_job`]: its program resolved like a shell, spawned in
-//! its own process group with its tag, its controls registered) and its remaining work:
-//! read its output as it comes (bounded by its limit), keep its deadline, see its end and
-//! report it.
+//! its own process group and audit session with its tag, its controls registered) and its
+//! remaining work: read its output as it comes (bounded by its limit), keep its deadline,
+//! see its end and report it.
 //!
 //! A [`Run`] is run on one thread from start to end, and may be stopped half-way and moved:
 //! a connection's thread runs a command inline (no hand-off to another thread between the
@@ -28,7 +28,8 @@ use std::sync::mpsc;
 
 use crate::frame::{CHUNK, ExitInfo, Frame, Kind, StartSpec};
 use crate::proc::{
-    JobCtl, NEXT_TAG, StdinTx, TAG_VAR, TAGS, code_of, kill_group, lock, send, settle_group,
+    JobCtl, MARKS, Mark, NEXT_TAG, StdinTx, TAG_VAR, code_of, job_session, kill_group, lock,
+    open_session, send, settle_group,
 };
 use crate::sink::Sink;
 use crate::state::{State, Waiter};
@@ -139,6 +140,12 @@ pub(crate) fn launch(
         NEXT_TAG.fetch_add(1, Ordering::Relaxed)
     );
     cmd.env(TAG_VAR, &tag);
+    // SAFETY: `open_session` makes raw system calls only (no allocation, no lock), as a
+    // child forked from a threaded process must.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(open_session);
+    }
     let oom_before = crate::oom::kills();
     cmd.stdin(if spec.stdin {
         Stdio::piped()
@@ -175,7 +182,8 @@ pub(crate) fn launch(
         }
     };
     let pgid = child.id() as i32;
-    lock(&TAGS).insert(pgid, tag);
+    let session = job_session(pgid);
+    lock(&MARKS).insert(pgid, Mark { session, tag });
     lock(&state.groups).insert(pgid, ());
     if let Sink::Stream { w, job, .. } = &sink
         && !spec.quiet
@@ -280,8 +288,12 @@ pub(crate) struct Run {
 /// Polls wake at least this often while the job is killed (to give up on escaped holders
 /// of its pipes) and never sleep past the deadline.
 const TICK: Duration = Duration::from_millis(100);
-/// A killed job's pipes held by a process that escaped even the tag are let go after this.
+/// A killed job's pipes held by a process that escaped its mark are let go after this.
 const ESCAPE_GRACE: Duration = Duration::from_secs(1);
+/// While a kept job's reader is behind (its buffer drops the oldest bytes), its pipes are
+/// read at most this often: the pipe fills and the job's writes block, so output nobody
+/// reads costs neither it nor us a CPU, and the buffer still ends with the newest bytes.
+const BEHIND_PAUSE: Duration = Duration::from_millis(50);
 
 /// What [`Run::reap`] found.
 enum Reap {
@@ -360,8 +372,10 @@ impl Run {
     /// Reads the pipes until each is closed, handing their bytes to the sink as they come,
     /// `limit` bytes in all: past it the job is truncated, its group killed and reading
     /// stops (the limit is enforced here, at the source). Once the job was killed (timeout
-    /// or limit), a holder that escaped even the tag (it cleared its environment) gets a
-    /// second to go, and is then left to itself: the answer does not wait for it.
+    /// or limit), a holder that escaped its mark (a job without a session of its own, whose
+    /// process cleared its environment) gets a second to go, and is then left to itself:
+    /// the answer does not wait for it. While a kept job's reader is behind, the pipes
+    /// are read once per [`BEHIND_PAUSE`] (back-pressure: the job's writes block).
     /// `true`: stopped because `watch` became readable.
     fn pump(&mut self, watch: Option<BorrowedFd<'_>>) -> bool {
         let mut buf = [0u8; CHUNK];
@@ -445,6 +459,9 @@ impl Run {
             }
             for i in closed.into_iter().rev() {
                 self.job.pipes.remove(i);
+            }
+            if watch.is_none() && !self.killed() && self.job.sink.behind() {
+                std::thread::sleep(BEHIND_PAUSE.min(self.left()));
             }
         }
         false
@@ -570,7 +587,7 @@ impl Run {
             settle_group(*pgid);
         }
         lock(&state.groups).remove(pgid);
-        lock(&TAGS).remove(pgid);
+        lock(&MARKS).remove(pgid);
         if let Sink::Stream { job, jobs, .. } = sink {
             lock(jobs).remove(job);
         }

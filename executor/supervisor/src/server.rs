@@ -28,6 +28,8 @@ use crate::state::{State, reaper};
 
 pub use crate::run::AUTO_SHELL;
 
+mod door;
+
 /// Runs a foreground command on the connection's own thread while the connection is
 /// quiet (a short command then ends with no hand-off between threads), and hands the rest
 /// to a worker as soon as the connection has something to say (its stdin, a kill, another
@@ -143,32 +145,6 @@ fn serve_connection(state: Arc<State>, stream: UnixStream) {
     }
 }
 
-/// Binds the direct channel's socket in the host directory mounted at `path`'s parent,
-/// owned by `owner` (the server's uid on the host) and 0600. The directory (0700, the
-/// server's, one per computer) keeps every other computer out; [`from_outside`] keeps out
-/// every process of this one, whatever its uid. `None` (said on stderr) when it cannot be
-/// made, e.g. a user namespace that does not map the directory's owner: the server then
-/// uses the relay.
-fn bind_host_socket(path: &Path, owner: u32) -> Option<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::remove_file(path);
-    let made = UnixListener::bind(path).and_then(|l| {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        std::os::unix::fs::chown(path, Some(owner), None)?;
-        Ok(l)
-    });
-    match made {
-        Ok(l) => Some(l),
-        Err(e) => {
-            eprintln!(
-                "msc-supervisor: no direct channel at {} ({e}); the server will relay",
-                path.display()
-            );
-            None
-        }
-    }
-}
-
 /// The peer is outside this computer: the kernel reports its pid as 0 when the peer's
 /// process is not in our pid namespace. A process in the computer (even root, even with the
 /// server's uid number) has a pid here, and is hung up on.
@@ -192,15 +168,14 @@ fn serve(state: &Arc<State>, listener: &UnixListener, outside_only: bool) {
     }
 }
 
-/// Runs the supervisor on `socket` (and, for the server's direct channel, on
-/// `host_socket`, owned by the given uid) until SIGTERM/SIGINT/SIGHUP.
-pub fn run(socket: &Path, host_socket: Option<(&Path, u32)>) -> io::Result<()> {
+/// Runs the supervisor on `socket` (and, for the server's direct channel, on every
+/// listener the server hands over through `host_door`, [`door`]) until SIGTERM/SIGINT/SIGHUP.
+pub fn run(socket: &Path, host_door: Option<&Path>) -> io::Result<()> {
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket)?;
-    let host_listener = host_socket.and_then(|(path, owner)| bind_host_socket(path, owner));
     // PID 1 reaps every orphan anyway; anywhere else (tests, a nested init), become the
     // subreaper so a job's orphaned children are still ours to reap.
     if rustix::process::getpid().as_raw_nonzero().get() != 1 {
@@ -216,10 +191,6 @@ pub fn run(socket: &Path, host_socket: Option<(&Path, u32)>) -> io::Result<()> {
     {
         let state = state.clone();
         let socket = socket.to_owned();
-        let host_socket = host_listener
-            .as_ref()
-            .and(host_socket)
-            .map(|(path, _)| path.to_owned());
         let mut signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
@@ -237,16 +208,19 @@ pub fn run(socket: &Path, host_socket: Option<(&Path, u32)>) -> io::Result<()> {
                     }
                 }
                 let _ = std::fs::remove_file(&socket);
-                if let Some(host_socket) = &host_socket {
-                    let _ = std::fs::remove_file(host_socket);
-                }
                 std::process::exit(0);
             }
         });
     }
-    if let Some(host_listener) = host_listener {
+    if let Some(host_door) = host_door {
         let state = state.clone();
-        thread::spawn(move || serve(&state, &host_listener, true));
+        let host_door = host_door.to_owned();
+        thread::spawn(move || {
+            door::watch(&host_door, |listener| {
+                let state = state.clone();
+                thread::spawn(move || serve(&state, &listener, true));
+            });
+        });
     }
     serve(&state, &listener, false);
     Ok(())

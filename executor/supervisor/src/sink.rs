@@ -32,6 +32,15 @@ impl Sink {
         }
     }
 
+    /// Whether nobody keeps up with its output: a kept job whose buffer is dropping bytes.
+    /// A streamed job's connection reads all it is sent.
+    pub(crate) fn behind(&self) -> bool {
+        match self {
+            Sink::Stream { .. } => false,
+            Sink::Kept(k) => k.behind(),
+        }
+    }
+
     pub(crate) fn exit(&self, info: ExitInfo) {
         match self {
             Sink::Stream { w, job, .. } => send(

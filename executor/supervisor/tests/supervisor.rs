@@ -975,3 +975,188 @@ fn issue_19_a_kept_jobs_signal_reaches_what_left_its_group() {
         "TERM missed the setsid child"
     );
 }
+
+/// The ways a process sheds its job's environment tag and process group, each leaving a
+/// `sleep <secs>` behind (issue 46, item 1).
+fn escapes(secs: &str) -> [String; 4] {
+    [
+        format!("setsid env -i sleep {secs} & sleep 1000"),
+        format!("unset MSC_JOB; setsid sleep {secs} & sleep 1000"),
+        format!(
+            "(setsid sh -c 'exec 0<&- 1>&- 2>&-; env -u MSC_JOB sleep {secs} &' &); sleep 1000"
+        ),
+        format!(
+            "perl -e 'use POSIX; fork and exit; POSIX::setsid(); fork and exit; \
+             close STDIN; close STDOUT; close STDERR; %ENV = (); exec \"sleep\", \"{secs}\"' & \
+             sleep 1000"
+        ),
+    ]
+}
+
+/// Waits until `sleep <secs>` runs (a shell may start it a little after its `&`).
+fn started(secs: &str) {
+    started_argv(&["sleep", secs]);
+}
+
+/// Where the test runs without a login uid (a service, a container), every job opens its
+/// own audit session, and that is what the kills follow.
+fn without_a_login_uid() {
+    let uid = std::fs::read_to_string("/proc/self/loginuid").unwrap();
+    assert_eq!(
+        uid.trim(),
+        "4294967295",
+        "these tests need a process without a login uid (run them from a service or a \
+         container, not a login shell): the job's audit session is what they check"
+    );
+}
+
+#[test]
+fn issue_46_a_tree_that_sheds_its_tag_dies_at_the_timeout_and_on_cancel() {
+    without_a_login_uid();
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    for (i, command) in escapes("4601.5").iter().enumerate() {
+        let o = run(
+            &mut s,
+            i as u32 + 1,
+            &spec(&["sh", "-c", command], 1500, 1000),
+        );
+        assert_eq!((o.exit.code, o.exit.timed_out), (124, true), "{command}");
+        assert!(
+            gone_within(&["sleep", "4601.5"], Duration::from_secs(2)),
+            "the timeout missed what {command} left"
+        );
+    }
+    // A cancelled call (a kill frame) ends the whole tree too.
+    for (i, command) in escapes("4602.5").iter().enumerate() {
+        let job = i as u32 + 10;
+        send_start(&mut s, job, &spec(&["sh", "-c", command], 60_000, 1000));
+        started("4602.5");
+        Frame::new(Kind::Kill, job, vec![9])
+            .write_to(&mut s)
+            .unwrap();
+        assert_eq!(collect(&mut s, job).exit.code, 137, "{command}");
+        assert!(
+            gone_within(&["sleep", "4602.5"], Duration::from_secs(2)),
+            "the kill frame missed what {command} left"
+        );
+    }
+}
+
+#[test]
+fn issue_46_a_kept_jobs_kill_ends_what_shed_its_tag_and_spares_its_neighbour() {
+    without_a_login_uid();
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    for (i, command) in escapes("4603.5").iter().enumerate() {
+        let req = 10 * i as u32;
+        // A neighbour on the same computer, escaped the same way, started first.
+        let neighbour = command.replace("4603.5", "4604.5");
+        keep(
+            &mut s,
+            req + 1,
+            "b",
+            &["sh", "-c", &neighbour],
+            60_000,
+            1 << 20,
+        )
+        .unwrap();
+        started("4604.5");
+        keep(
+            &mut s,
+            req + 2,
+            "a",
+            &["sh", "-c", command],
+            60_000,
+            1 << 20,
+        )
+        .unwrap();
+        started("4603.5");
+        let kill = |s: &mut UnixStream, req, id: &str| {
+            let control = JobControl::Signal {
+                job_id: id.into(),
+                signal: 9,
+            };
+            job(s, req, &control).2.unwrap();
+            let (_, _, st) = read(s, req + 1, id, 5_000, true);
+            assert!(st.exit.is_some(), "{command}");
+        };
+        kill(&mut s, req + 3, "a");
+        assert!(
+            gone_within(&["sleep", "4603.5"], Duration::from_secs(2)),
+            "KILL missed what {command} left"
+        );
+        assert_eq!(
+            running(&["sleep", "4604.5"]),
+            1,
+            "killing one job reached its neighbour's tree ({command})"
+        );
+        kill(&mut s, req + 5, "b");
+        assert!(gone_within(&["sleep", "4604.5"], Duration::from_secs(2)));
+    }
+}
+
+/// CPU time (user + system, clock ticks) `pid` has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    // After the name: state(3) … utime(14) stime(15).
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The pid of the process whose command line is `argv`.
+fn pid_of(argv: &[&str]) -> u32 {
+    let want = argv.join("\0") + "\0";
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes()))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn issue_46_output_nobody_reads_blocks_the_job_instead_of_burning_a_cpu() {
+    let sup = start();
+    let mut s = connect(&sup.socket);
+    keep(&mut s, 1, "loud", &["yes", "4650"], 60_000, 1 << 20).unwrap();
+    started_argv(&["yes", "4650"]);
+    let yes = pid_of(&["yes", "4650"]);
+    // Let the 1 MiB buffer fill, then watch both sides for two seconds.
+    std::thread::sleep(Duration::from_millis(500));
+    let (sup0, yes0) = (cpu_ticks(sup.child.id()), cpu_ticks(yes));
+    std::thread::sleep(Duration::from_secs(2));
+    let (sup1, yes1) = (cpu_ticks(sup.child.id()), cpu_ticks(yes));
+    // 200 ticks are two seconds of one CPU; reading flat out costs both sides most of it.
+    assert!(
+        sup1 - sup0 < 30 && yes1 - yes0 < 30,
+        "an unread `yes` still costs CPU: supervisor {} ticks, yes {} ticks in 2 s",
+        sup1 - sup0,
+        yes1 - yes0
+    );
+    // What a reader gets is still the newest output, and it says what it missed.
+    let (o, _, st) = read(&mut s, 2, "loud", 1_000, false);
+    assert!(st.dropped_bytes > 0, "{st:?}");
+    assert!(o.len() <= 1 << 20 && o.ends_with(b"4650\n"), "{}", o.len());
+    job(
+        &mut s,
+        3,
+        &JobControl::Signal {
+            job_id: "loud".into(),
+            signal: 9,
+        },
+    )
+    .2
+    .unwrap();
+    let (_, _, st) = read(&mut s, 4, "loud", 5_000, true);
+    assert_eq!(st.exit.map(|e| e.code), Some(137));
+}
+
+fn started_argv(argv: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running(argv) == 0 {
+        assert!(Instant::now() < deadline, "{argv:?} never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

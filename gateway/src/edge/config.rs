@@ -1,6 +1,6 @@
 //! The gateway's configuration, read once per isolate from Worker vars and secrets, and
 //! where operations go: a provider the Worker reaches itself, or an executor's `/v1` API
-//! (`Op::encode`, a cached HS256 token for the team).
+//! (`Op::encode`, a cached HS256 token for that executor, the team and the caller).
 
 use super::*;
 
@@ -38,7 +38,6 @@ pub(crate) struct Gateway {
     /// decided.
     pub(crate) placement: std::result::Result<crate::placement::Placement, String>,
     pub(crate) executor_secret: String,
-    pub(crate) executor_audience: String,
     /// `SESSION_TIMEOUT_SECS`, in ms.
     pub(crate) idle_ms: u64,
     pub(crate) dispatcher: Dispatcher,
@@ -112,8 +111,6 @@ impl Gateway {
             e2b,
             placement,
             executor_secret: var(env, "EXECUTOR_SECRET").unwrap_or_default(),
-            executor_audience: var(env, "EXECUTOR_AUDIENCE")
-                .unwrap_or_else(|| DEFAULT_AUDIENCE.into()),
             idle_ms: var(env, "SESSION_TIMEOUT_SECS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_IDLE_SECS)
@@ -145,19 +142,29 @@ impl Gateway {
     }
 
     /// Does one operation where `place` says: on a provider directly, or through the
-    /// executor API of the executor of that name, with a token granting `scope` (the
-    /// caller's, space separated: the executor checks it again). Failures keep their codes.
+    /// executor API of the executor of that name, with a token for `owner` (the caller,
+    /// whose temporaries the executor keeps to it) granting `scope` (the caller's, space
+    /// separated: the executor checks it again). Failures keep their codes.
     pub(crate) async fn op(
         &self,
         place: &str,
         team: &str,
+        owner: &str,
         scope: &str,
         op: Op,
     ) -> std::result::Result<Value, GatewayError> {
         let answer = match EdgePlace::of(place) {
             EdgePlace::Fly => slot(&self.fly, place)?.handle(team, op).await,
             EdgePlace::E2b => slot(&self.e2b, place)?.handle(team, op).await,
-            EdgePlace::Executor(name) => return self.call(name, team, scope, &op).await,
+            EdgePlace::Executor(name) => {
+                let grant = exec_token::Grant {
+                    executor: name,
+                    team,
+                    owner,
+                    scope,
+                };
+                return self.call(grant, &op).await;
+            }
         };
         answer.map_err(GatewayError::Api)
     }
@@ -216,27 +223,21 @@ impl Gateway {
         written.map_err(GatewayError::Api)
     }
 
-    /// Sends `op` to an executor for `team`: the success body, or the executor's error.
+    /// Sends `op` to the executor `grant` names, with a token for it (its `aud` is that
+    /// executor's name): the success body, or the executor's error.
     pub(crate) async fn call(
         &self,
-        executor: &str,
-        team: &str,
-        scope: &str,
+        grant: exec_token::Grant<'_>,
         op: &Op,
     ) -> std::result::Result<Value, GatewayError> {
+        let executor = grant.executor;
         let ex = self.executor(executor).ok_or_else(|| {
             GatewayError::Config(format!(
                 "executor {executor:?} is not configured on this gateway"
             ))
         })?;
-        let token = exec_token::token(
-            &self.executor_secret,
-            &self.executor_audience,
-            team,
-            scope,
-            now_ms() / 1000,
-        )
-        .map_err(GatewayError::Config)?;
+        let token = exec_token::token(&self.executor_secret, grant, now_ms() / 1000)
+            .map_err(GatewayError::Config)?;
         let request = op.encode();
         let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
         let headers = Headers::new();

@@ -149,13 +149,13 @@ pub(crate) async fn files(
             ),
         );
     };
-    let token = match exec_token::token(
-        &gw.executor_secret,
-        &gw.executor_audience,
-        &team,
-        Scope::Exec.as_str(),
-        now_ms() / 1000,
-    ) {
+    let grant = exec_token::Grant {
+        executor: &ex.name,
+        team: &team,
+        owner: &host.owner,
+        scope: Scope::Exec.as_str(),
+    };
+    let token = match exec_token::token(&gw.executor_secret, grant, now_ms() / 1000) {
         Ok(t) => t,
         Err(e) => return error(500, e),
     };

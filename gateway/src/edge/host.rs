@@ -175,7 +175,7 @@ impl Host {
         loop {
             match self
                 .gw
-                .op(&rec.executor, &team, &self.scope(), make())
+                .op(&rec.executor, &team, &self.owner, &self.scope(), make())
                 .await
             {
                 Err(e @ GatewayError::Unreachable { .. }) if rec.new => {
@@ -240,7 +240,13 @@ impl Host {
         let rec = self.visible(&id).await?;
         let v = self
             .gw
-            .op(&rec.executor, &self.caller.team, &self.scope(), op)
+            .op(
+                &rec.executor,
+                &self.caller.team,
+                &self.owner,
+                &self.scope(),
+                op,
+            )
             .await?;
         Ok((rec, v))
     }
@@ -469,7 +475,13 @@ impl Host {
                 };
                 let v = self
                     .gw
-                    .op(&rec.executor, &team, &self.scope(), Op::job(&id, call))
+                    .op(
+                        &rec.executor,
+                        &team,
+                        &self.owner,
+                        &self.scope(),
+                        Op::job(&id, call),
+                    )
                     .await?;
                 // A peek of an ended job leaves it for the read that takes its output.
                 if v["running"] == false
@@ -495,7 +507,11 @@ impl Host {
                 places.dedup();
                 let mut items = Vec::new();
                 for place in places {
-                    let listed = match self.gw.op(&place, &team, &self.scope(), Op::List).await {
+                    let listed = self
+                        .gw
+                        .op(&place, &team, &self.owner, &self.scope(), Op::List)
+                        .await;
+                    let listed = match listed {
                         Ok(v) => v,
                         // One executor down does not hide the rest: its computers are
                         // listed from the inventory, as unreachable, with why.

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use shared::CallToolResult;
 use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
-use shared::executor_api::{ApiError, DEFAULT_AUDIENCE, ErrorCode};
+use shared::executor_api::{ApiError, ErrorCode};
 use shared::ids::slug_from_random;
 use shared::mcp::{
     CallContext, Dispatcher, Era, ServerConfig, ToolHost, codes, error_response, success_response,

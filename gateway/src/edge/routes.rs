@@ -216,8 +216,25 @@ pub(crate) fn jwt_bench(url: &worker::Url) -> Value {
     for i in 0..n {
         ok += u32::from(match op.as_str() {
             "verify" => auth.check(Some(&header), now).is_ok(),
-            "sign" => exec_token::sign(secret, "bench", &format!("t{i}"), "exec", now).is_ok(),
-            "cached" => exec_token::token(secret, "bench", "cached", "exec", now).is_ok(),
+            "sign" => {
+                let team = format!("t{i}");
+                let grant = exec_token::Grant {
+                    executor: "bench",
+                    team: &team,
+                    owner: "user:u",
+                    scope: "exec",
+                };
+                exec_token::sign(secret, grant, now).is_ok()
+            }
+            "cached" => {
+                let grant = exec_token::Grant {
+                    executor: "bench",
+                    team: "cached",
+                    owner: "user:u",
+                    scope: "exec",
+                };
+                exec_token::token(secret, grant, now).is_ok()
+            }
             _ => false,
         });
     }

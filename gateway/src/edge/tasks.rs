@@ -220,7 +220,13 @@ impl Host {
         };
         let answer = self
             .gw
-            .op(place, &self.caller.team, &self.scope(), Op::JobRead(poll))
+            .op(
+                place,
+                &self.caller.team,
+                &self.owner,
+                &self.scope(),
+                Op::JobRead(poll),
+            )
             .await;
         match answer {
             Ok(v) => match serde_json::from_value::<JobOutput>(v) {

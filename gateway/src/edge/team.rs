@@ -174,8 +174,13 @@ impl Team {
         let op = Op::Delete {
             computer_id: e.id.clone(),
         };
-        // The gateway's own housekeeping: it owns the lifetime of what it placed.
-        match gw.op(&e.place, team, Scope::Manage.as_str(), op).await {
+        // The gateway's own housekeeping: it owns the lifetime of what it placed. The
+        // executor lets only a temporary's owner reach it: the removal is in its name.
+        let owner = e.principal().unwrap_or_default();
+        match gw
+            .op(&e.place, team, owner, Scope::Manage.as_str(), op)
+            .await
+        {
             Ok(_) => self.registry().forget(&e.id),
             Err(GatewayError::Api(a)) if a.error.code == ErrorCode::NotFound => {
                 self.registry().forget(&e.id)

@@ -294,6 +294,7 @@ pub async fn read<S: Shell>(
         data,
         mode,
         mtime_secs,
+        mtime_nanos: 0,
     })
 }
 
@@ -321,6 +322,7 @@ async fn read_whole<S: Shell>(
         data: whole[from..to].to_vec(),
         mode: info.mode,
         mtime_secs: info.mtime_secs,
+        mtime_nanos: 0,
     }))
 }
 

@@ -321,3 +321,21 @@ fn the_unknown_message_says_what_to_do() {
         "{msg}"
     );
 }
+
+#[test]
+fn issue_46_a_tombstone_keeps_the_owner_its_removal_is_retried_for() {
+    let mut reg = Registry::new(MemoryStore::default());
+    let alice = Claimant {
+        requested: None,
+        owner: "user:alice",
+        stateless: true,
+    };
+    reg.claim("box", "exec-a", &alice, 5).unwrap();
+    reg.retire("box").unwrap();
+    reg.retire("box").unwrap();
+    let [e] = reg.temporaries().unwrap().try_into().unwrap();
+    assert_eq!(e.principal(), Some("user:alice"));
+    assert!(reg.visible("box", "user:alice").is_err());
+    assert!(reg.visible("box", "(removal pending)").is_err());
+    assert_eq!(reg.idle(300_000, 300).unwrap().len(), 1);
+}

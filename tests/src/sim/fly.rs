@@ -169,6 +169,7 @@ impl FlySim {
             changed,
             violations: Mutex::new(Vec::new()),
             counts: Mutex::new(BTreeMap::new()),
+            faults: Mutex::new(BTreeMap::new()),
             served: AtomicU64::new(0),
             creates: AtomicU32::new(0),
             closing: AtomicBool::new(false),
@@ -203,6 +204,11 @@ impl FlySim {
     /// Requests by `METHOD /path/template` (unmatched paths are counted as sent).
     pub fn request_counts(&self) -> BTreeMap<String, u32> {
         lock(&self.inner.counts).clone()
+    }
+
+    /// Injected faults (429 and 5xx answers) by `METHOD /path/template`.
+    pub fn fault_counts(&self) -> BTreeMap<String, u32> {
+        lock(&self.inner.faults).clone()
     }
 
     /// Stops serving and removes every backing container.
@@ -271,6 +277,8 @@ struct Inner {
     changed: watch::Sender<u64>,
     violations: Mutex<Vec<String>>,
     counts: Mutex<BTreeMap<String, u32>>,
+    /// Injected 429s and 5xx, by the same keys as `counts`.
+    faults: Mutex<BTreeMap<String, u32>>,
     served: AtomicU64,
     creates: AtomicU32,
     closing: AtomicBool,
@@ -481,7 +489,11 @@ impl Inner {
         }
 
         let n = self.served.fetch_add(1, Ordering::SeqCst) + 1;
-        match injected_fault(n, self.opts.rate_limit_every, self.opts.error_5xx_every) {
+        let fault = injected_fault(n, self.opts.rate_limit_every, self.opts.error_5xx_every);
+        if fault.is_some() {
+            *lock(&self.faults).entry(key.clone()).or_default() += 1;
+        }
+        match fault {
             Some(429) => {
                 let mut r = Reply::error(429, "rate limited");
                 r.headers.push(("retry-after", "1".to_owned()));

@@ -1,6 +1,10 @@
 //! Issue 18: the direct channel to the supervisor (a unix socket in a per-computer host
 //! directory) and the relay give the same results; a computer sees only its own directory,
-//! and what it plants there never leads the server to another computer.
+//! and what it plants there never leads the server to another computer. Issue 46: the
+//! computer cannot write there at all, deleting one never stalls other callers, and the
+//! next start reaps what a killed server left.
+
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tests::*;
@@ -187,5 +191,220 @@ async fn issue_18_a_computer_cannot_reach_another_computers_channel() -> anyhow:
             "{dir} outlived its computer"
         );
     }
+    remove_all(&t).await
+}
+
+/// The entries of a host directory, as the host sees them.
+fn entries(dir: &str) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<anyhow::Result<_>>()?;
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test]
+async fn issue_46_a_computer_cannot_put_anything_in_its_host_directory() -> anyhow::Result<()> {
+    let t = tag("hostdir");
+    let c = stdio_client(&t, &state_dir(&t), &ServerOpts::lifecycle()).await?;
+    let id = format!("{t}-a");
+    exec(
+        &c,
+        json!({"command": "true", "computer_id": id, "temporary": false}),
+    )
+    .await?;
+    let dir = channel_dir(&id).await?.expect("a host directory");
+    // Root in the computer tries what the red team planted on the host through it.
+    let attempts = [
+        (
+            "a block device (the host's first disk)",
+            "mknod /run/msc-host/disk b 8 0",
+        ),
+        ("kmem", "mknod /run/msc-host/kmem c 1 2"),
+        (
+            "a setuid-root shell",
+            "cp /bin/sh /run/msc-host/sh && chmod 4755 /run/msc-host/sh",
+        ),
+        (
+            "many files",
+            "for i in $(seq 1 2000); do : > /run/msc-host/f$i || exit 1; done",
+        ),
+        (
+            "big data",
+            "dd if=/dev/zero of=/run/msc-host/big bs=1M count=64 2>/dev/null",
+        ),
+        ("a directory", "mkdir /run/msc-host/d"),
+        (
+            "a replaced socket",
+            "rm -f /run/msc-host/sup.sock && : > /run/msc-host/sup.sock",
+        ),
+        ("a writable remount", "mount -o remount,rw /run/msc-host"),
+    ];
+    for (what, command) in attempts {
+        let r = exec(&c, json!({"command": command, "computer_id": id})).await?;
+        assert_ne!(r["exit_code"], 0, "{what} was allowed: {r}");
+    }
+    // Nothing landed on the host: the socket the server bound, and nothing else.
+    assert_eq!(entries(&dir)?, ["sup.sock"], "in {dir}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(format!("{dir}/sup.sock"))?
+            .file_type()
+            .is_socket()
+    );
+    let mount = sh(&c, &id, "grep ' /run/msc-host ' /proc/self/mountinfo").await?;
+    assert!(mount.contains(" ro,"), "not mounted read-only: {mount}");
+    // And the channel still serves, directly.
+    assert_eq!(sh(&c, &id, "echo direct").await?, "direct\n");
+    assert_eq!(relays(&c, &id).await?, 0);
+    let r = call(&c, "computer_delete", json!({"computer_id": id})).await?;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} outlived its computer"
+    );
+    c.cancel().await?;
+    remove_all(&t).await
+}
+
+/// Issue 46: a computer whose host directory is big (its computer can no longer fill it,
+/// so the test fills it from the host, as an older server's computer could) is deleted
+/// while another caller lists tools: the removal runs off the runtime's workers, so the
+/// other caller never waits for it.
+#[tokio::test]
+async fn issue_46_deleting_a_big_host_directory_does_not_stall_other_callers() -> anyhow::Result<()>
+{
+    const FILES: usize = 200_000;
+    const BOUND: Duration = Duration::from_millis(300);
+    let t = tag("bigdir");
+    // One runtime worker, as on a one-CPU host: blocking work on it stalls every caller
+    // (with more workers only some do, depending on where tasks land).
+    let mut opts = ServerOpts::lifecycle();
+    opts.env
+        .push(("TOKIO_WORKER_THREADS".to_owned(), "1".to_owned()));
+    let server = HttpServer::start(&t, &state_dir(&t), &opts).await?;
+    let (a, b) = (
+        server.legacy_client(None).await?,
+        server.legacy_client(None).await?,
+    );
+    let id = format!("{t}-a");
+    exec(
+        &a,
+        json!({"command": "true", "computer_id": id, "temporary": false}),
+    )
+    .await?;
+    let dir = channel_dir(&id).await?.expect("a host directory");
+    let fill = std::path::PathBuf::from(&dir).join("fill");
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        std::fs::create_dir(&fill)?;
+        for i in 0..FILES {
+            std::fs::File::create(fill.join(i.to_string()))?;
+        }
+        Ok(())
+    })
+    .await??;
+    tool_names(&b).await?;
+    let started = Instant::now();
+    let id2 = id.clone();
+    let delete = tokio::spawn(async move {
+        let r = call(&a, "computer_delete", json!({"computer_id": id2})).await;
+        (r, a)
+    });
+    let (mut worst, mut samples) = (Duration::ZERO, 0);
+    while !delete.is_finished() {
+        let s = Instant::now();
+        tool_names(&b).await?;
+        worst = worst.max(s.elapsed());
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = started.elapsed();
+    let (r, a) = delete.await?;
+    let r = r?;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} outlived its computer"
+    );
+    eprintln!("delete took {took:?}; {samples} tools/list, the slowest {worst:?}");
+    assert!(
+        samples >= 3,
+        "the delete ({took:?}) was too quick to measure"
+    );
+    assert!(
+        worst < BOUND,
+        "tools/list took {worst:?} while a computer was deleted ({took:?})"
+    );
+    a.cancel().await?;
+    b.cancel().await?;
+    server.terminate().await?;
+    remove_all(&t).await
+}
+
+/// Issue 46: a server killed with SIGKILL leaves the host directories of its temporaries
+/// and its warm pool; the next start reaps them at once (no two-minute wait), and keeps the
+/// permanent computer's, which is still reached directly even after its container
+/// restarted behind the servers' backs (the new supervisor gets a new listener).
+#[tokio::test]
+async fn issue_46_the_next_start_reaps_the_host_directories_of_a_killed_server()
+-> anyhow::Result<()> {
+    let t = tag("reapdirs");
+    let state = state_dir(&t);
+    let run = state.join("run");
+    let pooled = ServerOpts::lifecycle().arg("--warm-pool").arg("2");
+    let (c, pid) = stdio_client_pid(&t, &state, &pooled).await?;
+    let keep = format!("{t}-keep");
+    exec(
+        &c,
+        json!({"command": "true", "computer_id": keep, "temporary": false}),
+    )
+    .await?;
+    for i in 0..3 {
+        exec(
+            &c,
+            json!({"command": "true", "computer_id": format!("{t}-tmp{i}")}),
+        )
+        .await?;
+    }
+    let keep_dir = channel_dir(&keep).await?.expect("a host directory");
+    // The pool refills in the background: wait for its two members' directories.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while entries(run.to_str().unwrap_or_default())?.len() < 6 {
+        assert!(Instant::now() < deadline, "the warm pool did not fill");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    signal(pid, "KILL");
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(entries(run.to_str().unwrap_or_default())?.len() >= 6);
+    // The permanent computer restarts while no server watches.
+    docker()?
+        .restart_container(&format!("kilntainer-{keep}"), None)
+        .await?;
+    let next = stdio_client(&t, &state, &ServerOpts::lifecycle()).await?;
+    let keep_name = std::path::Path::new(&keep_dir)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = entries(run.to_str().unwrap_or_default())?;
+        if left == [keep_name.clone()] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the next start left {left:?} (only {keep_name} is in use)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(sh(&next, &keep, "echo kept").await?, "kept\n");
+    assert_eq!(
+        relays(&next, &keep).await?,
+        0,
+        "the permanent computer is relayed"
+    );
+    assert_eq!(entries(&keep_dir)?, ["sup.sock"]);
+    next.cancel().await?;
     remove_all(&t).await
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use shared::executor_api::{Claims, DEFAULT_AUDIENCE, GATEWAY_ISSUER};
+use shared::executor_api::{Claims, GATEWAY_ISSUER};
 use tests::*;
 
 const SECRET: &str = "exec-secret-0123456789abcdef0123456789abcdef";
@@ -15,11 +15,12 @@ const SECRET: &str = "exec-secret-0123456789abcdef0123456789abcdef";
 fn claims(team: &str) -> Claims {
     Claims {
         iss: GATEWAY_ISSUER.into(),
-        aud: DEFAULT_AUDIENCE.into(),
+        aud: EXECUTOR_NAME.into(),
         sub: team.into(),
         iat: unix_now(),
         exp: unix_now() + 60,
         scope: "exec manage".into(),
+        owner: String::new(),
     }
 }
 
@@ -29,6 +30,17 @@ fn sign(c: &Claims, secret: &str) -> String {
 
 fn token(team: &str) -> String {
     sign(&claims(team), SECRET)
+}
+
+/// `c` under `header`, signed with HMAC-SHA256 keyed by `key` whatever the header says:
+/// what a verifier that trusts the header's `alg` with the key it holds would accept.
+fn hmac_signed(header: Value, c: &Claims, key: &[u8]) -> String {
+    let unsigned = forged(header, c, "");
+    let message = unsigned.trim_end_matches('.');
+    let key = jsonwebtoken::EncodingKey::from_secret(key).expect("key");
+    let sig = jsonwebtoken::crypto::sign(message.as_bytes(), &key, jsonwebtoken::Algorithm::HS256)
+        .expect("hmac");
+    format!("{message}.{sig}")
 }
 
 /// A token with an arbitrary header and signature (for `alg: none` and key confusion).
@@ -118,11 +130,21 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
             )),
         ),
         (
+            // issue 46: signed for real, with the only key the executor holds (a bogus
+            // signature would be refused for that reason alone).
             "RS256 header (key confusion)",
-            Some(forged(
+            Some(hmac_signed(
                 json!({"alg": "RS256", "typ": "JWT"}),
                 &claims("a"),
-                "c2ln",
+                SECRET.as_bytes(),
+            )),
+        ),
+        (
+            "HS384 header (another HMAC)",
+            Some(hmac_signed(
+                json!({"alg": "HS384", "typ": "JWT"}),
+                &claims("a"),
+                SECRET.as_bytes(),
             )),
         ),
         (
@@ -154,6 +176,14 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
         };
         assert_eq!(body["error"]["message"], said, "{what}: {body}");
     }
+    // The forger signs correctly: the same HMAC under the right header is accepted.
+    let honest = hmac_signed(
+        json!({"alg": "HS256", "typ": "JWT"}),
+        &claims("a"),
+        SECRET.as_bytes(),
+    );
+    let (s, body) = req(M::GET, format!("{v1}/computers"), Some(&honest), None).await?;
+    assert_eq!(s, 200, "{body}");
 
     // Team a: create, exec (the tool's exact result shape), list.
     let (a, b) = (token("team-a"), token("team-b"));
@@ -649,4 +679,119 @@ async fn issue_19_executor_checks_scope_and_team() -> anyhow::Result<()> {
         docker(&["rm", "-f", &format!("kilntainer-{key}")])?;
     }
     wait_for_count(&t, 0, Duration::from_secs(15)).await
+}
+
+/// Issue 46, items 11 and 7: tokens as the gateway mints them (`gateway::exec_token`) work
+/// only on the executor they name; a temporary made for one caller answers no other caller
+/// of the team; and a temporary nobody names for `--executor-idle-timeout` is removed by
+/// the executor itself (its gateway stopped asking), while a permanent one stays.
+#[tokio::test]
+async fn issue_46_executor_tokens_callers_and_idle_temporaries() -> anyhow::Result<()> {
+    use gateway::exec_token::{Grant, sign as mint};
+    use reqwest::Method as M;
+    let t = tag("x46");
+    let mut xs = Vec::new();
+    for name in ["exec-a", "exec-b"] {
+        let tn = format!("{t}-{name}");
+        let args = ["--executor-idle-timeout", "2"];
+        xs.push(
+            HttpServer::start_named_executor(
+                &tn,
+                &state_dir(&tn),
+                &wasm_opts(),
+                SECRET,
+                name,
+                &args,
+            )
+            .await?,
+        );
+    }
+    let (a, b) = (format!("{}/v1", xs[0].base), format!("{}/v1", xs[1].base));
+    let token = |executor: &str, owner: &str| {
+        let grant = Grant {
+            executor,
+            team: "team-46",
+            owner,
+            scope: "exec manage",
+        };
+        mint(SECRET, grant, unix_now()).map_err(anyhow::Error::msg)
+    };
+
+    // Item 11: a token for exec-a is refused by exec-b, and the other way round.
+    let (for_a, for_b) = (
+        token("exec-a", "user:alice")?,
+        token("exec-b", "user:alice")?,
+    );
+    for (url, tok, want) in [
+        (&a, &for_a, 200),
+        (&b, &for_a, 401),
+        (&b, &for_b, 200),
+        (&a, &for_b, 401),
+    ] {
+        let (s, body) = req(M::GET, format!("{url}/computers"), Some(tok), None).await?;
+        assert_eq!(s, want, "{url}: {body}");
+    }
+
+    // Item 7: alice's temporary on exec-a answers only alice.
+    let (alice, bob, team) = (for_a, token("exec-a", "session:bob")?, token("exec-a", "")?);
+    let exec = |tok: String, id: &'static str, body: Value| {
+        let url = format!("{a}/computers/{id}/exec");
+        async move { req(M::POST, url, Some(&tok), Some(body)).await }
+    };
+    let (s, r) = exec(
+        alice.clone(),
+        "tmp",
+        json!({"command": "echo secret > /tmp/f"}),
+    )
+    .await?;
+    assert_eq!((s, &r["temporary"]), (200, &json!(true)), "{r}");
+    let (s, r) = exec(
+        alice.clone(),
+        "keep",
+        json!({"command": "true", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(s, 200, "{r}");
+    for other in [&bob, &team] {
+        let (s, r) = exec(other.clone(), "tmp", json!({"command": "cat /tmp/f"})).await?;
+        assert!(
+            s == 404 || s == 409,
+            "another caller reached alice's temporary: {s} {r}"
+        );
+        let (s, r) = req(M::GET, format!("{a}/computers"), Some(other), None).await?;
+        assert_eq!((s, r["count"].as_u64()), (200, Some(1)), "{r}");
+        assert_eq!(r["computers"][0]["computer_id"], "keep", "{r}");
+    }
+    let listed = |tok: String| {
+        let url = format!("{a}/computers");
+        async move {
+            let (_, r) = req(M::GET, url, Some(&tok), None).await?;
+            let mut ids: Vec<String> = r["computers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
+                .collect();
+            ids.sort();
+            anyhow::Ok(ids)
+        }
+    };
+    assert_eq!(listed(alice.clone()).await?, ["keep", "tmp"]);
+
+    // Nobody names `tmp` any more: the executor removes it after its idle timeout (2 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while listed(alice.clone()).await? != ["keep"] {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the idle temporary is still there: {:?}",
+            listed(alice.clone()).await?
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (s, _) = req(M::DELETE, format!("{a}/computers/keep"), Some(&alice), None).await?;
+    assert_eq!(s, 200);
+    for x in xs {
+        assert!(x.terminate().await?.success());
+    }
+    Ok(())
 }

@@ -20,6 +20,21 @@ pub(crate) fn claims(team: &str, sub: &str) -> Value {
            "iat": unix_now(), "exp": unix_now() + 600})
 }
 
+/// `c` under a header saying `alg`, signed with HMAC-SHA256 keyed by the gateway's
+/// secret whatever the header says (key confusion).
+fn hmac_as(alg: &str, c: &Value) -> String {
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let message = format!(
+        "{}.{}",
+        b64(json!({"alg": alg, "typ": "JWT"})),
+        b64(c.clone())
+    );
+    let key = jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).expect("key");
+    let sig = jsonwebtoken::crypto::sign(message.as_bytes(), &key, jsonwebtoken::Algorithm::HS256)
+        .expect("hmac");
+    format!("{message}.{sig}")
+}
+
 pub(crate) fn sign(c: &Value) -> String {
     hs256(c, JWT_SECRET).expect("sign")
 }
@@ -235,12 +250,14 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
             )),
         ),
         (
+            // issue 46: signed for real, with the only key the gateway holds under the
+            // header's algorithm (a bogus signature is refused for that alone).
             "RS256 header, HS key (confusion)",
-            Some(format!(
-                "{}.{}.c2ln",
-                b64(json!({"alg": "RS256"})),
-                b64(claims("team-a", "u1"))
-            )),
+            Some(hmac_as("RS256", &claims("team-a", "u1"))),
+        ),
+        (
+            "HS384 header, HS key",
+            Some(hmac_as("HS384", &claims("team-a", "u1"))),
         ),
         ("expired", Some(with("exp", json!(unix_now() - 300)))),
         ("not yet valid", Some(with("nbf", json!(unix_now() + 600)))),
@@ -270,6 +287,10 @@ async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
             "{what}: {www}"
         );
     }
+    // The forger signs correctly: the same HMAC under the right header is accepted.
+    let honest = hmac_as("HS256", &claims("team-a", "u1"));
+    let (status, _, body) = raw(&gw, Some(&honest), list_call()).await?;
+    assert_eq!(status, 200, "{body}");
     // A browser page of another site cannot drive it with a stolen-by-ambient token.
     let r = reqwest::Client::new()
         .post(&gw.url)
@@ -375,7 +396,7 @@ async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
     )
     .await?;
     assert_eq!(containers(&t).await?.len(), 2);
-    // The executor's own idle reaping is 5 minutes away: what goes now is the alarm's work.
+    // The executor's own idle reaper is an hour away: what goes now is the alarm's work.
     wait_for_count(&t, 1, Duration::from_secs(20)).await?;
     let list = call(&c, "computer_list", json!({}))
         .await?

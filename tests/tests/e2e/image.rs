@@ -95,6 +95,7 @@ async fn issue_6_container_image_from_scratch() -> anyhow::Result<()> {
         .args(["-e", &format!("MSC_EXECUTOR_SECRET={SECRET}")])
         .arg(&image)
         .args(["executor", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--executor-name", EXECUTOR_NAME])
         .arg(format!("--docker-run-flag=--label=msc-test={t}")))?;
     let base = format!("http://127.0.0.1:{port}/v1");
     let http = reqwest::Client::new();

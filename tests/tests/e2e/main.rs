@@ -25,10 +25,11 @@
 //! - `e2b`: E2B sandboxes against the local simulator of E2B's control plane and envd
 //! - `files_full`: a full disk on Docker (both paths, tools and /v1/files): a clear error, the old file kept
 //! - `files_http`: GET/PUT /v1/files streams (1 GiB each way), ranges, limits, auth, ownership
+//! - `files_edges`: a file written during its download, the WASM base layer in the file tools, uploads refused before their body, `--disk` (issue 46)
 //! - `files_wasm`: files as bytes on WASM computers (read, write, edit; escapes refused)
 //! - `fly`: Fly Machines computers against the local simulator of the Machines API
 //! - `wasm`: WebAssembly computers: the toolbox and its host shell, custom modules, the embedded default
-//! - `wasm_budget`: the host shell's own budgets: memory and the deadline in busy loops (issue 19)
+//! - `wasm_budget`: the host shell's own budgets: memory and the deadline in busy loops (issue 19); all WASM jobs' unread output within a server budget, computers per principal capped (issue 46)
 //! - `wasm_linux`: WASM computers that feel like Linux: base layer, devices, utilities, bytes (issue 16)
 //! - `wasm_python`: `python3` on WASM computers from a CPython WASI module (issue 16)
 //! - `dashboard`: the dashboard in headless chromium, as the web page and as an MCP App (issue 5)
@@ -48,6 +49,7 @@ mod e2b;
 mod exec;
 mod executor_api;
 mod files;
+mod files_edges;
 mod files_full;
 mod files_http;
 mod files_wasm;

@@ -176,7 +176,15 @@ async fn issue_7_gateway_reaches_modal_through_an_executor() -> anyhow::Result<(
     const JWT: &str = "jwt-secret-for-the-modal-gateway-test-0123456";
     let t = tag("gwmodal");
     let sim = start_sim(&t, |_| {}).await?;
-    let x = HttpServer::start_executor(&t, &state_dir(&t), &modal_opts(&sim), SECRET).await?;
+    let x = HttpServer::start_named_executor(
+        &t,
+        &state_dir(&t),
+        &modal_opts(&sim),
+        SECRET,
+        "modal-runner",
+        &[],
+    )
+    .await?;
     let claims = |team: &str| {
         json!({"iss": "https://issuer.test", "aud": "gw", "sub": "u1", "team": team,
                "iat": unix_now(), "exp": unix_now() + 600})

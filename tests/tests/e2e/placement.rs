@@ -36,9 +36,12 @@ fn vars(executors: Value) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// The team's computers on one executor, by its own API.
-async fn on(x: &HttpServer) -> anyhow::Result<Vec<String>> {
-    executor_computers(&x.base, SECRET, TEAM).await
+/// The team's computers on the executor `name`, by its own API.
+async fn on(xs: &BTreeMap<&str, HttpServer>, name: &str) -> anyhow::Result<Vec<String>> {
+    let x = xs
+        .get(name)
+        .ok_or_else(|| anyhow::anyhow!("no executor {name}"))?;
+    executor_computers_of(name, &x.base, SECRET, TEAM).await
 }
 
 async fn gateway_metric(gw: &Gateway, series: &str) -> anyhow::Result<f64> {
@@ -86,7 +89,8 @@ async fn issue_18_placement_spreads_fails_over_and_drains() -> anyhow::Result<()
         let tn = format!("{t}-{name}");
         xs.insert(
             name,
-            HttpServer::start_executor(&tn, &state_dir(&tn), &opts, SECRET).await?,
+            HttpServer::start_named_executor(&tn, &state_dir(&tn), &opts, SECRET, name, &[])
+                .await?,
         );
     }
     let urls: BTreeMap<&str, String> = xs.iter().map(|(n, x)| (*n, x.base.clone())).collect();
@@ -101,7 +105,7 @@ async fn issue_18_placement_spreads_fails_over_and_drains() -> anyhow::Result<()
     for id in ["pre-1", "pre-2"] {
         let r = reqwest::Client::new()
             .post(format!("{}/v1/computers", xs["a"].base))
-            .bearer_auth(executor_token(SECRET, TEAM)?)
+            .bearer_auth(executor_token_for("a", SECRET, TEAM, "exec manage")?)
             .json(&json!({"computer_id": id, "temporary": false}))
             .send()
             .await?;
@@ -115,26 +119,28 @@ async fn issue_18_placement_spreads_fails_over_and_drains() -> anyhow::Result<()
     for i in 1..=4 {
         create(&c, &format!("p-{i}")).await?;
     }
-    assert_eq!(on(&xs["a"]).await?, ["pre-1", "pre-2"]);
-    assert_eq!(on(&xs["b"]).await?.len(), 2, "{:?}", on(&xs["b"]).await?);
-    assert_eq!(on(&xs["c"]).await?.len(), 2, "{:?}", on(&xs["c"]).await?);
+    assert_eq!(on(&xs, "a").await?, ["pre-1", "pre-2"]);
+    assert_eq!(on(&xs, "b").await?.len(), 2, "{:?}", on(&xs, "b").await?);
+    assert_eq!(on(&xs, "c").await?.len(), 2, "{:?}", on(&xs, "c").await?);
     let placed = |x: &str| format!("msc_gateway_placements_total{{executor=\"{x}\"}}");
     assert_eq!(gateway_metric(&gw, &placed("a")).await?, 0.0);
     assert_eq!(gateway_metric(&gw, &placed("b")).await?, 2.0);
     assert_eq!(gateway_metric(&gw, &placed("c")).await?, 2.0);
-    let on_b = on(&xs["b"]).await?;
+    let on_b = on(&xs, "b").await?;
 
     // b dies. Its health was read a moment ago, so the gateway still takes it for up: the
     // next new computers must still land elsewhere, and none is lost.
     let b = xs.remove("b").expect("b");
-    if let Some(pid) = b.child.id() {
-        signal(pid, "KILL");
-    }
+    let pid = b
+        .child
+        .id()
+        .ok_or_else(|| anyhow::anyhow!("executor b has no pid to kill"))?;
+    signal(pid, "KILL");
     drop(b);
     for i in 5..=7 {
         create(&c, &format!("p-{i}")).await?;
     }
-    let (a_now, c_now) = (on(&xs["a"]).await?, on(&xs["c"]).await?);
+    let (a_now, c_now) = (on(&xs, "a").await?, on(&xs, "c").await?);
     for i in 5..=7 {
         let id = format!("p-{i}");
         assert!(
@@ -184,25 +190,27 @@ async fn issue_18_placement_spreads_fails_over_and_drains() -> anyhow::Result<()
     // computers still answer.
     let gw = Gateway::start(&t, &persist, &vars(executors("a"))).await?;
     let c = gw.modern_client(&token()).await?;
-    let before = on(&xs["a"]).await?;
+    let before = on(&xs, "a").await?;
     for i in 8..=9 {
         create(&c, &format!("p-{i}")).await?;
     }
     assert_eq!(
-        on(&xs["a"]).await?,
+        on(&xs, "a").await?,
         before,
         "a draining took a new computer"
     );
-    let c_now = on(&xs["c"]).await?;
+    let c_now = on(&xs, "c").await?;
     assert!(
         c_now.contains(&"p-8".to_owned()) && c_now.contains(&"p-9".to_owned()),
         "{c_now:?}"
     );
-    let mine = before.iter().find(|id| id.starts_with("p-")).cloned();
-    if let Some(id) = mine {
-        let r = exec(&c, json!({"command": "echo still", "computer_id": id})).await?;
-        assert_eq!(r["stdout"], "still\n");
-    }
+    // (b's failover put some of p-5..p-7 on a: it was the least loaded then, ties first.)
+    let id = before
+        .iter()
+        .find(|id| id.starts_with("p-"))
+        .ok_or_else(|| anyhow::anyhow!("a holds none of the gateway's computers: {before:?}"))?;
+    let r = exec(&c, json!({"command": "echo still", "computer_id": id})).await?;
+    assert_eq!(r["stdout"], "still\n");
     assert_eq!(
         gateway_metric(&gw, "msc_gateway_executor_draining{executor=\"a\"}").await?,
         1.0

@@ -315,6 +315,127 @@ async fn setsid_is_killed(plain: bool) -> anyhow::Result<()> {
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
 
+/// Issue 46, item 1: the ways a process sheds its job's tag and process group, each
+/// leaving a `sleep <secs>` behind.
+fn escapes(secs: &str) -> [String; 4] {
+    [
+        format!("setsid env -i sleep {secs} & sleep 1000"),
+        format!("unset MSC_JOB; setsid sleep {secs} & sleep 1000"),
+        format!(
+            "(setsid sh -c 'exec 0<&- 1>&- 2>&-; env -u MSC_JOB sleep {secs} &' &); sleep 1000"
+        ),
+        format!(
+            "perl -e 'use POSIX; fork and exit; POSIX::setsid(); fork and exit; \
+             close STDIN; close STDOUT; close STDERR; %ENV = (); exec \"sleep\", \"{secs}\"' & \
+             sleep 1000"
+        ),
+    ]
+}
+
+/// How many `sleep <secs>` run in computer `id`, once they had `wait` to start or end.
+async fn sleeps(c: &Client, id: &str, secs: &str, wait: &str) -> anyhow::Result<String> {
+    let count = format!(
+        "sleep {wait}; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep {secs} $'"
+    );
+    let r = exec(c, json!({"command": count, "computer_id": id})).await?;
+    Ok(r["stdout"].as_str().unwrap_or_default().trim().to_owned())
+}
+
+/// Issue 46, item 1: a job's tree dies at its timeout, on a cancelled call and on a job's
+/// KILL, however it sheds its environment tag and process group (the job's audit session
+/// follows it), and a kill spares a neighbouring job's tree on the same computer.
+#[tokio::test]
+async fn issue_46_a_tree_that_sheds_its_tag_dies_every_way() -> anyhow::Result<()> {
+    tree_dies(false).await
+}
+
+/// The same on the Engine API path (its wrapper opens the session; no jobs there).
+#[tokio::test]
+async fn issue_46_a_tree_that_sheds_its_tag_dies_every_way_engine_api() -> anyhow::Result<()> {
+    tree_dies(true).await
+}
+
+async fn tree_dies(plain: bool) -> anyhow::Result<()> {
+    let t = tag(if plain { "shed-plain" } else { "shed" });
+    let opts = ServerOpts::default()
+        .arg("--tools")
+        .arg("exec,jobs")
+        .plain_if(plain);
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let id = format!("{t}-a");
+    exec(&c, json!({"command": "true", "computer_id": id})).await?;
+    for command in escapes("4611.5") {
+        let r = exec(
+            &c,
+            json!({"command": command, "timeout": 2, "computer_id": id}),
+        )
+        .await?;
+        assert_eq!(r["timed_out"], true, "{command}: {r}");
+        assert_eq!(
+            sleeps(&c, &id, "4611.5", "0.5").await?,
+            "0",
+            "timeout: {command}"
+        );
+    }
+    for command in escapes("4612.5") {
+        // Dropping the call makes rmcp send notifications/cancelled.
+        let slow = call(
+            &c,
+            "terminal_execute",
+            json!({"command": command, "computer_id": id}),
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1500), slow)
+                .await
+                .is_err()
+        );
+        let mut left = String::new();
+        for _ in 0..20 {
+            left = sleeps(&c, &id, "4612.5", "0.1").await?;
+            if left == "0" {
+                break;
+            }
+        }
+        assert_eq!(left, "0", "cancelled: {command}");
+    }
+    if !plain {
+        for command in escapes("4613.5") {
+            let neighbour = command.replace("4613.5", "4614.5");
+            let start = |command: String| {
+                let c = &c;
+                let id = &id;
+                async move {
+                    let r = exec(
+                        c,
+                        json!({"command": command, "yield_ms": 0, "computer_id": id}),
+                    )
+                    .await?;
+                    anyhow::Ok(r["job_id"].as_str().unwrap_or_default().to_owned())
+                }
+            };
+            let b = start(neighbour.clone()).await?;
+            let a = start(command.clone()).await?;
+            assert_eq!(sleeps(&c, &id, "4613.5", "0.5").await?, "1", "{command}");
+            let r = job(&c, json!({"job_id": a, "signal": "KILL", "wait_ms": 5000})).await?;
+            assert_eq!(r["running"], false, "{r}");
+            assert_eq!(
+                sleeps(&c, &id, "4613.5", "0.3").await?,
+                "0",
+                "KILL: {command}"
+            );
+            assert_eq!(
+                sleeps(&c, &id, "4614.5", "0").await?,
+                "1",
+                "a KILL reached the neighbour's tree: {neighbour}"
+            );
+            job(&c, json!({"job_id": b, "signal": "KILL", "wait_ms": 5000})).await?;
+            assert_eq!(sleeps(&c, &id, "4614.5", "0.3").await?, "0", "{neighbour}");
+        }
+    }
+    c.cancel().await?;
+    remove_all(&t).await
+}
+
 /// Issue 19, finding 6: a command the out-of-memory killer ends says so (`oom_killed`,
 /// and a notice in stderr), in the foreground and as a job; a plain SIGKILL does not.
 #[tokio::test]

@@ -83,3 +83,144 @@ async fn issue_19_wasm_timeout_is_kept_in_busy_loops() -> anyhow::Result<()> {
     c.cancel().await?;
     Ok(())
 }
+
+/// Issue 46, item 2: the unread output of every WASM job of a server together stays
+/// within `--wasm-job-output-budget` (the repro: many computers, each with many jobs that
+/// print megabytes nobody reads), the jobs lose their oldest bytes with `dropped_bytes`
+/// and keep their newest, `/metrics` shows the budget and its use, deleting the
+/// computers gives the memory back, and `--max-computers-per-principal` caps the
+/// computers a caller makes through the exec tool on new ids.
+#[tokio::test]
+async fn issue_46_wasm_job_output_stays_within_the_server_budget() -> anyhow::Result<()> {
+    const BUDGET: f64 = (8 << 20) as f64;
+    const JOBS: usize = 12;
+    const BYTES: usize = 4_000_000;
+    let t = tag("wasm-job-budget");
+    let opts = wasm_opts()
+        .arg("--tools=exec,jobs,lifecycle")
+        .arg("--wasm-job-output-budget=8m")
+        .arg("--max-computers-per-principal=3");
+    let s = HttpServer::start(&t, &state_dir(&t), &opts).await?;
+    let c = s.legacy_client(None).await?;
+    let buffered = "msc_job_output_buffered_bytes";
+    assert_eq!(
+        metric(&s.base, "msc_job_output_budget_bytes").await?,
+        BUDGET
+    );
+    assert_eq!(metric(&s.base, buffered).await?, 0.0);
+
+    // 3 computers × 12 jobs × 4 MB nobody reads: 144 MB, 18 times the budget (each job
+    // alone is under its own 8 MiB cap, so only the server's budget can drop anything).
+    let ids: Vec<String> = (0..3).map(|i| format!("{t}-{i}")).collect();
+    let mut jobs = Vec::new();
+    for id in &ids {
+        for n in 0..JOBS {
+            let r = exec(
+                &c,
+                json!({"command": format!("head -c {BYTES} /dev/zero; printf 'end of {n}'; echo > /tmp/done-{n}; sleep 600"),
+                       "yield_ms": 0, "timeout": 900, "computer_id": id, "temporary": false}),
+            )
+            .await?;
+            assert_eq!(r["running"], true, "{r}");
+            jobs.push((
+                id.clone(),
+                r["job_id"].as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+    }
+    // Every job wrote all of its output (each marks it in its computer's /tmp).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for id in &ids {
+        loop {
+            let r = exec(
+                &c,
+                json!({"command": "ls /tmp | grep -c done-", "computer_id": id}),
+            )
+            .await?;
+            if r["stdout"] == format!("{JOBS}\n") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id}: {r}{}", log_tail(&t, 20));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let held = metric(&s.base, buffered).await?;
+    assert!(
+        held <= BUDGET,
+        "{held} bytes held, over the budget of {BUDGET}"
+    );
+    assert!(
+        held >= (JOBS * 3 * 16 * 1024) as f64,
+        "each job keeps its newest bytes: {held}"
+    );
+    let rss = metric(&s.base, "msc_process_resident_memory_bytes").await?;
+    assert!(rss > 0.0, "resident memory is reported");
+
+    // A job's reader learns what it missed, and gets the newest bytes.
+    let (id, job_id) = &jobs[JOBS + 5];
+    let (mut got, mut dropped, mut tail) = (0usize, 0u64, String::new());
+    loop {
+        let r = job(
+            &c,
+            json!({"job_id": job_id, "computer_id": id, "wait_ms": 0}),
+        )
+        .await?;
+        let out = r["stdout"].as_str().unwrap_or_default();
+        dropped += r["dropped_bytes"].as_u64().unwrap_or(0);
+        got += out.len();
+        if out.is_empty() {
+            break;
+        }
+        tail = out.to_owned();
+    }
+    assert!(
+        dropped > 0,
+        "the budget dropped the oldest bytes, and says so"
+    );
+    assert_eq!(got as u64 + dropped, (BYTES + "end of 5".len()) as u64);
+    assert!(
+        tail.ends_with("end of 5"),
+        "the newest bytes stay: {:?}",
+        &tail[tail.len().saturating_sub(20)..]
+    );
+
+    // The cap: a fourth computer, on a new id, is refused with what to do.
+    let r = call(
+        &c,
+        "terminal_execute",
+        json!({"command": "true", "computer_id": format!("{t}-x")}),
+    )
+    .await?;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(
+        text(&r).contains("already has 3 computers, the quota of --max-computers-per-principal"),
+        "{}",
+        text(&r)
+    );
+
+    // Deleting the computers ends their jobs and gives their buffers back.
+    for id in &ids {
+        let r = call(&c, "computer_delete", json!({"computer_id": id})).await?;
+        assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&s.base, buffered).await? != 0.0 {
+        assert!(Instant::now() < deadline, "buffers kept after delete");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And room for a new computer.
+    let r = exec(
+        &c,
+        json!({"command": "echo room", "computer_id": format!("{t}-x")}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "room\n", "{r}");
+    eprintln!(
+        "resident: {:.0} MiB with the jobs' output held, {:.0} MiB after their computers were deleted",
+        rss / 1048576.0,
+        metric(&s.base, "msc_process_resident_memory_bytes").await? / 1048576.0
+    );
+    c.cancel().await?;
+    s.terminate().await?;
+    Ok(())
+}

@@ -246,7 +246,7 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     let direct = format!(
         "Bearer {}",
         hs256(
-            &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": shared::executor_api::DEFAULT_AUDIENCE,
+            &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": EXECUTOR_NAME,
                     "sub": team, "scope": "exec manage", "iat": unix_now(), "exp": unix_now() + 600}),
             SECRET,
         )?
