@@ -9,7 +9,10 @@
 //! reaches another team's computers, permanent ones included, nor a local server's, nor
 //! one that lacks the team's label. `scope` is checked on every route ([`Op::scope`]:
 //! `exec` runs commands, jobs, files and the list; `manage` creates, restarts, resets and
-//! deletes), whatever the gateway already checked. A refused token is answered "invalid
+//! deletes), whatever the gateway already checked. A command, file or job call (the file
+//! streams included) that would make its computer makes a temporary one with `exec`; a
+//! new permanent one (`temporary: false` on an id that does not exist) needs `manage`
+//! too (403, nothing made: `Scope::may_create`), as `POST /v1/computers` does. A refused token is answered "invalid
 //! token"; why is logged. Requests decode into typed operations (`shared::op::Op`,
 //! validated by the same rules as the MCP tools) and run through the same `Computers`
 //! registry, so results are identical.
@@ -143,7 +146,12 @@ impl ApiState {
     }
 
     fn host(&self, grant: &Grant) -> SessionHost {
-        SessionHost::for_team(self.computers.clone(), &grant.team, &grant.owner)
+        SessionHost::for_team(
+            self.computers.clone(),
+            &grant.team,
+            &grant.owner,
+            &grant.scope,
+        )
     }
 }
 

@@ -231,11 +231,14 @@ impl Computers {
         let record = match found {
             Some(r) => r,
             None => {
+                // A new permanent computer needs `manage` where scopes apply (executor
+                // mode): refused before anything is made or recorded.
+                let temporary = claimant.requested.unwrap_or(true);
+                claimant
+                    .may_create(temporary)
+                    .map_err(shared::registry::RegistryError::from)?;
                 let _admitted = self.admit_new(team).await?;
-                let r = self
-                    .backend
-                    .create(id, claimant.requested.unwrap_or(true), team, progress)
-                    .await?;
+                let r = self.backend.create(id, temporary, team, progress).await?;
                 if r.temporary && r.instance.as_deref() == Some(self.backend.instance()) {
                     self.registry()
                         .record_new(id, place, true, claimant, now_ms())?;

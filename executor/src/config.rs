@@ -392,7 +392,7 @@ pub fn toolbox_description(python: bool) -> String {
 Background jobs (`cmd &`) keep running between calls on the same computer (`jobs`, `wait`, `kill %1`) until the timeout of the call that started them; computer_restart and factory reset end them; their output after that call returned is dropped. \
 Not supported: arrays, process substitution <(...), aliases, fg/bg job control. \
 {python_text}Programs (in /bin and /usr/bin): awk base32 base64 basename cat chmod cmp comm cp cut date diff dirname du echo env expr false file find fold grep gunzip gzip head hostname id jq ln ls md5sum mkdir mktemp mv nl nproc od paste printf pwd {programs}readlink realpath rev rm rmdir sed seq sha1sum sha256sum sha512sum shuf sleep sort split stat tac tail tar tee test timeout touch tr true uname uniq wc which whoami xargs yes zcat. \
-find -exec is not available (pipe into xargs). The read-only base holds /etc (os-release, passwd, group, hostname = the computer id), /bin, /usr/bin, /proc (version, cpuinfo, meminfo) and /dev (null zero full random urandom stdin stdout stderr); factory reset restores it and empties the rest. Output is byte-exact. \
+find -exec is not available (pipe into xargs). The read-only base holds /etc (os-release, passwd, group, hostname = the computer id), /bin, /usr/bin, /proc (version, cpuinfo, meminfo, and a /proc/N with cmdline, status and stat for each running kept job of yield_ms) and /dev (null zero full random urandom stdin stdout stderr); factory reset restores it and empties the rest. Output is byte-exact. \
 Files persist between calls on the same computer (HOME is /root; /tmp exists); shell state does not, so use `working_directory` or `cd dir && ...`."
     )
 }

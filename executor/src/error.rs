@@ -14,7 +14,8 @@ pub enum ComputerError {
     /// The backend's (Docker, WASM, Fly, E2B, Modal), in its words.
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// The registry's answer: not yours, the other `temporary`, or no such computer.
+    /// The registry's answer: not yours, the other `temporary`, no such computer, or a
+    /// new permanent computer for a token without `manage`.
     #[error(transparent)]
     Registry(#[from] RegistryError<Infallible>),
     /// The name is held by a computer of another team (or, on a local server, one an
@@ -52,7 +53,10 @@ impl ComputerError {
     /// Is it "no such computer", whatever the backend?
     pub fn is_not_found(&self) -> bool {
         matches!(self, ComputerError::Registry(RegistryError::Unknown(_)))
-            || matches!(self.failure(), Some(Failure::NotFound | Failure::NoSuchJob))
+            || matches!(
+                self.failure(),
+                Some(Failure::NotFound | Failure::NoSuchJob | Failure::JobGone)
+            )
     }
 
     /// Does it contradict the computer's state or ownership (the other `temporary`
@@ -73,6 +77,9 @@ impl ComputerError {
             Some(Failure::Unsupported) => ErrorCode::Unsupported,
             None if matches!(self, ComputerError::Unsupported(_)) => ErrorCode::Unsupported,
             None if matches!(self, ComputerError::Quota { .. }) => ErrorCode::Conflict,
+            None if matches!(self, ComputerError::Registry(RegistryError::Forbidden(_))) => {
+                ErrorCode::Forbidden
+            }
             _ if self.is_not_found() => ErrorCode::NotFound,
             _ if self.is_conflict() => ErrorCode::Conflict,
             _ => ErrorCode::Engine,

@@ -38,6 +38,10 @@ pub enum Failure {
     Failed,
     /// The computer has no such job (never started, or ended and read).
     NoSuchJob,
+    /// The computer has no such job here, and the backend knows why: it ended with the
+    /// server process that ran it, or runs in another one (a WebAssembly computer's jobs
+    /// live in the server process); the message says which.
+    JobGone,
     /// The computer has no such file or directory (the computer itself exists).
     NoSuchFile,
     /// A file operation was refused, changing nothing: a directory, an existing file

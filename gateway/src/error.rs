@@ -46,8 +46,10 @@ impl GatewayError {
             GatewayError::Inventory { status: 404, .. } => ErrorCode::NotFound,
             GatewayError::Inventory { status: 409, .. } => ErrorCode::Conflict,
             GatewayError::Inventory { status: 400, .. } => ErrorCode::BadRequest,
+            // The object's scope refusal (a new permanent computer without `manage`).
+            GatewayError::Inventory { status: 403, .. } => ErrorCode::Forbidden,
             GatewayError::Inventory { .. } | GatewayError::Transport(_) => ErrorCode::Internal,
-            GatewayError::Scope { .. } => ErrorCode::Unauthorized,
+            GatewayError::Scope { .. } => ErrorCode::Forbidden,
             GatewayError::Config(_) => ErrorCode::Internal,
             GatewayError::Unreachable { .. } | GatewayError::Placement(_) => ErrorCode::Engine,
         }
@@ -86,5 +88,22 @@ mod tests {
             GatewayError::Transport("x".into()).code(),
             ErrorCode::Internal
         );
+    }
+
+    /// Issue 46, item 8: the team object's refusal of a new permanent computer (403) is a
+    /// scope refusal like the Worker's own, not an internal error.
+    #[test]
+    fn issue_46_the_objects_scope_refusal_is_forbidden() {
+        let refused = GatewayError::Inventory {
+            status: 403,
+            message: "creating a permanent computer needs the `manage` scope".into(),
+        };
+        let scope = GatewayError::Scope {
+            action: "manage computers",
+            scope: "manage",
+        };
+        assert_eq!(refused.code(), ErrorCode::Forbidden);
+        assert_eq!(refused.code(), scope.code());
+        assert_eq!(refused.code().http_status(), 403);
     }
 }

@@ -30,7 +30,8 @@ pub struct Busy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Claims `id` for `owner` (recording it at `executor` when new): a [`Record`].
+    /// Claims `id` for `owner` (recording it at `executor` when new): a [`Record`]. A new
+    /// permanent computer needs `manage` in `scope` (else 403, nothing recorded).
     Claim {
         id: String,
         /// `None`: attach as it is, or make a temporary.
@@ -38,6 +39,8 @@ pub enum Request {
         owner: String,
         stateless: bool,
         executor: String,
+        /// The caller's scopes, space separated (as the executor token's `scope` claim).
+        scope: String,
     },
     /// Claims stateless principal `owner`'s default computer (SPEC §3.2: without a session
     /// the default is the principal's): the one it has while the inventory still holds
@@ -271,6 +274,7 @@ mod tests {
                 owner: s("user:a"),
                 stateless: true,
                 executor: s("ex1"),
+                scope: s("exec"),
             },
             Request::Claim {
                 id: s("box"),
@@ -278,6 +282,7 @@ mod tests {
                 owner: s("session:1"),
                 stateless: false,
                 executor: s("fly"),
+                scope: s("exec manage"),
             },
             Request::ClaimDefault {
                 owner: s("user:a"),
@@ -407,6 +412,26 @@ mod tests {
             let e = Call::decode(body.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{body}: {e}");
         }
+    }
+
+    /// Issue 46, item 8: a claim carries the caller's scopes, so the team's object can
+    /// refuse a new permanent computer to a caller without `manage` before recording it
+    /// (`shared::registry::Registry::claim`); a claim without them is not read as "every
+    /// scope": it is refused.
+    #[test]
+    fn issue_46_a_claim_carries_the_callers_scopes_or_is_refused() {
+        let body = r#"{"team":"t","request":{"op":"claim","id":"web","temporary":false,"owner":"user:a","stateless":true,"executor":"ex1"}}"#;
+        let e = Call::decode(body.as_bytes()).unwrap_err();
+        assert!(e.contains("missing field `scope`"), "{e}");
+        let body = body.replace(r#""executor":"ex1""#, r#""executor":"ex1","scope":"exec""#);
+        let call = Call::decode(body.as_bytes()).unwrap();
+        let Request::Claim {
+            scope, temporary, ..
+        } = &call.request
+        else {
+            panic!("{call:?}");
+        };
+        assert_eq!((scope.as_str(), *temporary), ("exec", Some(false)));
     }
 
     #[test]

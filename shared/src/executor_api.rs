@@ -202,6 +202,33 @@ impl Scope {
     pub fn granted_by(self, claim: &str) -> bool {
         claim.split_ascii_whitespace().any(|s| s == self.as_str())
     }
+
+    /// May a caller holding `claim` create a new computer of kind `temporary` (SPEC §5)?
+    /// A temporary one is the caller's scratch (removed with its session or when idle): a
+    /// command or file call makes it with `exec` alone. A permanent one outlives the
+    /// caller, and only `manage` deletes it: making it needs `manage`, whatever the path
+    /// (`computer_create`, or a command, file or job call on a new id with
+    /// `temporary: false`). Using an existing permanent computer needs `exec` only.
+    pub fn may_create(claim: &str, temporary: bool) -> Result<(), NeedsManage> {
+        match temporary || Scope::Manage.granted_by(claim) {
+            true => Ok(()),
+            false => Err(NeedsManage {
+                has: claim.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A new permanent computer asked for by a caller without the `manage` scope
+/// ([`Scope::may_create`]): refused (403 at the executor and the gateway, the tool's error
+/// result), nothing created, nothing recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "creating a permanent computer needs the `manage` scope (this token has {has:?}): use an existing computer, omit temporary:false for a temporary one, or ask for a token with manage"
+)]
+pub struct NeedsManage {
+    /// The caller's `scope` claim, as it was.
+    pub has: String,
 }
 
 #[cfg(test)]
@@ -228,5 +255,27 @@ mod tests {
         assert!(!Scope::Exec.granted_by(""));
         assert_eq!(Scope::claim(true, false), "exec");
         assert!(Scope::Manage.granted_by(&Scope::claim(true, true)));
+    }
+
+    /// Issue 46, item 8: a temporary needs `exec` only; a permanent computer needs
+    /// `manage`, in words that say what to do instead.
+    #[test]
+    fn issue_46_creating_a_permanent_computer_needs_manage() {
+        assert_eq!(Scope::may_create("exec", true), Ok(()));
+        assert_eq!(Scope::may_create("exec manage", false), Ok(()));
+        assert_eq!(Scope::may_create("manage", false), Ok(()));
+        for claim in ["exec", "", "executor", "managed"] {
+            let e = Scope::may_create(claim, false).unwrap_err();
+            assert_eq!(e.has, claim);
+            let words = e.to_string();
+            for part in [
+                "creating a permanent computer needs the `manage` scope",
+                &format!("(this token has {claim:?})"),
+                "use an existing computer",
+                "omit temporary:false",
+            ] {
+                assert!(words.contains(part), "{claim}: {words}");
+            }
+        }
     }
 }

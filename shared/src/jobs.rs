@@ -303,6 +303,31 @@ pub fn yielded_structured(computer_id: &str, temporary: bool, out: JobOutput) ->
     Value::Object(m)
 }
 
+/// The words every "this job ended with the server process that ran it" message holds
+/// ([`gone_with_its_server`], [`tells_server_stopped`]).
+const SERVER_STOPPED: &str = "the server process that ran it stopped";
+
+/// What a later server says of a job that lived inside the server process that ran it (a
+/// WebAssembly computer's) and ended with that process: `exit` when the command had ended
+/// before, its output unread.
+pub fn gone_with_its_server(job_id: &str, command: &str, exit: Option<i64>) -> String {
+    let command = crate::history::cut(command, 80);
+    match exit {
+        None => format!(
+            "job {job_id} (`{command}`) ended when {SERVER_STOPPED}: WebAssembly computers run their commands inside the server process, so the command was stopped with it and its output and exit status are lost; run it again"
+        ),
+        Some(code) => format!(
+            "job {job_id} (`{command}`) exited with status {code}, but {SERVER_STOPPED} before its output was read: WebAssembly computers keep a job's output inside the server process, so that output is lost"
+        ),
+    }
+}
+
+/// Does a backend's "no such job" message say the job ended with the server process that
+/// ran it ([`gone_with_its_server`])? A task then says so instead of guessing.
+pub fn tells_server_stopped(message: &str) -> bool {
+    message.contains(SERVER_STOPPED)
+}
+
 /// The structured result of `terminal_job` with `list`.
 pub fn job_list_structured(computer_id: &str, jobs: &[JobInfo]) -> Value {
     json!({"computer_id": computer_id, "jobs": jobs, "count": jobs.len()})

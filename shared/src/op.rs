@@ -110,8 +110,10 @@ impl Op {
     }
 
     /// The scope a caller needs for it (SPEC §5): commands, jobs, files and the list need
-    /// `exec` (a command or file call may create its computer, as the tools do);
-    /// creating, restarting, resetting and deleting need `manage`.
+    /// `exec` (a command or file call may create its computer, as the tools do: a
+    /// temporary one; a new permanent one needs `manage` too, checked where it would be
+    /// made, [`crate::executor_api::Scope::may_create`]); creating, restarting, resetting
+    /// and deleting need `manage`.
     pub fn scope(&self) -> Scope {
         match self {
             Op::List

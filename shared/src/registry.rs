@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 
+use crate::executor_api::{NeedsManage, Scope};
 use crate::history::{History, HistoryEntry};
 use crate::lifecycle::{
     Existing, LifecycleError, becomes_default, check_attach, idle_expired, visible_to,
@@ -71,9 +72,21 @@ pub struct Claimant<'a> {
     pub requested: Option<bool>,
     pub owner: &'a str,
     pub stateless: bool,
+    /// The caller's scopes (the `scope` claim, space separated) where scopes apply (an
+    /// executor, the gateway): a new permanent computer needs `manage`
+    /// ([`Scope::may_create`]). `None`: a local server's caller, who may make anything.
+    pub scope: Option<&'a str>,
 }
 
 impl Claimant<'_> {
+    /// May this claimant make a new computer of kind `temporary`?
+    pub fn may_create(&self, temporary: bool) -> Result<(), NeedsManage> {
+        match self.scope {
+            Some(claim) => Scope::may_create(claim, temporary),
+            None => Ok(()),
+        }
+    }
+
     /// The entry of a computer made for this claimant.
     fn entry(&self, id: &str, place: &str, temporary: bool, now_ms: u64) -> Entry {
         Entry {
@@ -119,6 +132,9 @@ pub trait InventoryStore {
 pub enum RegistryError<E> {
     #[error(transparent)]
     Policy(#[from] LifecycleError),
+    /// A new permanent computer for a caller without `manage` (403; nothing recorded).
+    #[error(transparent)]
+    Forbidden(#[from] NeedsManage),
     /// The caller may not see it, or it does not exist: the same answer for both, so a
     /// caller learns nothing about another session's temporaries.
     #[error(
@@ -237,6 +253,7 @@ impl<S: InventoryStore> Registry<S> {
             return Ok((e, false));
         }
         let temporary = claimant.requested.unwrap_or(true);
+        claimant.may_create(temporary)?;
         Ok((
             self.record_new(id, place, temporary, claimant, now_ms)?,
             true,

@@ -186,13 +186,20 @@ impl Task {
         }
     }
 
-    /// Its job is gone without a last read (the computer was restarted, reset or deleted).
-    pub fn lost(&mut self, now_ms: u64) {
+    /// Its job is gone without a last read. `known` is what its backend said: when that
+    /// says the job ended with the server process that ran it (a WebAssembly computer's,
+    /// [`crate::jobs::tells_server_stopped`]), the task says so; otherwise the computer was
+    /// restarted, reset or deleted, which ends its jobs.
+    pub fn lost(&mut self, now_ms: u64, known: Option<&str>) {
         if self.ended.is_none() {
+            let reason = match known {
+                Some(m) if crate::jobs::tells_server_stopped(m) => {
+                    format!("the command's job is gone: {m}")
+                }
+                _ => "the command's job is gone: its computer was restarted, reset or deleted, which ends its jobs".into(),
+            };
             self.updated_ms = now_ms;
-            self.ended = Some(Ended::Cancelled {
-                reason: "the command's job is gone: its computer was restarted, reset or deleted, which ends its jobs".into(),
-            });
+            self.ended = Some(Ended::Cancelled { reason });
         }
     }
 

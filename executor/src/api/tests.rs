@@ -403,3 +403,116 @@ async fn issue_46_a_temporary_answers_only_the_caller_it_was_made_for() {
     let (status, _, _) = send(&s, "DELETE", "/v1/computers/box", Some(&alice), "").await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// Issue 46, item 8: a token with `exec` alone makes temporaries, but no permanent
+/// computer on any route (exec, a job, a file call, the file stream, create): 403 with
+/// what to do, nothing made. It uses the permanent computer a token with `manage` made.
+#[tokio::test]
+async fn issue_46_exec_alone_makes_no_permanent_computer_on_any_route() {
+    let fake = Fake::default();
+    let s = state(fake.clone());
+    let (exec, all) = (token("t1", "exec"), token("t1", "exec manage"));
+    let forbidden = |what: &str, status: StatusCode, v: &Value| {
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("forbidden")),
+            "{what}: {v}"
+        );
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            m.starts_with(
+                "creating a permanent computer needs the `manage` scope (this token has \"exec\")"
+            ) || what == "create",
+            "{what}: {m}"
+        );
+    };
+    for (what, path, body) in [
+        (
+            "exec",
+            "/v1/computers/web/exec",
+            r#"{"command": "echo", "temporary": false}"#,
+        ),
+        (
+            "job",
+            "/v1/computers/web/exec",
+            r#"{"command": "echo", "temporary": false, "yield_ms": 0}"#,
+        ),
+        (
+            "file write",
+            "/v1/computers/web/files/write",
+            r#"{"path": "/f", "content": "x", "temporary": false}"#,
+        ),
+        (
+            "create",
+            "/v1/computers",
+            r#"{"computer_id": "web", "temporary": false}"#,
+        ),
+    ] {
+        let (status, v, _) = send(&s, "POST", path, Some(&exec), body).await;
+        forbidden(what, status, &v);
+    }
+    let put = |token: &str, id: &str| {
+        Request::builder()
+            .method("PUT")
+            .uri(format!("/v1/files/{id}/f?temporary=false"))
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::from("x"))
+            .unwrap_or_else(|e| panic!("request: {e}"))
+    };
+    let upload = |req: Request<Body>| {
+        let s = s.clone();
+        async move {
+            let resp = app(s)
+                .oneshot(req)
+                .await
+                .unwrap_or_else(|e| panic!("router: {e}"));
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap_or_else(|e| panic!("body: {e}"));
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            (status, v)
+        }
+    };
+    let (status, v) = upload(put(&exec, "web")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "file stream: {v}");
+    assert!(
+        v.to_string().contains("needs the `manage` scope"),
+        "file stream: {v}"
+    );
+    assert!(fake.keys().is_empty(), "{:?}", fake.keys());
+    let (_, v, _) = send(&s, "GET", "/v1/computers", Some(&all), "").await;
+    assert_eq!(v["count"], 0, "{v}");
+    // A temporary is `exec`'s to make; a permanent one made with `manage` is `exec`'s to use.
+    let (status, v, _) = send(
+        &s,
+        "POST",
+        "/v1/computers/scratch/exec",
+        Some(&exec),
+        r#"{"command": "echo"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, v["temporary"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{v}"
+    );
+    let (status, v) = upload(put(&all, "web")).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let (status, v) = upload(put(&exec, "web")).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let (status, v, _) = send(
+        &s,
+        "POST",
+        "/v1/computers/web/exec",
+        Some(&exec),
+        r#"{"command": "echo used", "temporary": false}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, v["stdout"].clone()),
+        (StatusCode::OK, json!("used\n")),
+        "{v}"
+    );
+    assert_eq!(fake.keys().len(), 2, "{:?}", fake.keys());
+}

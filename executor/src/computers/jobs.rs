@@ -150,6 +150,11 @@ impl Computers {
                 self.job_table().remove(job_id);
                 return Err(no_such_job(job_id));
             }
+            // The backend says what became of it (it ended with the server that ran it).
+            Err(e) if e.failure == Failure::JobGone => {
+                self.job_table().remove(job_id);
+                return Err(e.into());
+            }
             Err(e) => return Err(e.into()),
         };
         // A peek of an ended job leaves it for the read that takes its output.
@@ -169,6 +174,7 @@ impl SessionHost {
             requested: None,
             owner: &self.owner,
             stateless: self.stateless,
+            scope: self.scope.as_deref(),
         };
         let known = c.registry().check(&key, &claimant)?.is_some();
         if known {

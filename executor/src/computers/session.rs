@@ -32,6 +32,11 @@ pub struct SessionHost {
     /// principal's, shared by all its requests.
     pub(super) default: DefaultSlot,
     pub(super) notifier: Option<Notifier>,
+    /// The caller's scopes (the gateway token's `scope` claim) in executor mode: a new
+    /// permanent computer needs `manage` (`shared::executor_api::Scope::may_create`), on
+    /// every path that may create one. `None`: a local server's caller (no scopes), who
+    /// may make any computer.
+    pub(super) scope: Option<String>,
 }
 
 impl SessionHost {
@@ -48,16 +53,18 @@ impl SessionHost {
             team: None,
             default,
             notifier: None,
+            scope: None,
         }
     }
 
     /// The executor's view for the gateway's `team` and its caller `owner` (the token's
-    /// `owner` claim; `""`: the team itself): stateless, owner `team:<team>` or
-    /// `team:<team>/<owner>`, so a temporary made for one caller answers no other, and only
-    /// the team's computers (their backend names carry the team's key prefix). The gateway
+    /// `owner` claim; `""`: the team itself) holding `scope` (the token's `scope` claim):
+    /// stateless, owner `team:<team>` or `team:<team>/<owner>`, so a temporary made for one
+    /// caller answers no other, and only the team's computers (their backend names carry
+    /// the team's key prefix); a new permanent computer only with `manage`. The gateway
     /// always names the computer, so this view keeps no default of its own (one per caller
     /// would pile up in [`Computers`] for every session the gateway ever had).
-    pub fn for_team(computers: Arc<Computers>, team: &str, owner: &str) -> Self {
+    pub fn for_team(computers: Arc<Computers>, team: &str, owner: &str, scope: &str) -> Self {
         let owner = match owner {
             "" => format!("team:{team}"),
             who => format!("team:{team}/{who}"),
@@ -69,6 +76,7 @@ impl SessionHost {
             team: Some(team.to_owned()),
             default: DefaultSlot::default(),
             notifier: None,
+            scope: Some(scope.to_owned()),
         }
     }
 
@@ -110,6 +118,7 @@ impl SessionHost {
             requested,
             owner: &self.owner,
             stateless: self.stateless,
+            scope: self.scope.as_deref(),
         };
         self.computers
             .attach(&self.key(id), &claimant, self.team(), progress)

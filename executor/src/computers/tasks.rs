@@ -194,13 +194,19 @@ impl SessionHost {
         let task_id = entry.task.task_id.clone();
         match c.read_job(&entry.key, &task_id, &poll).await {
             Ok(out) => entry.task.absorb(out, now_ms()),
-            // The job, or its whole computer, is gone (restart, reset, delete).
-            Err(e) if matches!(e.failure(), Some(Failure::NoSuchJob | Failure::NotFound)) => {
-                entry.task.lost(now_ms())
+            // The job, or its whole computer, is gone (restart, reset, delete; or it ended
+            // with the server process that ran it: the backend's word says so).
+            Err(e)
+                if matches!(
+                    e.failure(),
+                    Some(Failure::NoSuchJob | Failure::JobGone | Failure::NotFound)
+                ) =>
+            {
+                entry.task.lost(now_ms(), Some(&e.to_string()))
             }
             // The computer removed behind it answers as its backend does; look.
             Err(e) => match c.backend.find(&entry.key).await {
-                Ok(None) => entry.task.lost(now_ms()),
+                Ok(None) => entry.task.lost(now_ms(), None),
                 // A passing failure (the engine busy): the task stays as it was.
                 _ => tracing::warn!(task_id, error = %e, "reading a task's job failed"),
             },

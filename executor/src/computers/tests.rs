@@ -4,7 +4,8 @@
 //! A step is `(who, tool, arguments, answer)`:
 //! - `who` names a caller: `a`, `b` (legacy sessions, each its own owner), `p`, `q`
 //!   (stateless principals), `t1:x`, `t2:x` (the gateway's teams `t1` and `t2` through
-//!   the executor API; stateless, so a team's callers are one owner);
+//!   the executor API, with a token of both scopes; stateless, so a team's callers are
+//!   one owner), `t1:e` (team `t1` again, with a token of scope `exec` alone);
 //! - the answer lists the keys that must be there: a value must be equal, `"*"` only
 //!   present, `"~text"` a string containing `text`, `"$name"` equal to what `$name` was
 //!   bound to (bound at its first use); `"!key": null` says `key` must be absent. An
@@ -53,7 +54,8 @@ impl World {
         self.hosts
             .entry(who.to_owned())
             .or_insert_with(|| match who.split_once(':') {
-                Some((team, _)) => SessionHost::for_team(computers, team, ""),
+                Some((team, "e")) => SessionHost::for_team(computers, team, "", "exec"),
+                Some((team, _)) => SessionHost::for_team(computers, team, "", "exec manage"),
                 None if who.starts_with(['p', 'q']) => {
                     SessionHost::new(computers, format!("user:{who}"), true)
                 }
@@ -826,4 +828,92 @@ async fn issue_46_computers_per_principal_are_capped_on_every_path_that_creates(
     let keys = w.fake.keys();
     assert_eq!(keys.len(), 5, "a refusal made nothing: {keys:?}");
     assert!(!keys.contains(&"five".to_owned()), "{keys:?}");
+}
+
+/// Issue 46, item 8: through the executor, a token with `exec` alone makes temporaries on
+/// every path but no permanent computer, whatever the path (exec, a job, a file write,
+/// `computer_create`): the refusal says what to do, and nothing is made. It uses a
+/// permanent computer a token with `manage` made. A local server's callers have no scopes.
+#[tokio::test]
+async fn issue_46_an_exec_only_token_makes_no_permanent_computer() {
+    let mut w = World::new();
+    let refused = json!({"error": "~creating a permanent computer needs the `manage` scope (this token has \"exec\"): use an existing computer, omit temporary:false"});
+    w.run(&[
+        (
+            "t1:e",
+            EXEC,
+            json!({"command": "echo", "computer_id": "web", "temporary": false}),
+            refused.clone(),
+        ),
+        (
+            "t1:e",
+            EXEC,
+            json!({"command": "echo", "computer_id": "web", "temporary": false, "yield_ms": 0}),
+            refused.clone(),
+        ),
+        (
+            "t1:e",
+            EXEC,
+            json!({"command": "echo", "temporary": false}),
+            refused.clone(),
+        ),
+        (
+            "t1:e",
+            "computer_file_write",
+            json!({"computer_id": "web", "temporary": false, "path": "/f", "content": "x"}),
+            refused.clone(),
+        ),
+        (
+            "t1:e",
+            "computer_create",
+            json!({"computer_id": "web", "temporary": false}),
+            refused.clone(),
+        ),
+        ("t1:x", "computer_list", json!({}), json!({"count": 0})),
+    ])
+    .await;
+    assert!(w.fake.keys().is_empty(), "{:?}", w.fake.keys());
+    w.run(&[
+        // A temporary is the caller's scratch: `exec` makes it.
+        (
+            "t1:e",
+            EXEC,
+            json!({"command": "echo t", "computer_id": "scratch"}),
+            json!({"temporary": true, "created": true}),
+        ),
+        (
+            "t1:e",
+            "computer_file_write",
+            json!({"computer_id": "notes", "path": "/f", "content": "x"}),
+            json!({"size": 1}),
+        ),
+        // With `manage` the permanent one is made; then `exec` uses it, by any path.
+        (
+            "t1:x",
+            EXEC,
+            json!({"command": "echo", "computer_id": "web", "temporary": false}),
+            json!({"temporary": false, "created": true}),
+        ),
+        (
+            "t1:e",
+            EXEC,
+            json!({"command": "echo used", "computer_id": "web", "temporary": false}),
+            json!({"stdout": "used\n", "temporary": false, "!created": null}),
+        ),
+        (
+            "t1:e",
+            "computer_file_write",
+            json!({"computer_id": "web", "temporary": false, "path": "/f", "content": "x"}),
+            json!({"size": 1}),
+        ),
+        // A local server's caller has no scopes to lack.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo", "computer_id": "mine", "temporary": false}),
+            json!({"temporary": false, "created": true}),
+        ),
+    ])
+    .await;
+    assert_eq!(w.fake.keys().len(), 4, "{:?}", w.fake.keys());
 }

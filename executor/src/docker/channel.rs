@@ -244,6 +244,14 @@ pub enum DoorError {
     NotRunning,
 }
 
+impl DoorError {
+    /// Worth another try later, on this computer (a supervisor slow to come on a loaded
+    /// host, another server arming it): not a sign that the channel cannot work here.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, DoorError::Timeout(_) | DoorError::Busy)
+    }
+}
+
 /// A listening socket for the supervisor and the door it takes it through, bound in a
 /// host directory (locked meanwhile). Dropping it closes the door.
 #[derive(Debug)]

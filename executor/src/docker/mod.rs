@@ -852,12 +852,18 @@ impl Docker {
             return Err(e);
         }
         if let Some(dir) = &channel
-            && let Err(why) = self.arm_channel(name, dir, ARM_AT_START).await
+            && let Err(e) = self.arm_channel(name, dir, ARM_AT_START).await
         {
-            // This computer relays (and, if the channel never worked here, later ones
-            // get no directory).
-            supervised::lock(&self.channels).remove(name);
-            self.channel_learnt.failed(&why);
+            if e.is_transient() {
+                // A supervisor slow to come (a loaded host): the first exec that finds
+                // nothing listening arms it again.
+                tracing::debug!(computer_id, why = %e, "the direct channel was not armed yet");
+            } else {
+                // This computer relays (and, if the channel never worked here, later ones
+                // get no directory).
+                supervised::lock(&self.channels).remove(name);
+                self.channel_learnt.failed(&e.to_string());
+            }
         }
         self.remember_supervised(name, supervised);
         self.find_named(name, computer_id)
@@ -905,7 +911,7 @@ impl Docker {
         {
             tracing::debug!(
                 computer_id,
-                why,
+                %why,
                 "the direct channel was not armed after a restart"
             );
         }
@@ -919,12 +925,11 @@ impl Docker {
         container: &str,
         dir: &Path,
         within: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), channel::DoorError> {
         let d = dir.to_owned();
         let door = tokio::task::spawn_blocking(move || channel::open_door(&d))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| channel::DoorError::Io("open the door", std::io::Error::other(e)))??;
         let pid = self
             .client
             .inspect_container(container, None)
@@ -933,8 +938,8 @@ impl Docker {
             .and_then(|c| c.state?.pid)
             .and_then(|p| i32::try_from(p).ok())
             .filter(|p| *p > 0)
-            .ok_or_else(|| channel::DoorError::NotRunning.to_string())?;
-        door.hand_over(pid, within).await.map_err(|e| e.to_string())
+            .ok_or(channel::DoorError::NotRunning)?;
+        door.hand_over(pid, within).await
     }
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.

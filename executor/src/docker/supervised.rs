@@ -336,32 +336,38 @@ impl Docker {
         }
         let conn = self.open_relay(container).await?;
         // Only a relay that works proves the direct channel was at fault (and not a
-        // computer that is down).
-        if let Some(why) = direct_failed {
-            self.channel_learnt.failed(&why);
+        // computer that is down); a supervisor slow to come to its door proves nothing.
+        if let Some((why, transient)) = direct_failed {
+            match transient {
+                true => tracing::debug!(container, why, "the direct channel was not armed in time"),
+                false => self.channel_learnt.failed(&why),
+            }
         }
         crate::metrics::supervisor_connection(false);
         lock(&self.connections).insert(container.to_owned(), conn.clone());
         Ok(conn)
     }
 
-    /// Connects to the socket in `container`'s host directory. `Err`: why not.
+    /// Connects to the socket in `container`'s host directory. `Err`: why not, and
+    /// whether it is worth another try later ([`super::channel::DoorError::is_transient`]).
     async fn open_direct(
         &self,
         container: &str,
         dir: &std::path::Path,
-    ) -> Result<Arc<Connection>, String> {
+    ) -> Result<Arc<Connection>, (String, bool)> {
         use super::channel::{OpenError, connect, connect_soon};
         let stream = match connect_soon(dir).await {
             // Nothing listens (the computer or its engine restarted): hand its supervisor
             // a new listener, then connect.
             Err(OpenError::Missing(_)) => {
-                self.arm_channel(container, dir, ARM_LATER).await?;
+                self.arm_channel(container, dir, ARM_LATER)
+                    .await
+                    .map_err(|e| (e.to_string(), e.is_transient()))?;
                 connect(dir).await
             }
             other => other,
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| (e.to_string(), false))?;
         tracing::debug!(container, "opening the direct supervisor channel");
         let (mut read, write) = stream.into_split();
         let conn = Arc::new(Connection::new(Box::pin(write)));
@@ -386,7 +392,7 @@ impl Docker {
         if let Err(e) = conn.handshake().await {
             // Whatever listens there is not a supervisor: hang up on it.
             task.abort();
-            return Err(e.to_string());
+            return Err((e.to_string(), false));
         }
         Ok(conn)
     }

@@ -7,23 +7,23 @@
 //!   program on Linux (`sh`, `test`, `ls`...), mode 0755, each a two-line script
 //!   (`exec NAME "$@"`), so `test -x /bin/sh`, `ls /usr/bin` and `sh /bin/ls` work (the
 //!   shell itself runs `/bin/NAME` as the utility without reading the file);
-//! - `proc/`: `version`, `cpuinfo` (one processor), `meminfo` (the memory limit of one
-//!   program), `self/status` naming the shell;
 //! - `dev/`: the device names, as empty files the shell serves (see msc-shell's `dev.rs`);
 //! - `python/`, with `python3` configured: `sitecustomize.py`, mounted for CPython only at
 //!   [`PYTHON_HELPER`] (see [`PYTHON_SITE`]).
 //!
-//! Per computer, `<state>/wasm/<id>/etc/` holds `os-release`, `passwd`, `group`,
-//! `hostname` (the computer id), `hosts` and `shells`; it is written at creation and again
-//! by a factory reset. Both are mounted read-only (`/bin`, `/usr/bin`, `/proc`, `/dev`,
-//! `/etc`): for the guest as WASI preopens, for the host shell as its read-only mounts.
+//! Per computer, `<state>/wasm/<key>/etc/` holds `os-release`, `passwd`, `group`,
+//! `hostname` (the caller's computer id, never the team's key prefix: as on Docker),
+//! `hosts` and `shells`; it is written at creation and again by a factory reset. Its
+//! `proc/` is its own too ([`super::procs`]: the static files and its running jobs). All
+//! are mounted read-only (`/bin`, `/usr/bin`, `/proc`, `/dev`, `/etc`): for the guest as
+//! WASI preopens, for the host shell as its read-only mounts.
 
 use std::path::{Path, PathBuf};
 
 use super::engine::Mount;
 
 /// Bump when the layout or the content of the shared base changes.
-const BASE_VERSION: u32 = 2;
+const BASE_VERSION: u32 = 3;
 
 /// Where CPython sees the base's `python/` (on its `PYTHONPATH`). Not under `/usr` of the
 /// writable layer: the CPython module's embedded standard library owns `/usr` for it, and
@@ -76,7 +76,8 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-/// Writes the computer's `/etc` into `dir` (replacing what was there).
+/// Writes the computer's `/etc` into `dir` (replacing what was there); `id` is the
+/// caller's computer id (its hostname).
 pub(super) fn write_etc(dir: &Path, id: &str) -> std::io::Result<()> {
     let tmp = dir.with_extension(format!("tmp-{:08x}", rand::random::<u32>()));
     std::fs::create_dir_all(&tmp)?;
@@ -114,12 +115,11 @@ pub(super) fn write_etc(dir: &Path, id: &str) -> std::io::Result<()> {
 pub(super) fn shared_base(
     state_dir: &Path,
     names: &std::collections::BTreeSet<String>,
-    max_memory: u64,
 ) -> std::io::Result<PathBuf> {
     let mut all: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
     all.extend(msc_shell::IN_BIN);
     let key_text = format!(
-        "{BASE_VERSION} {max_memory} {}",
+        "{BASE_VERSION} {}",
         all.iter().copied().collect::<Vec<_>>().join(" ")
     );
     let key = super::engine::module_key(key_text.as_bytes());
@@ -130,7 +130,7 @@ pub(super) fn shared_base(
         return Ok(dir);
     }
     let tmp = root.join(format!(".tmp-{:08x}", rand::random::<u32>()));
-    let r = build(&tmp, &all, max_memory).and_then(|()| std::fs::rename(&tmp, &dir));
+    let r = build(&tmp, &all).and_then(|()| std::fs::rename(&tmp, &dir));
     if r.is_err() || tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
@@ -142,12 +142,8 @@ pub(super) fn shared_base(
     }
 }
 
-fn build(
-    tmp: &Path,
-    names: &std::collections::BTreeSet<&str>,
-    max_memory: u64,
-) -> std::io::Result<()> {
-    for d in ["bin", "usr/bin", "proc/self", "dev"] {
+fn build(tmp: &Path, names: &std::collections::BTreeSet<&str>) -> std::io::Result<()> {
+    for d in ["bin", "usr/bin", "dev"] {
         std::fs::create_dir_all(tmp.join(d))?;
     }
     for name in names {
@@ -157,26 +153,6 @@ fn build(
             std::fs::write(&p, &text)?;
             set_mode(&p, 0o755)?;
         }
-    }
-    let kib = max_memory / 1024;
-    let proc_files = [
-        (
-            "version",
-            "Linux version 6.0.0-wasi (MCP Sandbox Computer: WebAssembly, WASI preview 1) #1\n"
-                .to_owned(),
-        ),
-        (
-            "cpuinfo",
-            "processor\t: 0\nvendor_id\t: WebAssembly\nmodel name\t: wasm32 (one WASI instance a command)\n\n".to_owned(),
-        ),
-        (
-            "meminfo",
-            format!("MemTotal:       {kib:>8} kB\nMemFree:        {kib:>8} kB\nMemAvailable:   {kib:>8} kB\n"),
-        ),
-        ("self/status", "Name:\tsh\nState:\tR (running)\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n".to_owned()),
-    ];
-    for (name, text) in proc_files {
-        std::fs::write(tmp.join("proc").join(name), text)?;
     }
     for d in DEVICES {
         let p = tmp.join("dev").join(d);
@@ -213,7 +189,7 @@ pub(super) fn mounts(base: &Path, computer_dir: &Path) -> Vec<Mount> {
         ro(computer_dir.join("etc"), "/etc"),
         ro(base.join("bin"), "/bin"),
         ro(base.join("usr/bin"), "/usr/bin"),
-        ro(base.join("proc"), "/proc"),
+        ro(computer_dir.join("proc"), "/proc"),
         ro(base.join("dev"), "/dev"),
     ]
 }
@@ -227,11 +203,15 @@ pub(super) fn python_mount(base: &Path) -> Mount {
     }
 }
 
-/// Brings a computer made by an older version up to this layout (mount points, `/etc`).
+/// Brings a computer made by an older version up to this layout (mount points, `/etc`
+/// naming the caller's `id`: older versions named the team's key).
 pub(super) fn ensure(computer_dir: &Path, id: &str) -> std::io::Result<()> {
-    if computer_dir.join("etc/hostname").is_file() {
+    let hostname = std::fs::read_to_string(computer_dir.join("etc/hostname")).ok();
+    if hostname.as_deref().is_some_and(|h| h.trim_end() == id) {
         return Ok(());
     }
-    make_skeleton(&computer_dir.join("fs"))?;
+    if hostname.is_none() {
+        make_skeleton(&computer_dir.join("fs"))?;
+    }
     write_etc(&computer_dir.join("etc"), id)
 }

@@ -74,15 +74,8 @@ impl Wasm {
             .clone()
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| "/".into());
-        let dir = self.computer_dir(id);
-        if !dir.join("etc/hostname").is_file() {
-            // A computer of an older version: give it the base layer's mount points.
-            let id2 = id.to_owned();
-            tokio::task::spawn_blocking(move || super::base::ensure(&dir, &id2))
-                .await
-                .map_err(|e| WasmError::Storage(e.to_string()))?
-                .map_err(|e| WasmError::Storage(e.to_string()))?;
-        }
+        // The first use by this server brings the computer up to date (a lookup after).
+        self.prepare(id).await?;
         let base = super::base::mounts(&loaded.base, &self.computer_dir(id));
         let shell_mounts = base
             .iter()

@@ -49,17 +49,12 @@ impl Wasm {
     /// The read-only base layer over computer `id`'s `fs/`, as its shell mounts it.
     async fn layers(&self, id: &str) -> Result<Layers, WasmError> {
         let loaded = self.program().await?;
-        let dir = self.computer_dir(id);
-        if !dir.join("etc/hostname").is_file() {
-            // A computer of an older version: give it the base layer's `/etc` (as an exec
-            // does).
-            let (dir, id) = (dir.clone(), id.to_owned());
-            tokio::task::spawn_blocking(move || super::base::ensure(&dir, &id))
-                .await
-                .map_err(|e| WasmError::Storage(e.to_string()))?
-                .map_err(|e| WasmError::Storage(e.to_string()))?;
-        }
-        Ok(Layers::new(super::base::mounts(&loaded.base, &dir)))
+        // As an exec does: the first use by this server brings the computer up to date.
+        self.prepare(id).await?;
+        Ok(Layers::new(super::base::mounts(
+            &loaded.base,
+            &self.computer_dir(id),
+        )))
     }
 
     /// Reads from the writable layer, or from the base layer where the shell sees it.

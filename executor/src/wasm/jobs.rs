@@ -12,6 +12,11 @@
 //! exit is kept until the read that takes its last output, or [`KEEP_ENDED`] after it
 //! ended; at most [`MAX_JOBS`] are kept per computer. Restart, factory reset and delete
 //! end the computer's jobs.
+//!
+//! What the computer's directory shows of a job while it is kept (issue 46): its marker
+//! ([`super::marks`], so a later server tells what became of a job this one held when it
+//! stopped) and, while it runs, its `/proc/<n>` ([`super::procs`]). One write each when
+//! the job starts and ends; nothing on the exec path.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -26,7 +31,8 @@ use supervisor::ring::Stream;
 use tokio::sync::{mpsc, watch};
 
 use super::budget::{self, MeteredRing, OutputBudget};
-use super::{Wasm, WasmError};
+use super::marks::{self, Fate, Mark};
+use super::{Wasm, WasmError, procs};
 use crate::spec::{ExecSpec, JobPoll, JobStart};
 
 /// How long an ended job's exit and unread output are kept.
@@ -69,6 +75,56 @@ struct Kept {
     stdin: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
     /// Ends its task (a signal, restart, reset, delete).
     task: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Its marker and `/proc` entry, when they could be written.
+    trace: Option<Trace>,
+}
+
+/// Where the computer's directory shows a kept job.
+#[derive(Debug)]
+struct Trace {
+    computer_dir: std::path::PathBuf,
+    mark: Mark,
+}
+
+impl Trace {
+    /// Writes the job's `/proc` entry, then its marker; `None` (logged) when the disk
+    /// refuses (the job runs all the same).
+    fn write(computer_dir: &std::path::Path, mut mark: Mark) -> Option<Self> {
+        let shown = procs::add(&computer_dir.join("proc"), &mark.command).and_then(|pid| {
+            mark.pid = pid;
+            marks::write(computer_dir, &mark).inspect_err(|_| {
+                procs::remove(&computer_dir.join("proc"), pid);
+            })
+        });
+        match shown {
+            Ok(()) => Some(Self {
+                computer_dir: computer_dir.to_owned(),
+                mark,
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, job_id = mark.job_id, "cannot mark a WASM job in its computer's directory");
+                None
+            }
+        }
+    }
+
+    /// The job ended: off `/proc`, its status in the marker.
+    fn ended(&self, code: i64) {
+        procs::remove(&self.computer_dir.join("proc"), self.mark.pid);
+        let mark = Mark {
+            exit_code: Some(code),
+            ..self.mark.clone()
+        };
+        if let Err(e) = marks::write(&self.computer_dir, &mark) {
+            tracing::debug!(error = %e, "cannot note a WASM job's end in its marker");
+        }
+    }
+
+    /// The job is forgotten (its end read, expired, or the computer's jobs ended).
+    fn forget(&self) {
+        procs::remove(&self.computer_dir.join("proc"), self.mark.pid);
+        marks::remove(&self.computer_dir, &self.mark.job_id);
+    }
 }
 
 impl Kept {
@@ -89,6 +145,10 @@ impl Kept {
             if s.ended.is_some() {
                 return;
             }
+            // On disk before a reader can see the exit (and forget the job, marker and all).
+            if let Some(t) = &self.trace {
+                t.ended(code);
+            }
             s.ended = Some(Ended {
                 code,
                 timed_out,
@@ -97,6 +157,13 @@ impl Kept {
         }
         *lock(&self.stdin) = None;
         self.bump();
+    }
+
+    /// This server forgets the job: so does the computer's directory.
+    fn forget(&self) {
+        if let Some(t) = &self.trace {
+            t.forget();
+        }
     }
 
     /// Ends the job now with status `code` (its task is dropped, and every instance and
@@ -259,17 +326,21 @@ impl KeptJobs {
     fn remove(&self, id: &str, job_id: &str) {
         let mut all = lock(&self.by_computer);
         if let Some(list) = all.get_mut(id) {
-            list.retain(|k| k.id != job_id);
+            forget_where(list, |k| k.id == job_id);
             if list.is_empty() {
                 all.remove(id);
             }
         }
     }
 
+    fn held(&self, id: &str, job_id: &str) -> bool {
+        self.get(id, job_id).is_some()
+    }
+
     fn insert(&self, id: &str, kept: Arc<Kept>) -> Result<(), WasmError> {
         let mut all = lock(&self.by_computer);
         let list = all.entry(id.to_owned()).or_default();
-        list.retain(|k| !k.expired());
+        forget_where(list, Kept::expired);
         if list.iter().any(|k| k.id == kept.id) {
             return Err(WasmError::Job(format!(
                 "job id {} is already in use",
@@ -291,6 +362,7 @@ impl KeptJobs {
         let list = lock(&self.by_computer).remove(id).unwrap_or_default();
         for k in list {
             k.kill(128 + 9);
+            k.forget();
         }
     }
 
@@ -299,9 +371,20 @@ impl KeptJobs {
         let Some(list) = all.get_mut(id) else {
             return Vec::new();
         };
-        list.retain(|k| !k.expired());
+        forget_where(list, Kept::expired);
         list.iter().map(|k| k.info()).collect()
     }
+}
+
+/// Takes the jobs `gone` names out of `list`, forgetting them (their markers go).
+fn forget_where(list: &mut Vec<Arc<Kept>>, gone: impl Fn(&Kept) -> bool) {
+    list.retain(|k| {
+        let g = gone(k);
+        if g {
+            k.forget();
+        }
+        !g
+    });
 }
 
 fn no_job(job_id: &str) -> WasmError {
@@ -320,14 +403,36 @@ impl Wasm {
         job: &JobStart,
     ) -> Result<(), WasmError> {
         self.ready().await?;
-        if !self.computer_dir(id).join("fs").is_dir() {
+        let dir = self.computer_dir(id);
+        if !dir.join("fs").is_dir() {
             return Err(WasmError::NotFound(id.to_owned()));
         }
+        self.prepare(id).await?;
+        if self.kept.held(id, &job.job_id) {
+            return Err(WasmError::Job(format!(
+                "job id {} is already in use",
+                job.job_id
+            )));
+        }
+        let started_at_ms = super::now_ms();
+        let mark = Mark {
+            job_id: job.job_id.clone(),
+            command: job.command.clone(),
+            started_at_ms,
+            instance: self.instance.clone(),
+            host: self.host.clone(),
+            pid: 0,
+            exit_code: None,
+        };
+        let trace = tokio::task::spawn_blocking(move || Trace::write(&dir, mark))
+            .await
+            .ok()
+            .flatten();
         let (tx, rx) = mpsc::unbounded_channel();
         let kept = Arc::new(Kept {
             id: job.job_id.clone(),
             command: job.command.clone(),
-            started_at_ms: super::now_ms(),
+            started_at_ms,
             started: Instant::now(),
             timeout: spec.timeout,
             state: Mutex::new(State {
@@ -337,8 +442,17 @@ impl Wasm {
             news: watch::channel(0).0,
             stdin: Mutex::new(Some(tx)),
             task: Mutex::new(None),
+            trace,
         });
-        self.kept.insert(id, kept.clone())?;
+        if let Err(e) = self.kept.insert(id, kept.clone()) {
+            kept.forget();
+            return Err(e);
+        }
+        let (kept_jobs, dir) = (self.kept.clone(), self.computer_dir(id));
+        let id3 = id.to_owned();
+        tokio::task::spawn_blocking(move || {
+            marks::prune(&dir, &|job_id| kept_jobs.held(&id3, job_id));
+        });
         let io = Stdio {
             stdin: Box::new(ChannelReader {
                 rx,
@@ -383,7 +497,9 @@ impl Wasm {
         job_id: &str,
         poll: &JobPoll,
     ) -> Result<JobOutput, WasmError> {
-        let kept = self.kept.get(id, job_id).ok_or_else(|| no_job(job_id))?;
+        let Some(kept) = self.kept.get(id, job_id) else {
+            return Err(self.not_held(id, job_id));
+        };
         if let Some(bytes) = &poll.stdin {
             let sent = lock(&kept.stdin)
                 .as_ref()
@@ -409,6 +525,31 @@ impl Wasm {
             self.kept.remove(id, job_id);
         }
         Ok(out)
+    }
+
+    /// Why computer `id` has no job `job_id` in this server: its marker may say it ended
+    /// with the server process that ran it (told once: the marker goes), or runs in
+    /// another ([`marks`]).
+    fn not_held(&self, id: &str, job_id: &str) -> WasmError {
+        let dir = self.computer_dir(id);
+        let Some(mark) = marks::read(&dir, job_id) else {
+            return no_job(job_id);
+        };
+        match marks::fate(&mark, &self.instance, &self.host) {
+            Fate::Forgotten => {
+                marks::remove(&dir, job_id);
+                no_job(job_id)
+            }
+            Fate::Stopped => {
+                marks::remove(&dir, job_id);
+                WasmError::JobGone(shared::jobs::gone_with_its_server(
+                    job_id,
+                    &mark.command,
+                    mark.exit_code,
+                ))
+            }
+            Fate::Elsewhere => WasmError::JobGone(marks::elsewhere(&mark)),
+        }
     }
 
     /// The jobs computer `id` keeps, oldest first.

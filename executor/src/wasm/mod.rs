@@ -9,14 +9,16 @@
 //!   with argv from `args`, or `[module, "-c", command]`.
 //!
 //! A computer is `<state-dir>/wasm/<id>/`: `computer.json` (its record), `fs/`, the
-//! writable layer the guest sees as `/` (with `/tmp`, `/home`, `/root`), and `etc/`, its
-//! read-only `/etc`; the rest of the read-only base (`/bin`, `/usr/bin`, `/proc`, `/dev`)
-//! is shared ([`base`]). Permanent computers are found again after a restart; temporaries
+//! writable layer the guest sees as `/` (with `/tmp`, `/home`, `/root`), `etc/` and
+//! `proc/`, its read-only `/etc` and `/proc` ([`procs`]: its running kept jobs show
+//! there), and `jobs/`, a marker a kept job ([`marks`]); the rest of the read-only base
+//! (`/bin`, `/usr/bin`, `/dev`) is shared ([`base`]). Permanent computers are found again after a restart; temporaries
 //! are removed by their server, or reaped by the next start when that server died.
 //! Background jobs (`&`) live in a per-computer table between calls; restart ends them,
 //! factory reset ends them, empties `fs/` and writes the base's `/etc` again. Kept jobs'
 //! unread output lives in this server, bounded in all by `--wasm-job-output-budget`
-//! ([`budget`]).
+//! ([`budget`]); when this server stops, they end with it, and a later server says so
+//! of their ids ([`marks`]).
 //!
 //! With a CPython WASI module (`--wasm-python`, or `<state-dir>/python.wasm`), the toolbox
 //! shell also runs `python3` and `python` ([`Python`]): one instance of that module a
@@ -31,7 +33,9 @@ mod exec;
 mod files;
 mod jobs;
 mod layers;
+mod marks;
 mod place;
+mod procs;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,6 +104,10 @@ pub enum WasmError {
     /// No such kept job on the computer (the message names it).
     #[error("{0}")]
     NoSuchJob(String),
+    /// No such kept job in this server, and what became of it ([`marks`]: it ended with
+    /// the server process that ran it, or runs in another).
+    #[error("{0}")]
+    JobGone(String),
     /// A job request was refused (the message says why).
     #[error("{0}")]
     Job(String),
@@ -211,6 +219,14 @@ struct Meta {
     team: Option<String>,
 }
 
+impl Meta {
+    /// The caller's id of this computer (its hostname): the key without the team's
+    /// prefix, as Docker names its containers' hosts.
+    fn caller_id(&self) -> &str {
+        shared::teams::id_of(self.team.as_deref(), &self.computer_id).unwrap_or(&self.computer_id)
+    }
+}
+
 /// The program, loaded once (compiling it the first time on this machine).
 type Loaded = Arc<OnceCell<Result<Loaded1, String>>>;
 
@@ -264,6 +280,8 @@ pub struct Wasm {
     python: Option<Python>,
     /// The kept jobs (`yield_ms`, SPEC §3.8) of every computer ([`jobs`]).
     kept: Arc<jobs::KeptJobs>,
+    /// The computers this server brought up to date since it started ([`Wasm::prepare`]).
+    prepared: Arc<tokio::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// The background jobs of every computer of this server.
@@ -304,6 +322,7 @@ impl Wasm {
             jobs: Arc::default(),
             python: None,
             kept: Arc::new(jobs::KeptJobs::new(budget::DEFAULT_BUDGET)),
+            prepared: Arc::default(),
         })
     }
 
@@ -361,16 +380,15 @@ impl Wasm {
                     Flavor::Custom(_) => Default::default(),
                 };
                 let state_dir = this.dir.parent().map(Path::to_path_buf).unwrap_or_default();
-                let (mut names2, max) = (names.clone(), this.max_memory);
+                let mut names2 = names.clone();
                 if this.python.is_some() {
                     names2.extend(PYTHON_NAMES.map(str::to_owned));
                 }
-                let base = tokio::task::spawn_blocking(move || {
-                    base::shared_base(&state_dir, &names2, max)
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("the base layer cannot be written: {e}"))?;
+                let base =
+                    tokio::task::spawn_blocking(move || base::shared_base(&state_dir, &names2))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| format!("the base layer cannot be written: {e}"))?;
                 Ok(Loaded1 {
                     program,
                     names: Arc::new(names),
@@ -422,6 +440,35 @@ impl Wasm {
         if let Some(t) = table {
             t.clear();
         }
+    }
+
+    /// Brings computer `id` up to date the first time this server uses it: the layout of
+    /// an older version, `/etc` naming the caller's id, and its `/proc` (the static files,
+    /// without the entries of jobs whose server stopped). Later calls cost a lookup.
+    pub(super) async fn prepare(&self, id: &str) -> Result<(), WasmError> {
+        let mut done = self.prepared.lock().await;
+        if done.contains(id) {
+            return Ok(());
+        }
+        let dir = self.computer_dir(id);
+        let (instance, host, max) = (self.instance.clone(), self.host.clone(), self.max_memory);
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let Some(meta) = Self::read_meta(&dir) else {
+                return Ok(()); // gone meanwhile: the caller says so
+            };
+            base::ensure(&dir, meta.caller_id())?;
+            let marks = marks::all(&dir);
+            procs::refresh(&dir.join("proc"), max, &|pid| {
+                marks
+                    .iter()
+                    .any(|m| m.pid == pid && marks::runs(m, &instance, &host))
+            })
+        })
+        .await
+        .map_err(storage)?
+        .map_err(storage)?;
+        done.insert(id.to_owned());
+        Ok(())
     }
 
     fn computer_dir(&self, id: &str) -> PathBuf {
@@ -496,7 +543,7 @@ impl Wasm {
             created_at: shared::history::rfc3339_utc(now_ms()),
         };
         let dir = self.computer_dir(id);
-        let m = meta.clone();
+        let (m, max) = (meta.clone(), self.max_memory);
         let created = tokio::task::spawn_blocking(move || -> std::io::Result<bool> {
             match std::fs::create_dir(&dir) {
                 Ok(()) => {}
@@ -504,7 +551,8 @@ impl Wasm {
                 Err(e) => return Err(e),
             }
             base::make_skeleton(&dir.join("fs"))?;
-            base::write_etc(&dir.join("etc"), &m.computer_id)?;
+            base::write_etc(&dir.join("etc"), m.caller_id())?;
+            procs::refresh(&dir.join("proc"), max, &|_| false)?;
             write_meta(&dir, &m)?;
             Ok(true)
         })
@@ -522,6 +570,7 @@ impl Wasm {
     /// Removes computer `id` and its files.
     pub async fn remove(&self, id: &str) -> Result<(), WasmError> {
         self.end_jobs(id);
+        self.prepared.lock().await.remove(id);
         let dir = self.computer_dir(id);
         let trash = self
             .dir
@@ -572,7 +621,7 @@ impl Wasm {
             let old_fs = dir.join(format!(".old-{:08x}", rand::random::<u32>()));
             std::fs::rename(&fs, &old_fs)?;
             base::make_skeleton(&fs)?;
-            base::write_etc(&dir.join("etc"), &m.computer_id)?;
+            base::write_etc(&dir.join("etc"), m.caller_id())?;
             write_meta(&dir, &m)?;
             std::fs::remove_dir_all(&old_fs)
         })
@@ -596,3 +645,6 @@ fn write_meta(dir: &Path, m: &Meta) -> std::io::Result<()> {
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, dir.join("computer.json"))
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,6 +20,7 @@ impl From<WasmError> for BackendError {
             WasmError::NoSuchFile(_) => Failure::NoSuchFile,
             WasmError::File(_) => Failure::File,
             WasmError::NoSuchJob(_) => Failure::NoSuchJob,
+            WasmError::JobGone(_) => Failure::JobGone,
             WasmError::Job(_) => Failure::Failed,
         };
         BackendError::new(failure, e)

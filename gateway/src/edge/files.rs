@@ -14,7 +14,6 @@
 //! stages the body's chunks beside the target and renames at its end.
 
 use super::*;
-use shared::executor_api::Scope;
 
 fn error(status: u16, message: impl Into<String>) -> Result<Response> {
     json_response(status, &json!({"error": message.into()}))
@@ -153,7 +152,9 @@ pub(crate) async fn files(
         executor: &ex.name,
         team: &team,
         owner: &host.owner,
-        scope: Scope::Exec.as_str(),
+        // The caller's scopes: the executor refuses a new permanent computer without
+        // `manage`, as the team's object did.
+        scope: &host.scope(),
     };
     let token = match exec_token::token(&gw.executor_secret, grant, now_ms() / 1000) {
         Ok(t) => t,

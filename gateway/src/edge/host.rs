@@ -156,6 +156,8 @@ impl Host {
             owner: self.owner.clone(),
             stateless: self.session.is_none(),
             executor,
+            // The object refuses a new permanent computer without `manage` (SPEC §5).
+            scope: self.scope(),
         };
         team_call(&self.env, &self.caller.team, claim).await
     }

@@ -206,7 +206,7 @@ impl Host {
         let task = &mut kept.task;
         let Some(place) = kept.place.as_deref() else {
             // The computer is gone (deleted), and its jobs with it.
-            task.lost(now_ms());
+            task.lost(now_ms(), None);
             return;
         };
         let poll = JobPoll {
@@ -233,8 +233,11 @@ impl Host {
                 Ok(out) => task.absorb(out, now_ms()),
                 Err(e) => tracing::warn!(error = %e, "a task's job read was not a job read"),
             },
-            // The job, or its whole computer, is gone (restart, reset, delete).
-            Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => task.lost(now_ms()),
+            // The job, or its whole computer, is gone (restart, reset, delete; or, on a
+            // WebAssembly executor, the executor's process stopped: its answer says so).
+            Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => {
+                task.lost(now_ms(), Some(&e.error.message))
+            }
             // A passing failure (an executor down): the task stays as it was.
             Err(e) => tracing::warn!(error = %e, "reading a task's job failed"),
         }

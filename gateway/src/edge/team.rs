@@ -232,11 +232,16 @@ impl DurableObject for Team {
                 owner,
                 stateless,
                 executor,
+                scope,
             } => {
+                // A new permanent computer needs `manage`: refused here, before anything
+                // is recorded or placed (a temporary, or an existing computer, needs no more
+                // than the `exec` the Worker checked).
                 let claimant = Claimant {
                     requested: temporary,
                     owner: &owner,
                     stateless,
+                    scope: Some(&scope),
                 };
                 match self.registry().claim(&id, &executor, &claimant, now) {
                     Ok((e, new)) => {
@@ -247,6 +252,8 @@ impl DurableObject for Team {
                     }
                     // The same policy as the local server, in the same words.
                     Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),
+                    // The executor's words and status for the same refusal.
+                    Err(RegistryError::Forbidden(e)) => bad(403, &e.to_string()),
                     Err(e) => bad(500, &e.to_string()),
                 }
             }
@@ -272,10 +279,12 @@ impl DurableObject for Team {
                     Some(id) if self.registry().visible(&id, &owner).is_ok() => id,
                     _ => fresh,
                 };
+                // A default is always a temporary: `exec` makes it.
                 let claimant = Claimant {
                     requested: None,
                     owner: &owner,
                     stateless: true,
+                    scope: None,
                 };
                 match self.registry().claim(&id, &executor, &claimant, now) {
                     Ok((e, new)) => {

@@ -2,7 +2,9 @@
 //! [`MemoryStore`], every step with the answer it must give.
 //!
 //! A step is `verb args... [@ms] => answer`. Verbs:
-//! - `claim ID OWNER REQ [stateless]`: `new temporary|permanent`, `known ...`, or the error;
+//! - `claim ID OWNER REQ [stateless] [scope=WORDS]`: `new temporary|permanent`,
+//!   `known ...`, or the error; `scope=` gives the caller's scopes joined by `+` (`scope=`
+//!   alone: none), as at the gateway; without it the caller has no scopes to check;
 //! - `adopt ID OWNER TEMP REQ`: attach to a computer found at the backend;
 //! - `see ID OWNER`: `yes`, or `unknown`; `may ID TEMP OWNER`: `yes|no`;
 //! - `list OWNER`, `owned OWNER`, `idle TIMEOUT_SECS`, `temps`: ids, space-separated, or `-`;
@@ -11,8 +13,8 @@
 //! - `target ID|- REQ DEFAULT|-`: `named ID`, `default ID`, `new-default`, `fresh`, and the
 //!   `temporary` it attaches with.
 //!
-//! `REQ`/`TEMP` are `t`, `f` or `-` (not given). Errors read `not-yours`, `mismatch` or
-//! `unknown`.
+//! `REQ`/`TEMP` are `t`, `f` or `-` (not given). Errors read `not-yours`, `mismatch`,
+//! `unknown` or `forbidden`.
 
 use super::*;
 
@@ -45,6 +47,7 @@ fn error(e: RegistryError<Infallible>) -> String {
         RegistryError::Policy(LifecycleError::NotYours { .. }) => "not-yours".into(),
         RegistryError::Policy(LifecycleError::TemporaryMismatch { .. }) => "mismatch".into(),
         RegistryError::Unknown(_) => "unknown".into(),
+        RegistryError::Forbidden(_) => "forbidden".into(),
         RegistryError::Store(never) => match never {},
     }
 }
@@ -67,10 +70,15 @@ fn step(reg: &mut Registry<MemoryStore>, line: &str) -> String {
     };
     match w.as_slice() {
         ["claim", id, owner, req, rest @ ..] => {
+            let scope = rest
+                .iter()
+                .find_map(|w| w.strip_prefix("scope="))
+                .map(|s| s.replace('+', " "));
             let c = Claimant {
                 requested: flag(req),
                 owner,
-                stateless: rest == ["stateless"],
+                stateless: rest.contains(&"stateless"),
+                scope: scope.as_deref(),
             };
             flat(reg.claim(id, "here", &c, now).map(|(e, new)| {
                 format!(
@@ -85,6 +93,7 @@ fn step(reg: &mut Registry<MemoryStore>, line: &str) -> String {
                 requested: flag(req),
                 owner,
                 stateless: false,
+                scope: None,
             };
             let temporary = flag(temp).expect("adopt needs TEMP t or f");
             flat(
@@ -250,6 +259,20 @@ const CASES: &[(&str, &str)] = &[
          claim box s2 - => new temporary",
     ),
     (
+        "issue 46: a new permanent computer needs manage; a temporary, or using one, does not",
+        "claim web u1 f stateless scope=exec => forbidden
+         claim web u1 f stateless scope= => forbidden
+         list u1 => -
+         claim tmp u1 - stateless scope=exec => new temporary
+         claim tmp2 u1 t stateless scope=exec => new temporary
+         claim web u2 f stateless scope=exec+manage => new permanent
+         claim web u1 f stateless scope=exec => known permanent
+         claim web u1 - stateless scope=exec => known permanent
+         claim other s1 f scope=manage => new permanent
+         claim local s1 f => new permanent
+         list u1 => local other tmp tmp2 web",
+    ),
+    (
         "history belongs to a known computer and goes with it",
         "ran nowhere => ok
          history nowhere => 0
@@ -297,6 +320,7 @@ fn refusals_change_nothing() {
         requested: None,
         owner: "s1",
         stateless: false,
+        scope: None,
     };
     reg.claim("box", "here", &s1, 5).unwrap();
     let before = plain(reg.list("s1"));
@@ -329,6 +353,7 @@ fn issue_46_a_tombstone_keeps_the_owner_its_removal_is_retried_for() {
         requested: None,
         owner: "user:alice",
         stateless: true,
+        scope: None,
     };
     reg.claim("box", "exec-a", &alice, 5).unwrap();
     reg.retire("box").unwrap();
@@ -338,4 +363,31 @@ fn issue_46_a_tombstone_keeps_the_owner_its_removal_is_retried_for() {
     assert!(reg.visible("box", "user:alice").is_err());
     assert!(reg.visible("box", "(removal pending)").is_err());
     assert_eq!(reg.idle(300_000, 300).unwrap().len(), 1);
+}
+
+/// Issue 46, item 8: the gateway's Team object claims through [`Registry::claim`]: a new
+/// permanent computer for a caller without `manage` is refused with the scope's words and
+/// leaves no record; the same id is then made by a caller with `manage`, and used by the
+/// first one.
+#[test]
+fn issue_46_a_new_permanent_computer_needs_manage_and_records_nothing() {
+    let mut reg = Registry::new(MemoryStore::default());
+    let exec_only = Claimant {
+        requested: Some(false),
+        owner: "user:u",
+        stateless: true,
+        scope: Some("exec"),
+    };
+    let e = reg.claim("web", "exec-a", &exec_only, 5).unwrap_err();
+    assert!(matches!(e, RegistryError::Forbidden(_)), "{e}");
+    assert!(e.to_string().contains("needs the `manage` scope"), "{e}");
+    assert_eq!(plain(reg.store.entries()), vec![]);
+    let manager = Claimant {
+        scope: Some("exec manage"),
+        ..exec_only
+    };
+    let (made, new) = reg.claim("web", "exec-a", &manager, 6).unwrap();
+    assert!(new && !made.temporary);
+    let (used, new) = reg.claim("web", "exec-b", &exec_only, 7).unwrap();
+    assert!(!new && used.place == "exec-a");
 }

@@ -103,10 +103,44 @@ fn cancelled_and_lost_tasks_have_no_result() {
             .contains("tasks/cancel")
     );
     let mut l = Task::new("box", false, 100, 0, read("job-2", b"x", b"", true));
-    l.lost(9);
+    l.lost(9, None);
     assert_eq!(l.detailed()["status"], "cancelled");
     assert!(
         l.detailed()["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("restarted")
+    );
+}
+
+#[test]
+fn issue_46_a_task_whose_server_stopped_says_so_not_restarted() {
+    let gone = crate::jobs::gone_with_its_server("job-2", "make all", Some(0));
+    let mut t = Task::new("box", false, 100, 0, read("job-2", b"x", b"", true));
+    t.lost(9, Some(&gone));
+    let msg = t.detailed()["statusMessage"].as_str().unwrap().to_owned();
+    assert_eq!(t.detailed()["status"], "cancelled");
+    assert!(
+        msg.contains("exited with status 0")
+            && msg.contains("server process that ran it stopped")
+            && !msg.contains("restarted"),
+        "{msg}"
+    );
+    let mut r = Task::new("box", false, 100, 0, read("job-3", b"", b"", true));
+    r.lost(
+        9,
+        Some(&crate::jobs::gone_with_its_server("job-3", "sleep 9", None)),
+    );
+    let msg = r.detailed()["statusMessage"].as_str().unwrap().to_owned();
+    assert!(
+        msg.contains("ended when the server process") && !msg.contains("restarted"),
+        "{msg}"
+    );
+    // A plain "no such job" keeps the restart/reset/delete reason.
+    let mut p = Task::new("box", false, 100, 0, read("job-4", b"", b"", true));
+    p.lost(9, Some("no job job-4 on this computer"));
+    assert!(
+        p.detailed()["statusMessage"]
             .as_str()
             .unwrap()
             .contains("restarted")

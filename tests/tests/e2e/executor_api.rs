@@ -435,6 +435,10 @@ async fn issue_13_wasm_executor_health_and_team_spaces() -> anyhow::Result<()> {
     let (s, r) = exec_as(a.clone(), "echo a > /tmp/owner; cat /tmp/owner").await?;
     assert_eq!((s, r["stdout"].as_str()), (200, Some("a\n")), "{r}");
     assert_eq!(r["computer_id"], json!(id), "{r}");
+    // Issue 46: its hostname is the caller's id, never the team's key prefix (as on Docker).
+    let (s, r) = exec_as(a.clone(), "hostname; cat /etc/hostname").await?;
+    let want = format!("{id}\n{id}\n");
+    assert_eq!((s, r["stdout"].as_str()), (200, Some(want.as_str())), "{r}");
     let (s, r) = exec_as(b.clone(), "cat /tmp/owner 2>/dev/null || echo none").await?;
     assert_eq!((s, r["stdout"].as_str()), (200, Some("none\n")), "{r}");
     let (_, h) = req(M::GET, format!("{v1}/health"), None, None).await?;
@@ -535,15 +539,22 @@ async fn issue_19_executor_checks_scope_and_team() -> anyhow::Result<()> {
         assert!(msg.contains(&format!("`{scope}` scope")), "{what}: {r}");
     };
 
-    // `exec` runs commands (making the computer on first use), lists and uses files...
+    // `exec` runs commands (a new permanent computer needs `manage` too: issue 46, item
+    // 8), lists and uses files...
     let id = format!("{t}-p");
-    let (s, r) = req(
-        M::POST,
-        format!("{v1}/computers/{id}/exec"),
-        Some(&exec_only),
-        Some(json!({"command": "echo ok", "temporary": false})),
-    )
-    .await?;
+    let exec_on_id = |token: String| {
+        let url = format!("{v1}/computers/{id}/exec");
+        async move {
+            let body = json!({"command": "echo ok", "temporary": false});
+            req(M::POST, url, Some(&token), Some(body)).await
+        }
+    };
+    let r = exec_on_id(exec_only.clone()).await?;
+    forbidden("a new permanent computer with exec", r, "manage");
+    assert_eq!(containers(&t).await?.len(), 0, "a refused call made one");
+    let (s, r) = exec_on_id(executor_token(SECRET, "team-s")?).await?;
+    assert_eq!((s, r["stdout"].as_str()), (200, Some("ok\n")), "{r}");
+    let (s, r) = exec_on_id(exec_only.clone()).await?;
     assert_eq!((s, r["stdout"].as_str()), (200, Some("ok\n")), "{r}");
     let (s, r) = req(M::GET, format!("{v1}/computers"), Some(&exec_only), None).await?;
     assert_eq!(s, 200, "{r}");

@@ -389,10 +389,13 @@ async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
     let (status, _, _) = raw(&gw, Some(&sign(&claims("team-r", "u1"))), list_call()).await?;
     assert_eq!(status, 401, "no JWT configured: a JWT is refused");
     let c = gw.modern_client("static-token-for-the-alarm-test").await?;
+    // A permanent computer's name is the team's across runs: one of this run's own, so a
+    // run killed half-way leaves nothing a later run would attach to.
+    let kept = format!("kept-{}", t.rsplit('-').next().unwrap_or("x"));
     exec(&c, json!({"command": "true", "computer_id": "idle-one"})).await?;
     exec(
         &c,
-        json!({"command": "true", "computer_id": "kept", "temporary": false}),
+        json!({"command": "true", "computer_id": kept, "temporary": false}),
     )
     .await?;
     assert_eq!(containers(&t).await?.len(), 2);
@@ -402,8 +405,8 @@ async fn issue_6_gateway_alarm_reaps_idle_temporaries() -> anyhow::Result<()> {
         .await?
         .structured_content
         .unwrap();
-    assert_eq!(ids(&list), vec!["kept".to_owned()]);
-    call(&c, "computer_delete", json!({"computer_id": "kept"})).await?;
+    assert_eq!(ids(&list), vec![kept.clone()]);
+    call(&c, "computer_delete", json!({"computer_id": kept})).await?;
     gw.stop().await?;
     x.terminate().await?;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
@@ -657,6 +660,130 @@ async fn issue_15_gateway_files() -> anyhow::Result<()> {
     assert_eq!(r.status(), 206);
     assert_eq!(r.bytes().await?.as_ref(), b"v=2");
     for c in [a1, a2, b1] {
+        c.cancel().await?;
+    }
+    gw.stop().await?;
+    x.terminate().await?;
+    Ok(())
+}
+
+/// Issue 46, item 8: at the gateway, a token with `exec` alone makes temporaries but no
+/// permanent computer, whatever the path (exec, a file tool, `PUT /v1/files`): the team's
+/// object refuses it before recording anything (403, the scope refusal's words), and the
+/// executor never sees it. It uses a permanent computer a token with `manage` made, and
+/// such a token's upload to a new permanent computer still works (the executor gets the
+/// caller's scopes).
+#[tokio::test]
+async fn issue_46_gateway_exec_alone_makes_no_permanent_computer() -> anyhow::Result<()> {
+    let t = tag("gwperm");
+    let x = HttpServer::start_executor(&t, &state_dir(&t), &wasm_opts(), EXECUTOR_SECRET).await?;
+    let mut v = vars(&x.base, 300);
+    v.push(("TOOLS", "exec,files,lifecycle".into()));
+    let gw = Gateway::start(&t, &state_dir(&t).join("wrangler"), &v).await?;
+    let mut c = claims("team-p", "u1");
+    c["scope"] = json!("exec");
+    let exec_only = sign(&c);
+    let limited = gw.modern_client(&exec_only).await?;
+    let full = gw.modern_client(&sign(&claims("team-p", "u2"))).await?;
+    let refused = |what: &str, r: &rmcp::model::CallToolResult| {
+        assert_eq!(r.is_error, Some(true), "{what}: {}", text(r));
+        let words = r
+            .structured_content
+            .as_ref()
+            .map_or(json!(null), |v| v["error"].clone());
+        let words = words.as_str().unwrap_or_default();
+        assert!(
+            words.contains(
+                "creating a permanent computer needs the `manage` scope (this token has \"exec\")"
+            ) && words.contains("omit temporary:false"),
+            "{what}: {words}"
+        );
+    };
+    for (what, tool, args) in [
+        (
+            "exec",
+            "terminal_execute",
+            json!({"command": "true", "computer_id": "perm", "temporary": false}),
+        ),
+        (
+            "exec without an id",
+            "terminal_execute",
+            json!({"command": "true", "temporary": false}),
+        ),
+        // Named again below without `temporary`: a temporary then, had nothing been
+        // recorded (a recorded permanent id would be refused by the executor instead).
+        (
+            "exec on scratch",
+            "terminal_execute",
+            json!({"command": "true", "computer_id": "scratch", "temporary": false}),
+        ),
+        (
+            "file write",
+            "computer_file_write",
+            json!({"computer_id": "perm", "temporary": false, "path": "/f", "content": "x"}),
+        ),
+    ] {
+        refused(what, &call(&limited, tool, args).await?);
+    }
+    let http = reqwest::Client::new();
+    let put = |id: &str, token: &str| {
+        http.put(format!("{}/v1/files/{id}/f?temporary=false", gw.base))
+            .bearer_auth(token)
+            .body("x")
+            .send()
+    };
+    let r = put("perm", &exec_only).await?;
+    assert_eq!(r.status().as_u16(), 403);
+    let body = r.text().await?;
+    assert!(body.contains("needs the `manage` scope"), "{body}");
+    // Nothing recorded at the gateway, nothing made at the executor.
+    let list = call(&full, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    assert!(ids(&list).is_empty(), "{list}");
+    let at_executor: Value = reqwest::Client::new()
+        .get(format!("{}/v1/computers", x.base))
+        .bearer_auth(executor_token(EXECUTOR_SECRET, "team-p")?)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(at_executor["count"], 0, "{at_executor}");
+    // A temporary is `exec`'s to make (`scratch` was recorded as nothing above).
+    let r = exec(
+        &limited,
+        json!({"command": "true", "computer_id": "scratch"}),
+    )
+    .await?;
+    assert_eq!(r["temporary"], true, "{r}");
+    // `manage` makes the permanent one; `exec` then uses it, by any path.
+    let r = exec(
+        &full,
+        json!({"command": "true", "computer_id": "perm", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(r["temporary"], false, "{r}");
+    let r = exec(
+        &limited,
+        json!({"command": "echo used", "computer_id": "perm", "temporary": false}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "used\n", "{r}");
+    let r = put("perm", &exec_only).await?;
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
+    let r = put("perm-2", &sign(&claims("team-p", "u2"))).await?;
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
+    let list = call(&full, "computer_list", json!({}))
+        .await?
+        .structured_content
+        .unwrap();
+    assert_eq!(ids(&list), vec!["perm".to_owned(), "perm-2".to_owned()]);
+    for id in ["perm", "perm-2"] {
+        let r = call(&full, "computer_delete", json!({"computer_id": id})).await?;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    }
+    for c in [limited, full] {
         c.cancel().await?;
     }
     gw.stop().await?;

@@ -640,3 +640,86 @@ async fn issue_14_env_on_wasm_and_jobs_refused() -> anyhow::Result<()> {
     c.cancel().await?;
     Ok(())
 }
+
+/// Issue 46: a WASM computer's running kept jobs show in its own `/proc` (as `ps`-style
+/// checks count them, through `/proc/*/cmdline`), and a job ended by its server's exit is
+/// named so by a later server, not "never existed".
+#[tokio::test]
+async fn issue_46_wasm_jobs_show_in_proc_and_a_later_server_says_they_ended() -> anyhow::Result<()>
+{
+    let t = tag("wasm-gone");
+    let state = state_dir(&t);
+    let opts = wasm_opts().arg("--tools=exec,jobs");
+    let c = stdio_client(&t, &state, &opts).await?;
+    let start = |command: &str| json!({"computer_id": "jobs-box", "temporary": false, "command": command, "yield_ms": 300});
+    let r = exec(&c, start("sleep 600")).await?;
+    let running = r["job_id"].as_str().unwrap_or_default().to_owned();
+    assert!(running.starts_with("job-"), "{r}");
+    let r = exec(&c, start("sleep 1; echo done")).await?;
+    let exited = r["job_id"].as_str().unwrap_or_default().to_owned();
+    assert!(exited.starts_with("job-"), "{r}");
+    let on = |id: &str, command: &str| json!({"computer_id": id, "temporary": false, "command": command});
+    let r = exec(
+        &c,
+        on("jobs-box", "for f in /proc/*/cmdline; do echo \"$f\"; done; tr '\\0' ' ' < /proc/2/cmdline; echo; grep -c '^Pid:' /proc/2/status"),
+    )
+    .await?;
+    assert_eq!(
+        r["stdout"], "/proc/2/cmdline\n/proc/3/cmdline\nsh -c sleep 600 \n1\n",
+        "{r}"
+    );
+    // Another computer of the same server shows none of them.
+    let r = exec(&c, on("quiet-box", "ls /proc")).await?;
+    assert_eq!(r["stdout"], "cpuinfo\nmeminfo\nself\nversion\n", "{r}");
+    // The second command ends, unread; /proc no longer shows it.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let r = exec(&c, on("jobs-box", "ls /proc | grep -c '^[0-9]'")).await?;
+    assert_eq!(r["stdout"], "1\n", "{r}");
+    c.cancel().await?;
+
+    // Wait until that server's process is gone (its markers name it).
+    let marks = computers(&state).join("jobs-box/jobs");
+    let mark: Value = serde_json::from_slice(&std::fs::read(
+        std::fs::read_dir(&marks)?
+            .flatten()
+            .next()
+            .map(|e| e.path())
+            .unwrap_or_default(),
+    )?)?;
+    let pid = mark["instance"]
+        .as_str()
+        .and_then(|i| i.split_once('-'))
+        .map(|(p, _)| p.to_owned())
+        .unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!pid.is_empty() && !Path::new(&format!("/proc/{pid}")).exists());
+
+    let c = stdio_client(&t, &state, &opts).await?;
+    let read = |job_id: &str| json!({"job_id": job_id, "computer_id": "jobs-box"});
+    let r = call(&c, "terminal_job", read(&running)).await?;
+    let m = text(&r);
+    assert!(
+        r.is_error == Some(true)
+            && m.contains("ended when the server process that ran it stopped")
+            && m.contains("sleep 600")
+            && !m.contains("never existed"),
+        "{m}"
+    );
+    let r = call(&c, "terminal_job", read(&exited)).await?;
+    let m = text(&r);
+    assert!(
+        r.is_error == Some(true) && m.contains("exited with status 0"),
+        "{m}"
+    );
+    // Told once; then it is an unknown job like any read one.
+    let r = call(&c, "terminal_job", read(&running)).await?;
+    assert!(text(&r).contains("never existed"), "{}", text(&r));
+    // The stopped server's job is no longer in /proc.
+    let r = exec(&c, on("jobs-box", "ls /proc")).await?;
+    assert_eq!(r["stdout"], "cpuinfo\nmeminfo\nself\nversion\n", "{r}");
+    c.cancel().await?;
+    Ok(())
+}
