@@ -40,6 +40,10 @@ pub const MOUNT_TARGET: &str = "/run/msc-host";
 pub const DOOR_IN_COMPUTER: &str = "/run/msc-host/door.sock";
 const SOCKET_NAME: &str = "sup.sock";
 const DOOR_NAME: &str = "door.sock";
+/// Where the door is bound before it is renamed to [`DOOR_NAME`]: the supervisor, woken by
+/// the name appearing, must find a socket that listens already (a bound socket refuses
+/// connections until `listen`, and no event says when that happened).
+const DOOR_NEW: &str = ".door.new";
 
 /// How long arming waits for another server arming the same directory.
 const LOCK_WAIT: Duration = Duration::from_secs(3);
@@ -282,7 +286,12 @@ pub fn open_door(dir: &Path) -> Result<Door, DoorError> {
         Ok((path, l))
     };
     let (_, listener) = bind(SOCKET_NAME)?;
-    let (door_path, door) = bind(DOOR_NAME)?;
+    let (new_path, door) = bind(DOOR_NEW)?;
+    let door_path = dir.join(DOOR_NAME);
+    if let Err(e) = std::fs::rename(&new_path, &door_path) {
+        let _ = std::fs::remove_file(&new_path);
+        return Err(DoorError::Io("open the door", e));
+    }
     Ok(Door {
         door_path,
         listener,

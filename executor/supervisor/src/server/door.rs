@@ -25,13 +25,30 @@ const HANDOVER: Duration = Duration::from_secs(5);
 const QUIET_RETRY: Duration = Duration::from_secs(5);
 const POLL_RETRY: Duration = Duration::from_millis(250);
 
+/// A door that refuses the connection may be bound but not listening yet (a server of
+/// another build that binds it in place): tried again this often, this many times, before
+/// waiting for the next change in the directory.
+const REFUSED_RETRY: Duration = Duration::from_millis(20);
+const REFUSED_TRIES: u32 = 25;
+
 /// Takes listeners through the door at `door` forever, handing each to `serve`.
 pub fn watch(door: &Path, serve: impl Fn(UnixListener)) {
     let watch = door.parent().and_then(watch_dir);
+    let mut refused = 0;
     loop {
         match take(door) {
-            Ok(listener) => serve(listener),
-            Err(_) => wait(watch.as_ref()),
+            Ok(listener) => {
+                refused = 0;
+                serve(listener);
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && refused < REFUSED_TRIES => {
+                refused += 1;
+                std::thread::sleep(REFUSED_RETRY);
+            }
+            Err(_) => {
+                refused = 0;
+                wait(watch.as_ref());
+            }
         }
     }
 }
