@@ -6,16 +6,16 @@
 //! when present, lifetime at most [`MAX_TOKEN_LIFETIME_SECS`]. `sub` is the team: the team
 //! has its own id space here (`shared::teams`: backend names carry its key prefix, and
 //! every computer its team in a label, metadata or tag), so a token of one team never
-//! reaches another team's computers, permanent ones included, nor a local server's, nor
-//! one that lacks the team's label. `scope` is checked on every route ([`Op::scope`]:
-//! `exec` runs commands, jobs, files and the list; `manage` creates, restarts, resets and
+//! reaches another team's computers, permanent ones included, nor a local server's, nor one
+//! that lacks the team's label. `scope` is checked on every route ([`Op::scope`]: `exec`
+//! runs commands, jobs, files and the list; `manage` creates, restarts, resets and
 //! deletes), whatever the gateway already checked. A command, file or job call (the file
-//! streams included) that would make its computer makes a temporary one with `exec`; a
-//! new permanent one (`temporary: false` on an id that does not exist) needs `manage`
-//! too (403, nothing made: `Scope::may_create`), as `POST /v1/computers` does. A refused token is answered "invalid
-//! token"; why is logged. Requests decode into typed operations (`shared::op::Op`,
-//! validated by the same rules as the MCP tools) and run through the same `Computers`
-//! registry, so results are identical.
+//! streams included) that would make its computer makes a temporary one with `exec`; a new
+//! permanent one (`temporary: false` on an id that does not exist) needs `manage` too (403,
+//! nothing made: `Scope::may_create`), as `POST /v1/computers` does. A refused token is
+//! answered "invalid token"; why is logged. Requests decode into typed operations
+//! (`shared::op::Op`, validated by the same rules as the MCP tools) and run through the
+//! same `Computers` registry, so results are identical.
 //!
 //! The token's `owner` (the caller at the gateway: `session:…` or `user:…`) owns the
 //! temporaries made for it: no other caller of the team reaches them here, whatever the

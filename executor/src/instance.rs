@@ -1,18 +1,24 @@
 //! This server's identity and liveness, for reaping temporaries of servers that died.
 //!
-//! Temporary containers carry the creating server's instance id (`<pid>-<start time>`,
-//! read from `/proc`) and host identity (name + PID namespace). At start-up a server removes the temporaries of
-//! instances on this host that are no longer running: the PID is gone, or now belongs to a
-//! process that started at another time. This needs no shared directory, so servers with
-//! different `--state-dir`s or users never reap each other's live computers. Where `/proc`
-//! is missing, nothing is judged dead (no reaping rather than a wrong one).
+//! Temporary containers carry the creating server's instance id (`<pid>-<start time>`, read
+//! from `/proc`) and host identity (name + PID namespace). At start-up a server removes the
+//! temporaries of instances on this host that are no longer running: the PID is gone, or
+//! now belongs to a process that started at another time. This needs no shared directory,
+//! so servers with different `--state-dir`s or users never reap each other's live
+//! computers. Where `/proc` is missing, nothing is judged dead (no reaping rather than a
+//! wrong one).
 
+/// The start time of process `pid`, while it runs: a zombie (killed, not yet reaped by its
+/// parent) has none.
 fn start_time(pid: &str) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which may itself hold spaces and parentheses.
-    let rest = stat.rsplit_once(')')?.1;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
     // `rest` starts at field 3 (state); start time is field 22.
-    rest.split_whitespace().nth(19).map(str::to_owned)
+    if matches!(rest.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    rest.nth(18).map(str::to_owned)
 }
 
 /// This process's instance id.
@@ -76,5 +82,35 @@ mod tests {
         assert!(!is_alive("4194304999-1"), "no such pid");
         assert!(is_alive("garbage"));
         assert!(is_alive("../etc-1"));
+    }
+
+    /// A server killed but not yet reaped by its parent (a zombie) is dead: the next
+    /// start reaps what it left (issue 46's flaky reap of a killed server's directories).
+    #[test]
+    fn a_zombie_is_dead() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id().to_string();
+        let id = format!("{pid}-{}", start_time(&pid).unwrap());
+        assert!(is_alive(&id), "{id}");
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !stat()
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .trim_start()
+            .starts_with('Z')
+        {
+            assert!(std::time::Instant::now() < deadline, "{}", stat());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!is_alive(&id), "a zombie");
+        child.wait().unwrap();
     }
 }

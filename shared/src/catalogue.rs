@@ -281,12 +281,21 @@ pub fn exec_input_schema(jobs: bool) -> Value {
             "stdin": {"type": "string", "maxLength": MAX_STDIN_BYTES, "description": "Text written to the command's standard input (at most 2 MiB)."},
             "working_directory": {"type": "string", "description": "Absolute directory to run in."},
             "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "description": "Seconds before the command and its children are killed."},
+            // A list of closed objects, not a map: strict tool-schema converters (OpenAI's)
+            // refuse any object open to undeclared names. The map form is accepted too.
             "env": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "propertyNames": {"pattern": ENV_NAME_PATTERN},
-                "maxProperties": MAX_ENV_ENTRIES,
-                "description": "Environment variables added for this command only (names like PATH or MY_VAR; at most 256, 64 KiB in all).",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "pattern": ENV_NAME_PATTERN},
+                        "value": {"type": "string"},
+                    },
+                    "required": ["name", "value"],
+                    "additionalProperties": false,
+                },
+                "maxItems": MAX_ENV_ENTRIES,
+                "description": "Environment variables added for this command only, e.g. [{\"name\": \"MY_VAR\", \"value\": \"1\"}] (an object {\"MY_VAR\": \"1\"} works too; at most 256, 64 KiB in all).",
             },
             "computer_id": computer_id_schema("Computer to run on (1-63 lowercase letters, digits, hyphens). Omit to use your default computer (this session's; without sessions, your user's)."),
             "temporary": {"type": "boolean", "default": true, "description": "true: removed when the session ends. false: kept until deleted, reattachable by id."},

@@ -313,27 +313,34 @@ fn whole(
     }
 }
 
-/// The `env` argument (SPEC §3.10).
+/// The `env` argument (SPEC §3.10): an object of names to strings, or (the schema's form,
+/// which strict tool-schema converters such as OpenAI's accept) an array of
+/// `{"name", "value"}` objects. An empty one is absent.
 fn parse_env(args: &Args) -> Result<Vec<(String, String)>, ValidationError> {
-    let map = match args.map.get("env") {
+    let pairs: Vec<(&str, &Value)> = match args.map.get("env") {
         None => return Ok(Vec::new()),
-        Some(Value::Object(map)) => map,
+        Some(Value::Object(map)) => {
+            check_env_count(map.len())?;
+            map.iter().map(|(k, v)| (k.as_str(), v)).collect()
+        }
+        Some(Value::Array(items)) => {
+            check_env_count(items.len())?;
+            let mut pairs = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                pairs.push(env_item(i, item)?);
+            }
+            pairs
+        }
         Some(other) => {
             return Err(invalid(format!(
-                "`env` must be an object of names to strings, like {{\"MY_VAR\": \"1\"}}, got {}",
+                "`env` must be a list like [{{\"name\": \"MY_VAR\", \"value\": \"1\"}}] (or an object like {{\"MY_VAR\": \"1\"}}), got {}",
                 json_type(other)
             )));
         }
     };
-    if map.len() > MAX_ENV_ENTRIES {
-        return Err(invalid(format!(
-            "`env` has {} entries; at most {MAX_ENV_ENTRIES} are accepted",
-            map.len()
-        )));
-    }
     let mut total = 0;
-    let mut env = Vec::with_capacity(map.len());
-    for (name, value) in map {
+    let mut env: Vec<(String, String)> = Vec::with_capacity(pairs.len());
+    for (name, value) in pairs {
         let mut bytes = name.bytes();
         let good_name = bytes
             .next()
@@ -356,8 +363,13 @@ fn parse_env(args: &Args) -> Result<Vec<(String, String)>, ValidationError> {
                 "`env.{name}` must not contain NUL characters"
             )));
         }
+        if env.iter().any(|(n, _)| n == name) {
+            return Err(invalid(format!(
+                "`env` names {name} twice: give each variable once"
+            )));
+        }
         total += name.len() + value.len();
-        env.push((name.clone(), value.clone()));
+        env.push((name.to_owned(), value.clone()));
     }
     if total > MAX_ENV_BYTES {
         return Err(invalid(format!(
@@ -365,6 +377,35 @@ fn parse_env(args: &Args) -> Result<Vec<(String, String)>, ValidationError> {
         )));
     }
     Ok(env)
+}
+
+fn check_env_count(n: usize) -> Result<(), ValidationError> {
+    if n > MAX_ENV_ENTRIES {
+        return Err(invalid(format!(
+            "`env` has {n} entries; at most {MAX_ENV_ENTRIES} are accepted"
+        )));
+    }
+    Ok(())
+}
+
+/// Item `i` of the list form of `env`: exactly `{"name": …, "value": …}`.
+fn env_item(i: usize, item: &Value) -> Result<(&str, &Value), ValidationError> {
+    let shape = || {
+        invalid(format!(
+            "`env[{i}]` must be {{\"name\": \"MY_VAR\", \"value\": \"1\"}}, got {}",
+            truncate_for_message(&item.to_string())
+        ))
+    };
+    let Value::Object(map) = item else {
+        return Err(shape());
+    };
+    if map.len() != 2 {
+        return Err(shape());
+    }
+    match (map.get("name"), map.get("value")) {
+        (Some(Value::String(name)), Some(value)) => Ok((name.as_str(), value)),
+        _ => Err(shape()),
+    }
 }
 
 /// Validates the arguments of `terminal_job`.
@@ -774,6 +815,42 @@ mod tests {
                 .contains("unknown argument \"yield_ms\"")
         );
         assert!(exec(json!({"command": "x", "env": {"A": "1"}})).is_ok());
+        // The list form (the schema's) reads the same; an empty one is absent.
+        let r = parse(json!({"command": "x", "env": [{"name": "B", "value": "2"}, {"value": "", "name": "A_1"}]}))
+            .unwrap();
+        assert_eq!(
+            r.env,
+            [("B".into(), "2".into()), ("A_1".into(), String::new())]
+        );
+        assert!(
+            parse(json!({"command": "x", "env": []}))
+                .unwrap()
+                .env
+                .is_empty()
+        );
+        let many: Vec<Value> = (0..257)
+            .map(|i| json!({"name": format!("V{i}"), "value": "x"}))
+            .collect();
+        for (env, needle) in [
+            (json!([{"name": "A"}]), "`env[0]` must be"),
+            (
+                json!([{"name": "A", "value": "1", "x": 1}]),
+                "`env[0]` must be",
+            ),
+            (json!([{"name": 1, "value": "1"}]), "`env[0]` must be"),
+            (json!(["A=1"]), "`env[0]` must be"),
+            (json!([{"name": "9A", "value": "1"}]), "not a variable name"),
+            (json!([{"name": "A", "value": 1}]), "must be a string"),
+            (
+                json!([{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
+                "twice",
+            ),
+            (Value::Array(many), "at most 256"),
+            (json!("A=1"), "must be a list like"),
+        ] {
+            let e = parse(json!({"command": "x", "env": env.clone()})).unwrap_err();
+            assert!(e.contains(needle), "{env}: {e}");
+        }
     }
 
     #[test]

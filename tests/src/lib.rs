@@ -423,13 +423,44 @@ pub async fn call(client: &Client, tool: &str, arguments: Value) -> Result<CallT
     Ok(client.call_tool(params).await?)
 }
 
+/// Calls a tool that must succeed: its structured content (an error on `isError`).
+pub async fn call_ok(client: &Client, tool: &str, arguments: Value) -> Result<Value> {
+    let r = call(client, tool, arguments.clone()).await?;
+    if r.is_error == Some(true) {
+        bail!("{tool} {arguments} failed: {}", text(&r));
+    }
+    r.structured_content
+        .with_context(|| format!("{tool}: no structured content"))
+}
+
+/// Calls a tool that must fail: its error message (the `error` of the lifecycle shape
+/// where the answer has one, else its text); an error when the call succeeded.
+pub async fn call_error(client: &Client, tool: &str, arguments: Value) -> Result<String> {
+    let r = call(client, tool, arguments.clone()).await?;
+    anyhow::ensure!(
+        r.is_error == Some(true),
+        "{tool} {arguments} should fail: {r:?}"
+    );
+    Ok(r.structured_content
+        .as_ref()
+        .and_then(|s| s["error"].as_str())
+        .map_or_else(|| text(&r), str::to_owned))
+}
+
 /// Calls `terminal_job` and returns its structured content (fails on `isError`).
 pub async fn job(client: &Client, arguments: Value) -> Result<Value> {
-    let r = call(client, "terminal_job", arguments.clone()).await?;
-    if r.is_error == Some(true) {
-        bail!("terminal_job {arguments} failed: {}", text(&r));
-    }
-    r.structured_content.context("no structuredContent")
+    call_ok(client, "terminal_job", arguments).await
+}
+
+/// The ids of the computers a list names (a `computer_list` result, or an executor's
+/// `GET /v1/computers`), in its order.
+pub fn ids(list: &Value) -> Vec<String> {
+    list["computers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The item of computer `id` in a `computer_list` result, if listed.
@@ -801,12 +832,7 @@ pub async fn executor_computers_of(
         .await?
         .json()
         .await?;
-    let mut ids: Vec<String> = v["computers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
-        .collect();
+    let mut ids = ids(&v);
     ids.sort();
     Ok(ids)
 }

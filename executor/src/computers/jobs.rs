@@ -98,11 +98,12 @@ impl Computers {
             job_id: job_id_from(rand::random::<[u8; 12]>()),
             command,
         };
-        let started_ms = now_ms();
+        let mut started_ms = now_ms();
         let mut started = self.backend.job_start(key, spec, &job).await;
         if matches!(&started, Err(e) if e.failure == Failure::NotRunning)
             && self.backend.start(key).await.is_ok()
         {
+            started_ms = now_ms();
             started = self.backend.job_start(key, spec, &job).await;
         }
         started?;
@@ -124,7 +125,11 @@ impl Computers {
             close_stdin: spec.stdin.is_some(),
             stdin: spec.stdin.clone().map(String::into_bytes),
             signal: None,
-            wait_ms: yield_ms.min(timeout_ms),
+            // The yield counts from the launch: a start that took long (a provider's
+            // slow exec) does not lengthen it.
+            wait_ms: yield_ms
+                .min(timeout_ms)
+                .saturating_sub(now_ms().saturating_sub(started_ms)),
             until_exit: true,
             max_bytes: self.defaults.output_limit,
             peek: false,

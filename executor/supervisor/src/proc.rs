@@ -54,9 +54,9 @@ pub(crate) static MARKS: std::sync::LazyLock<Mutex<HashMap<i32, Mark>>> =
     std::sync::LazyLock::new(Mutex::default);
 pub(crate) static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
 
-/// Runs in a job's first process between fork and exec: sets its login uid, which opens a
-/// new audit session that its whole tree inherits for good. Only raw system calls (no
-/// allocation, no lock): it runs in a forked child of a threaded process. A refusal (a
+/// Runs in a job's first process between clone and exec ([`crate::spawn`]): sets its login
+/// uid, which opens a new audit session that its whole tree inherits for good. Only raw
+/// system calls (no allocation, no lock): the child still shares our memory. A refusal (a
 /// login uid set already, no audit in the kernel) leaves the job to its tag.
 pub(crate) fn open_session() -> std::io::Result<()> {
     use rustix::fs::{Mode, OFlags};

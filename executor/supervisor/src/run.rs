@@ -20,16 +20,14 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{Pid, Signal};
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 use crate::frame::{CHUNK, ExitInfo, Frame, Kind, StartSpec};
 use crate::proc::{
-    JobCtl, MARKS, Mark, NEXT_TAG, StdinTx, TAG_VAR, code_of, job_session, kill_group, lock,
-    open_session, send, settle_group,
+    JobCtl, MARKS, Mark, NEXT_TAG, StdinTx, TAG_VAR, code_of, job_session, kill_group, lock, send,
+    settle_group,
 };
 use crate::sink::Sink;
 use crate::state::{State, Waiter};
@@ -123,50 +121,41 @@ pub(crate) fn launch(
             return None;
         }
     };
-    let mut cmd = Command::new(path);
-    cmd.arg0(program).args(&spec.argv[1..]).process_group(0);
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
-    }
-    for kv in &spec.env {
-        if let Some((k, v)) = kv.split_once('=') {
-            cmd.env(k, v);
-        }
-    }
     // Unique among the supervisors that share a /proc (one per computer; several in tests).
     let tag = format!(
         "{}-{}",
         rustix::process::getpid().as_raw_nonzero(),
         NEXT_TAG.fetch_add(1, Ordering::Relaxed)
     );
-    cmd.env(TAG_VAR, &tag);
-    // SAFETY: `open_session` makes raw system calls only (no allocation, no lock), as a
-    // child forked from a threaded process must.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(open_session);
-    }
+    let cmd = crate::spawn::Command {
+        path: &path,
+        argv: std::iter::once(program)
+            .chain(spec.argv[1..].iter().map(String::as_str))
+            .collect(),
+        cwd: spec.cwd.as_deref(),
+        env: spec
+            .env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .chain([(TAG_VAR, tag.as_str())])
+            .collect(),
+        stdin: spec.stdin,
+    };
     let oom_before = crate::oom::kills();
-    cmd.stdin(if spec.stdin {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let (exit_tx, exit_rx) = mpsc::channel();
     // Spawn, open its pidfd and register under the reaper's lock: the reaper cannot reap
     // it before the pidfd is open (so the pidfd names this process, never a later one with
     // the same pid), and it leaves a watched process to its run. Where the kernel or a
     // seccomp profile refuses pidfds, the reaper reaps it and tells.
-    let (mut child, pidfd) = {
+    let (child, pidfd) = {
         let mut reaped = lock(&state.reaped);
-        match cmd.spawn() {
+        match crate::spawn::spawn(&cmd) {
             Ok(c) => {
-                let pidfd = Pid::from_raw(c.id() as i32).and_then(|pid| {
+                let pidfd = Pid::from_raw(c.pid).and_then(|pid| {
                     rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
                 });
                 reaped.waiters.insert(
-                    c.id() as i32,
+                    c.pid,
                     Waiter {
                         tx: exit_tx,
                         watched: pidfd.is_some(),
@@ -181,7 +170,7 @@ pub(crate) fn launch(
             }
         }
     };
-    let pgid = child.id() as i32;
+    let pgid = child.pid;
     let session = job_session(pgid);
     lock(&MARKS).insert(pgid, Mark { session, tag });
     lock(&state.groups).insert(pgid, ());
@@ -198,20 +187,11 @@ pub(crate) fn launch(
         Sink::Stream { .. } => spec.output_limit,
         Sink::Kept(_) => u64::MAX,
     };
-    let pipes: Vec<(Kind, std::fs::File)> = [
-        (
-            Kind::Stdout,
-            child.stdout.take().map(std::os::fd::OwnedFd::from),
-        ),
-        (
-            Kind::Stderr,
-            child.stderr.take().map(std::os::fd::OwnedFd::from),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(kind, pipe)| pipe.map(|p| (kind, std::fs::File::from(p))))
-    .collect();
-    let stdin_tx = child.stdin.take().map(|mut stdin| {
+    let pipes: Vec<(Kind, std::fs::File)> = vec![
+        (Kind::Stdout, std::fs::File::from(child.stdout)),
+        (Kind::Stderr, std::fs::File::from(child.stderr)),
+    ];
+    let stdin_tx = child.stdin.map(std::fs::File::from).map(|mut stdin| {
         let (tx, rx): (StdinTx, Receiver<Option<Vec<u8>>>) = mpsc::channel();
         crate::workers::spawn(move || {
             while let Ok(Some(bytes)) = rx.recv() {
@@ -240,7 +220,6 @@ pub(crate) fn launch(
     let deadline = now
         .checked_add(Duration::from_millis(spec.timeout_ms.max(1)))
         .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
-    drop(child);
     let run = Run::new(crate::run::Job {
         state: state.clone(),
         sink,

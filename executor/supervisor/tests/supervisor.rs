@@ -976,23 +976,6 @@ fn issue_19_a_kept_jobs_signal_reaches_what_left_its_group() {
     );
 }
 
-/// The ways a process sheds its job's environment tag and process group, each leaving a
-/// `sleep <secs>` behind (issue 46, item 1).
-fn escapes(secs: &str) -> [String; 4] {
-    [
-        format!("setsid env -i sleep {secs} & sleep 1000"),
-        format!("unset MSC_JOB; setsid sleep {secs} & sleep 1000"),
-        format!(
-            "(setsid sh -c 'exec 0<&- 1>&- 2>&-; env -u MSC_JOB sleep {secs} &' &); sleep 1000"
-        ),
-        format!(
-            "perl -e 'use POSIX; fork and exit; POSIX::setsid(); fork and exit; \
-             close STDIN; close STDOUT; close STDERR; %ENV = (); exec \"sleep\", \"{secs}\"' & \
-             sleep 1000"
-        ),
-    ]
-}
-
 /// Waits until `sleep <secs>` runs (a shell may start it a little after its `&`).
 fn started(secs: &str) {
     started_argv(&["sleep", secs]);
@@ -1015,7 +998,7 @@ fn issue_46_a_tree_that_sheds_its_tag_dies_at_the_timeout_and_on_cancel() {
     without_a_login_uid();
     let sup = start();
     let mut s = connect(&sup.socket);
-    for (i, command) in escapes("4601.5").iter().enumerate() {
+    for (i, command) in supervisor::escapes::escapes("4601.5").iter().enumerate() {
         let o = run(
             &mut s,
             i as u32 + 1,
@@ -1028,7 +1011,7 @@ fn issue_46_a_tree_that_sheds_its_tag_dies_at_the_timeout_and_on_cancel() {
         );
     }
     // A cancelled call (a kill frame) ends the whole tree too.
-    for (i, command) in escapes("4602.5").iter().enumerate() {
+    for (i, command) in supervisor::escapes::escapes("4602.5").iter().enumerate() {
         let job = i as u32 + 10;
         send_start(&mut s, job, &spec(&["sh", "-c", command], 60_000, 1000));
         started("4602.5");
@@ -1048,7 +1031,7 @@ fn issue_46_a_kept_jobs_kill_ends_what_shed_its_tag_and_spares_its_neighbour() {
     without_a_login_uid();
     let sup = start();
     let mut s = connect(&sup.socket);
-    for (i, command) in escapes("4603.5").iter().enumerate() {
+    for (i, command) in supervisor::escapes::escapes("4603.5").iter().enumerate() {
         let req = 10 * i as u32;
         // A neighbour on the same computer, escaped the same way, started first.
         let neighbour = command.replace("4603.5", "4604.5");

@@ -233,13 +233,7 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
     );
     let (s, r) = req(M::GET, format!("{v1}/computers"), Some(&a), None).await?;
     assert_eq!(s, 200);
-    assert!(
-        r["computers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["computer_id"] == id.as_str())
-    );
+    assert!(ids(&r).contains(&id), "{r}");
 
     // Bad input: the tool's validation, as 400 bad_request; nothing runs.
     for body in [
@@ -282,13 +276,7 @@ async fn issue_6_executor_api() -> anyhow::Result<()> {
 
     // Team b cannot see, run on, restart or delete team a's temporary.
     let (_, r) = req(M::GET, format!("{v1}/computers"), Some(&b), None).await?;
-    assert!(
-        !r["computers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["computer_id"] == id.as_str())
-    );
+    assert!(!ids(&r).contains(&id), "{r}");
     let (s, _) = req(
         M::POST,
         format!("{v1}/computers/{id}/restart"),
@@ -777,14 +765,9 @@ async fn issue_46_executor_tokens_callers_and_idle_temporaries() -> anyhow::Resu
         let url = format!("{a}/computers");
         async move {
             let (_, r) = req(M::GET, url, Some(&tok), None).await?;
-            let mut ids: Vec<String> = r["computers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
-                .collect();
-            ids.sort();
-            anyhow::Ok(ids)
+            let mut found = ids(&r);
+            found.sort();
+            anyhow::Ok(found)
         }
     };
     assert_eq!(listed(alice.clone()).await?, ["keep", "tmp"]);

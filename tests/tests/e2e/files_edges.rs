@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use tests::*;
 
 const BIG: u64 = 48 << 20;
@@ -149,21 +149,6 @@ async fn issue_46_a_download_of_a_file_written_meanwhile_fails_on_docker() -> an
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
 
-/// A file tool call that must succeed: its structured content.
-async fn ok(c: &Client, tool: &str, args: Value) -> anyhow::Result<Value> {
-    let r = call(c, tool, args.clone()).await?;
-    anyhow::ensure!(r.is_error != Some(true), "{tool} {args}: {}", text(&r));
-    r.structured_content
-        .ok_or_else(|| anyhow::anyhow!("{tool}: no structured content"))
-}
-
-/// A call that must fail: its error message.
-async fn fails(c: &Client, tool: &str, args: Value) -> anyhow::Result<String> {
-    let r = call(c, tool, args.clone()).await?;
-    anyhow::ensure!(r.is_error == Some(true), "{tool} {args} should fail: {r:?}");
-    Ok(text(&r))
-}
-
 #[tokio::test]
 async fn issue_46_wasm_file_tools_see_the_base_layer_the_shell_sees() -> anyhow::Result<()> {
     let t = tag("wbase");
@@ -183,7 +168,7 @@ async fn issue_46_wasm_file_tools_see_the_base_layer_the_shell_sees() -> anyhow:
         )
         .await?;
         assert_eq!(shell["exit_code"], 0, "cat {path}: {shell}");
-        let tool = ok(
+        let tool = call_ok(
             &c,
             "computer_file_read",
             json!({"computer_id": id, "path": path}),
@@ -201,7 +186,7 @@ async fn issue_46_wasm_file_tools_see_the_base_layer_the_shell_sees() -> anyhow:
         shell["stderr"].as_str().unwrap_or("").contains("Read-only"),
         "{shell}"
     );
-    let before = ok(
+    let before = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/etc/os-release"}),
@@ -229,10 +214,10 @@ async fn issue_46_wasm_file_tools_see_the_base_layer_the_shell_sees() -> anyhow:
             json!({"computer_id": id, "path": "/etc/os-release", "old_text": "MCP", "new_text": "XYZ", "expected_replacements": 2}),
         ),
     ] {
-        let e = fails(&c, tool, args.clone()).await?;
+        let e = call_error(&c, tool, args.clone()).await?;
         assert!(e.contains("read-only base layer"), "{tool} {args}: {e}");
     }
-    let after = ok(
+    let after = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/etc/os-release"}),
@@ -258,7 +243,7 @@ async fn issue_46_wasm_file_tools_see_the_base_layer_the_shell_sees() -> anyhow:
         );
     }
     // Devices are the shell's, not files.
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/dev/null"}),
@@ -266,13 +251,13 @@ async fn issue_46_wasm_file_tools_see_the_base_layer_the_shell_sees() -> anyhow:
     .await?;
     assert!(e.contains("device"), "{e}");
     // The writable layer is as before.
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/tmp/mine", "content": "mine"}),
     )
     .await?;
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/tmp/mine"}),

@@ -34,14 +34,6 @@ impl Drop for SmallDisk {
     }
 }
 
-/// A file tool's error text (it must fail).
-async fn refused(c: &Client, tool: &str, args: Value) -> anyhow::Result<String> {
-    let r = call(c, tool, args.clone()).await?;
-    anyhow::ensure!(r.is_error == Some(true), "{tool} {args} should fail: {r:?}");
-    let s = r.structured_content.unwrap_or_default();
-    Ok(s["error"].as_str().unwrap_or_default().to_owned())
-}
-
 /// The old file's content, then how many names `/small` holds (`.`, `..`, the file).
 async fn kept(c: &Client, id: &str) -> anyhow::Result<String> {
     let r = exec(
@@ -80,7 +72,7 @@ async fn issue_15_a_full_disk_is_said_and_keeps_the_old_file() -> anyhow::Result
         let big = "x".repeat(2 << 20);
         // The tools: a replace and an append that do not fit.
         for append in [false, true] {
-            let e = refused(
+            let e = call_error(
                 &c,
                 "computer_file_write",
                 json!({"computer_id": id, "path": "/small/keep.txt", "content": big, "append": append}),

@@ -4,27 +4,11 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use serde_json::{Value, json};
+use serde_json::json;
 use tests::*;
 
 fn opts() -> ServerOpts {
     wasm_opts().arg("--tools=files,lifecycle")
-}
-
-/// A file tool call that must succeed: its structured content.
-async fn ok(c: &Client, tool: &str, args: Value) -> anyhow::Result<Value> {
-    let r = call(c, tool, args.clone()).await?;
-    anyhow::ensure!(r.is_error != Some(true), "{tool} {args}: {}", text(&r));
-    r.structured_content
-        .ok_or_else(|| anyhow::anyhow!("{tool}: no structured content"))
-}
-
-/// A file tool call that must fail: its error message (the lifecycle shape).
-async fn fails(c: &Client, tool: &str, args: Value) -> anyhow::Result<String> {
-    let r = call(c, tool, args.clone()).await?;
-    anyhow::ensure!(r.is_error == Some(true), "{tool} {args} should fail: {r:?}");
-    let s = r.structured_content.unwrap_or_default();
-    Ok(s["error"].as_str().unwrap_or_default().to_owned())
 }
 
 fn hex_sha(bytes: &[u8]) -> String {
@@ -35,7 +19,7 @@ fn hex_sha(bytes: &[u8]) -> String {
 async fn read_all(c: &Client, id: &str, path: &str, slice: u64) -> anyhow::Result<Vec<u8>> {
     let mut out = Vec::new();
     loop {
-        let r = ok(
+        let r = call_ok(
             c,
             "computer_file_read",
             json!({"computer_id": id, "path": path, "offset": out.len(), "length": slice}),
@@ -69,7 +53,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     let mut bytes: Vec<u8> = (0..=255u8).collect();
     bytes.extend_from_slice(&[0; 64]);
     bytes.extend_from_slice(b"\xc3\x28\xff\xfe");
-    let w = ok(
+    let w = call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/data/bin", "content_base64": B64.encode(&bytes), "make_dirs": true}),
@@ -77,7 +61,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     .await?;
     assert_eq!(w["size"], bytes.len());
     assert_eq!(w["sha256"], hex_sha(&bytes));
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data/bin"}),
@@ -91,7 +75,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     assert_eq!(r["eof"], true);
     assert_eq!(r["mode"], "0644");
     // Text both ways with the shell.
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/data/t.txt", "content": "héllo\n", "mode": "0600"}),
@@ -104,7 +88,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
         json!({"computer_id": id, "command": "echo from-shell > /data/s.txt"}),
     )
     .await?;
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data/s.txt"}),
@@ -114,14 +98,14 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     // 6 MiB in appended slices, back in slices.
     let big: Vec<u8> = (0..6 << 20).map(|i: u32| (i * 7 % 251) as u8).collect();
     for (i, chunk) in big.chunks(4 << 20).enumerate() {
-        ok(
+        call_ok(
             &c,
             "computer_file_write",
             json!({"computer_id": id, "path": "/data/big", "content_base64": B64.encode(chunk), "append": i > 0}),
         )
         .await?;
     }
-    let w = ok(
+    let w = call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/data/big", "content": "", "append": true}),
@@ -130,7 +114,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     assert_eq!(w["size"], big.len());
     assert_eq!(w["sha256"], hex_sha(&big));
     assert_eq!(read_all(&c, id, "/data/big", 1 << 20).await?, big);
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data/big", "offset": 100 << 20}),
@@ -138,14 +122,14 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     .await?;
     assert_eq!((r["content"].as_str(), &r["eof"]), (Some(""), &json!(true)));
     // create_only against an existing file changes nothing.
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/data/t.txt", "content": "x", "create_only": true}),
     )
     .await?;
     assert!(e.contains("already exists"), "{e}");
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data/t.txt"}),
@@ -156,13 +140,13 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
         (Some("héllo\n"), Some("0600"))
     );
     // Edits: 0 or 2 matches change nothing; 1 replaces and keeps the mode.
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/data/c.ini", "content": "a=1\nb=1\n", "mode": "0755"}),
     )
     .await?;
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_edit",
         json!({"computer_id": id, "path": "/data/c.ini", "old_text": "=1", "new_text": "=2"}),
@@ -172,21 +156,21 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
         e.contains("2 times") && e.contains("expected_replacements"),
         "{e}"
     );
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_edit",
         json!({"computer_id": id, "path": "/data/c.ini", "old_text": "zz", "new_text": ""}),
     )
     .await?;
     assert!(e.contains("not found"), "{e}");
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data/c.ini"}),
     )
     .await?;
     assert_eq!(r["content"], "a=1\nb=1\n");
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_edit",
         json!({"computer_id": id, "path": "/data/c.ini", "old_text": "b=1", "new_text": "b=22"}),
@@ -196,7 +180,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
         (r["replacements"].as_u64(), r["size"].as_u64()),
         (Some(1), Some(9))
     );
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data/c.ini"}),
@@ -206,7 +190,7 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
         (r["content"].as_str(), r["mode"].as_str()),
         (Some("a=1\nb=22\n"), Some("0755"))
     );
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_edit",
         json!({"computer_id": id, "path": "/data/c.ini", "old_text": "=", "new_text": ": ", "expected_replacements": 2}),
@@ -214,35 +198,35 @@ async fn issue_15_wasm_bytes_slices_and_edits() -> anyhow::Result<()> {
     .await?;
     assert_eq!(r["replacements"], 2);
     // Clear errors, nothing changed.
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/data"}),
     )
     .await?;
     assert!(e.contains("is a directory"), "{e}");
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/nope.txt"}),
     )
     .await?;
     assert!(e.contains("does not exist"), "{e}");
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/x/y/z.txt", "content": "z"}),
     )
     .await?;
     assert!(e.contains("make_dirs"), "{e}");
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/data", "content": "z"}),
     )
     .await?;
     assert!(e.contains("is a directory"), "{e}");
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "data/t.txt"}),
@@ -262,7 +246,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
     let state = state_dir(&t);
     let c = stdio_client(&t, &state, &opts()).await?;
     let id = "esc";
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/in.txt", "content": "inside"}),
@@ -282,7 +266,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
         "/../../host-secret.txt",
         "/dir-link/host-secret.txt",
     ] {
-        let e = fails(
+        let e = call_error(
             &c,
             "computer_file_read",
             json!({"computer_id": id, "path": path}),
@@ -290,7 +274,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
         .await?;
         assert!(!e.contains("host only"), "{path}: {e}");
         // A write is refused too (it used to replace a final link with a file).
-        let e = fails(
+        let e = call_error(
             &c,
             "computer_file_write",
             json!({"computer_id": id, "path": path, "content": "pwned"}),
@@ -299,7 +283,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
         if path.ends_with("-link") {
             assert!(e.contains("outside this computer"), "{path}: {e}");
         }
-        let e = fails(
+        let e = call_error(
             &c,
             "computer_file_write",
             json!({"computer_id": id, "path": path, "content": "pwned", "append": true}),
@@ -325,20 +309,20 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
     }
     // A link inside the computer is followed, for reads and writes (like a shell's `>`).
     std::os::unix::fs::symlink("in.txt", fs.join("ok-link"))?;
-    let r = ok(
+    let r = call_ok(
         &c,
         "computer_file_read",
         json!({"computer_id": id, "path": "/ok-link"}),
     )
     .await?;
     assert_eq!(r["content"], "inside");
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/ok-link", "content": "through", "mode": "0600"}),
     )
     .await?;
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/ok-link", "content": " and on", "append": true}),
@@ -358,7 +342,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
     std::fs::create_dir_all(fs.join("sub/deeper"))?;
     std::os::unix::fs::symlink("../../made.txt", fs.join("sub/deeper/up-link"))?;
     std::os::unix::fs::symlink("deeper/up-link", fs.join("sub/chain"))?;
-    ok(
+    call_ok(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/sub/chain", "content": "made"}),
@@ -367,7 +351,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
     assert_eq!(std::fs::read_to_string(fs.join("made.txt"))?, "made");
     assert!(std::fs::symlink_metadata(fs.join("sub/chain"))?.is_symlink());
     // create_only does not follow: the link is a name that exists.
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/ok-link", "content": "x", "create_only": true}),
@@ -377,7 +361,7 @@ async fn issue_15_wasm_files_stay_inside_the_computer() -> anyhow::Result<()> {
     // A loop is refused, changing nothing.
     std::os::unix::fs::symlink("loop-b", fs.join("loop-a"))?;
     std::os::unix::fs::symlink("loop-a", fs.join("loop-b"))?;
-    let e = fails(
+    let e = call_error(
         &c,
         "computer_file_write",
         json!({"computer_id": id, "path": "/loop-a", "content": "x"}),
@@ -398,7 +382,7 @@ async fn issue_15_wasm_another_session_is_refused() -> anyhow::Result<()> {
     let server = HttpServer::start(&t, &state_dir(&t), &opts()).await?;
     let a = server.legacy_client(None).await?;
     let b = server.legacy_client(None).await?;
-    ok(
+    call_ok(
         &a,
         "computer_file_write",
         json!({"computer_id": "mine", "path": "/s.txt", "content": "a's"}),
@@ -418,10 +402,10 @@ async fn issue_15_wasm_another_session_is_refused() -> anyhow::Result<()> {
             json!({"computer_id": "mine", "path": "/s.txt", "old_text": "a", "new_text": "b"}),
         ),
     ] {
-        let e = fails(&b, tool, args).await?;
+        let e = call_error(&b, tool, args).await?;
         assert!(!e.contains("a's"), "{tool}: {e}");
     }
-    let r = ok(
+    let r = call_ok(
         &a,
         "computer_file_read",
         json!({"computer_id": "mine", "path": "/s.txt"}),

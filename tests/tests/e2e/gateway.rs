@@ -92,17 +92,6 @@ fn names_of(r: &Value) -> String {
     r["computer_id"].as_str().unwrap_or_default().to_owned()
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list["computers"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["computer_id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn issue_6_gateway_end_to_end() -> anyhow::Result<()> {
     let t = tag("gw");

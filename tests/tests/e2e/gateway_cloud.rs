@@ -36,17 +36,6 @@ async fn list(c: &Client) -> anyhow::Result<Value> {
         .unwrap_or_default())
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list["computers"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|i| i["computer_id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Asserts that `path` does not exist on computer `id`.
 async fn assert_missing(c: &Client, id: &str, path: &str) -> anyhow::Result<()> {
     let r = exec(

@@ -48,13 +48,7 @@ async fn issue_2_podman_engine() -> anyhow::Result<()> {
         .await?
         .structured_content
         .unwrap();
-    assert!(
-        list["computers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|i| i["computer_id"] == id.as_str())
-    );
+    assert!(ids(&list).contains(&id), "{list}");
     let r = call(&c, "computer_restart", json!({"computer_id": id})).await?;
     assert_eq!(r.is_error, Some(false), "{:?}", r.content);
     let r = exec(&c, json!({"command": "echo back"})).await?;

@@ -20,13 +20,6 @@ async fn listed(c: &Client) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&text(&r))?)
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list["computers"]
-        .as_array()
-        .map(|a| a.iter().map(id_of).collect())
-        .unwrap_or_default()
-}
-
 async fn gone(dir: &Path, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while dir.exists() && Instant::now() < deadline {

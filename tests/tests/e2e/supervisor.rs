@@ -315,23 +315,6 @@ async fn setsid_is_killed(plain: bool) -> anyhow::Result<()> {
     wait_for_count(&t, 0, Duration::from_secs(15)).await
 }
 
-/// Issue 46, item 1: the ways a process sheds its job's tag and process group, each
-/// leaving a `sleep <secs>` behind.
-fn escapes(secs: &str) -> [String; 4] {
-    [
-        format!("setsid env -i sleep {secs} & sleep 1000"),
-        format!("unset MSC_JOB; setsid sleep {secs} & sleep 1000"),
-        format!(
-            "(setsid sh -c 'exec 0<&- 1>&- 2>&-; env -u MSC_JOB sleep {secs} &' &); sleep 1000"
-        ),
-        format!(
-            "perl -e 'use POSIX; fork and exit; POSIX::setsid(); fork and exit; \
-             close STDIN; close STDOUT; close STDERR; %ENV = (); exec \"sleep\", \"{secs}\"' & \
-             sleep 1000"
-        ),
-    ]
-}
-
 /// How many `sleep <secs>` run in computer `id`, once they had `wait` to start or end.
 async fn sleeps(c: &Client, id: &str, secs: &str, wait: &str) -> anyhow::Result<String> {
     let count = format!(
@@ -364,7 +347,7 @@ async fn tree_dies(plain: bool) -> anyhow::Result<()> {
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
     let id = format!("{t}-a");
     exec(&c, json!({"command": "true", "computer_id": id})).await?;
-    for command in escapes("4611.5") {
+    for command in supervisor::escapes::escapes("4611.5") {
         let r = exec(
             &c,
             json!({"command": command, "timeout": 2, "computer_id": id}),
@@ -377,7 +360,7 @@ async fn tree_dies(plain: bool) -> anyhow::Result<()> {
             "timeout: {command}"
         );
     }
-    for command in escapes("4612.5") {
+    for command in supervisor::escapes::escapes("4612.5") {
         // Dropping the call makes rmcp send notifications/cancelled.
         let slow = call(
             &c,
@@ -399,7 +382,7 @@ async fn tree_dies(plain: bool) -> anyhow::Result<()> {
         assert_eq!(left, "0", "cancelled: {command}");
     }
     if !plain {
-        for command in escapes("4613.5") {
+        for command in supervisor::escapes::escapes("4613.5") {
             let neighbour = command.replace("4613.5", "4614.5");
             let start = |command: String| {
                 let c = &c;
