@@ -3,14 +3,16 @@
 //! Owns framing, concurrency (each request runs as its own task, so several execs run at
 //! once and a slow one never blocks `ping`), `notifications/cancelled` (aborting a request
 //! kills its command inside the computer), the order of what goes out ([`Out`]) and the end
-//! of the session on EOF. Only JSON-RPC goes to stdout; logs go to stderr.
+//! of the session on EOF, and JSON-RPC batches in 2025-03-26 sessions (the one revision
+//! that has them). Only JSON-RPC goes to stdout; logs go to stderr.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use serde_json::Value;
 use shared::mcp::{
-    Dispatcher, Era, Incoming, MODERN_VERSION, negotiate, parse_message, success_response,
+    Dispatcher, Era, Incoming, MODERN_VERSION, codes, error_response, negotiate, parse_message,
+    success_response,
 };
 use tokio::task::AbortHandle;
 
@@ -291,9 +293,9 @@ impl Session {
         let line = match line {
             Line::Read(line) => line,
             Line::TooLarge => {
-                return self.out.emit(&shared::mcp::error_response(
+                return self.out.emit(&error_response(
                     Value::Null,
-                    shared::mcp::codes::INVALID_REQUEST,
+                    codes::INVALID_REQUEST,
                     "message too large (16 MiB at most)",
                     None,
                 ));
@@ -303,20 +305,13 @@ impl Session {
         if trimmed.is_empty() {
             return;
         }
+        if trimmed.starts_with(b"[") {
+            return self.take_batch(trimmed);
+        }
         match parse_message(trimmed) {
             Err(resp) => self.out.emit(&resp),
             Ok(Incoming::Response) => {}
-            Ok(Incoming::Notification { method, params }) => {
-                if method == "notifications/cancelled"
-                    && let Some(id) = params.as_ref().and_then(|p| p.get("requestId"))
-                {
-                    let handle = lock(&self.inflight).remove(&key(id));
-                    if let Some(h) = handle {
-                        tracing::info!(request_id = %id, "request cancelled by the client");
-                        h.abort();
-                    }
-                }
-            }
+            Ok(Incoming::Notification { method, params }) => self.notified(&method, params),
             Ok(Incoming::Request { id, method, params }) => {
                 if method == "initialize" {
                     let requested = params
@@ -350,6 +345,97 @@ impl Session {
             }
         }
     }
+
+    /// A notification: only `notifications/cancelled` does anything (it aborts its request).
+    fn notified(&self, method: &str, params: Option<Value>) {
+        if method == "notifications/cancelled"
+            && let Some(id) = params.as_ref().and_then(|p| p.get("requestId"))
+        {
+            let handle = lock(&self.inflight).remove(&key(id));
+            if let Some(h) = handle {
+                tracing::info!(request_id = %id, "request cancelled by the client");
+                h.abort();
+            }
+        }
+    }
+
+    /// A JSON-RPC batch: only a 2025-03-26 session takes one (the revision that has them,
+    /// as over HTTP). Its requests run concurrently and are answered as one array, in
+    /// order, once all are done; its notifications act at once; `initialize` cannot be in
+    /// one. A batch of notifications only is answered with nothing.
+    fn take_batch(&mut self, line: &[u8]) {
+        let version = match &self.era {
+            Some(Era::Legacy(v)) => v.clone(),
+            _ => MODERN_VERSION.to_owned(),
+        };
+        if let Some((_, refusal)) = shared::transport::route::batch_refused(&version) {
+            return self.out.emit(&refusal);
+        }
+        let raws: Vec<Box<serde_json::value::RawValue>> = match serde_json::from_slice(line) {
+            Ok(r) => r,
+            Err(e) => {
+                return self.out.emit(&error_response(
+                    Value::Null,
+                    codes::PARSE_ERROR,
+                    &format!("parse error: {e}"),
+                    None,
+                ));
+            }
+        };
+        if raws.is_empty() {
+            return self.out.emit(&error_response(
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "an empty batch: send at least one JSON-RPC message",
+                None,
+            ));
+        }
+        let era = Era::Legacy(version);
+        let mut answers = Vec::with_capacity(raws.len());
+        for raw in &raws {
+            match parse_message(raw.get().as_bytes()) {
+                Err(resp) => answers.push(Answer::Now(resp)),
+                Ok(Incoming::Response) => {}
+                Ok(Incoming::Notification { method, params }) => self.notified(&method, params),
+                Ok(Incoming::Request { id, method, .. }) if method == "initialize" => {
+                    answers.push(Answer::Now(error_response(
+                        id,
+                        codes::INVALID_REQUEST,
+                        "`initialize` cannot be part of a batch: send it alone",
+                        None,
+                    )));
+                }
+                Ok(Incoming::Request { id, method, params }) => {
+                    answers.push(Answer::Later(id, method, params));
+                }
+            }
+        }
+        if answers.is_empty() {
+            return;
+        }
+        let (out, d, h) = (self.out.clone(), self.dispatcher.clone(), self.host.clone());
+        self.runtime.spawn(async move {
+            let responses = answers.into_iter().map(|a| {
+                let (d, h, era) = (d.clone(), h.clone(), era.clone());
+                async move {
+                    match a {
+                        Answer::Now(resp) => resp,
+                        Answer::Later(id, method, params) => {
+                            d.request(&h, &era, id, &method, params.as_ref()).await
+                        }
+                    }
+                }
+            });
+            let responses = futures_util::future::join_all(responses).await;
+            out.emit(&Value::Array(responses));
+        });
+    }
+}
+
+/// One element's answer in a batch: known already, or a request to run.
+enum Answer {
+    Now(Value),
+    Later(Value, String, Option<Value>),
 }
 
 fn lock(inflight: &InFlight) -> MutexGuard<'_, HashMap<String, AbortHandle>> {

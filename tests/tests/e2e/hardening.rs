@@ -49,8 +49,12 @@ impl Raw {
 }
 
 fn initialize(id: &str) -> String {
+    initialize_as(id, "2025-06-18")
+}
+
+fn initialize_as(id: &str, version: &str) -> String {
     format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"raw","version":"1"}}}}}}"#
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}},"clientInfo":{{"name":"raw","version":"1"}}}}}}"#
     )
 }
 
@@ -148,6 +152,85 @@ async fn issue_19_oversized_commands_get_a_prompt_validation_error() -> anyhow::
     assert_eq!(
         answer["result"]["structuredContent"]["stdout"], "ok\n",
         "{answer}"
+    );
+    drop(s.stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.child.wait()).await;
+    Ok(())
+}
+
+/// Issue 45, item 6: over stdio too, a 2025-03-26 session takes JSON-RPC batches: one array
+/// of the requests' answers, in order (a malformed element and `initialize` answered with
+/// their errors in place, notifications with nothing); other revisions refuse a batch.
+#[tokio::test]
+async fn issue_45_stdio_batches_in_2025_03_26_sessions() -> anyhow::Result<()> {
+    let t = tag("rawbatch");
+    let mut s = Raw::start(&t).await?;
+    let answer: Value = serde_json::from_str(&s.ask(&initialize_as("0", "2025-03-26")).await?)?;
+    assert_eq!(answer["result"]["protocolVersion"], "2025-03-26", "{answer}");
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": "b1", "method": "tools/list"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "terminal_execute", "arguments": {"command": "echo batched"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "no/such"},
+        5,
+        {"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {}},
+    ]);
+    let answer: Value = serde_json::from_str(&s.ask(&batch.to_string()).await?)?;
+    let items = answer.as_array().expect("an array");
+    let summary: Vec<Value> = items
+        .iter()
+        .map(|i| {
+            json!([
+                i["id"],
+                i["result"]["structuredContent"]["stdout"],
+                i["error"]["code"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            json!(["b1", null, null]),
+            json!([2, "batched\n", null]),
+            json!([3, null, -32601]),
+            json!([null, null, -32600]),
+            json!([4, null, -32600]),
+        ],
+        "{answer}"
+    );
+    assert!(items[0]["result"]["tools"].is_array(), "{answer}");
+    // Notifications alone get no answer: the next line is the ping's.
+    let next = s
+        .ask(&format!(
+            "{}\n{}",
+            json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]),
+            json!({"jsonrpc": "2.0", "id": 9, "method": "ping"})
+        ))
+        .await?;
+    assert_eq!(next, r#"{"jsonrpc":"2.0","id":9,"result":{}}"#);
+    let empty: Value = serde_json::from_str(&s.ask("[]").await?)?;
+    assert_eq!(empty["error"]["code"], -32600, "{empty}");
+    drop(s.stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.child.wait()).await;
+
+    // A later revision's session refuses a batch, and runs nothing.
+    let mut s = Raw::start(&t).await?;
+    s.ask(&initialize("0")).await?;
+    let refused: Value = serde_json::from_str(
+        &s.ask(
+            &json!([{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "terminal_execute", "arguments": {"command": "echo no"}}}])
+            .to_string(),
+        )
+        .await?,
+    )?;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2025-03-26")),
+        "{refused}"
     );
     drop(s.stdin);
     let _ = tokio::time::timeout(Duration::from_secs(10), s.child.wait()).await;

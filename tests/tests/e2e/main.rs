@@ -10,7 +10,7 @@
 //!   bodies cut, idle connections closed, the MCP session cap, long calls never cut
 //! - `metrics`: `/metrics` (Prometheus text) on the HTTP server and in executor mode, behind their auth (issue 17)
 //! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
-//! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`)
+//! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`), issue 45's stdio batches
 //! - `security`: server secrets never reach a computer; isolation flags
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
