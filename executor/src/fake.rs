@@ -146,6 +146,11 @@ impl Fake {
             ("echo", rest) => out.stdout = format!("{rest}\n").into_bytes(),
             ("exit", code) => out.exit_code = code.trim().parse().unwrap_or(2),
             ("hostname", _) => out.stdout = format!("{key}\n").into_bytes(),
+            // `note MS BYTES`: after its note and its wait, BYTES bytes of output.
+            ("note", rest) => match rest.split_whitespace().nth(1).map(str::parse::<usize>) {
+                Some(Ok(n)) => out.stdout = vec![b'a'; n],
+                _ => out.stdout = format!("{words}\n").into_bytes(),
+            },
             ("fail", _) => return Err(BackendError::new(Failure::Failed, "the engine refused")),
             _ => out.stdout = format!("{words}\n").into_bytes(),
         }
@@ -245,7 +250,11 @@ impl Place for Fake {
             .and_then(|(_, c)| c.strip_prefix("note "))
         {
             spec.progress.report("working");
-            let ms = ms.trim().parse().unwrap_or(0);
+            let ms = ms
+                .split_whitespace()
+                .next()
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(0);
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
         self.run(id, spec)

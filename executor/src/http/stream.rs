@@ -34,6 +34,10 @@ pub(super) const GRACE: Duration = Duration::from_secs(2);
 /// At most this many notifications wait in the window (the newest are kept).
 const HELD_MAX: usize = 64;
 
+/// The largest event a stream sends: the newest clients refuse one over 1 MiB (with room
+/// for the SSE framing).
+const EVENT_MAX: usize = 1_000_000;
+
 /// What the request's task sends.
 enum Out {
     /// A notification (progress) to go out before the result.
@@ -151,7 +155,7 @@ impl Pending {
                 }
                 match rx.recv().await? {
                     Out::Note(msg) => Some((event(&msg), (rx, guard, false))),
-                    Out::Done(msg) => Some((event(&msg), (rx, guard, true))),
+                    Out::Done(msg) => Some((event(&fit_event(msg)), (rx, guard, true))),
                 }
             },
         );
@@ -160,6 +164,82 @@ impl Pending {
             .insert("x-accel-buffering", HeaderValue::from_static("no"));
         resp
     }
+}
+
+/// A streamed result made to fit one event ([`EVENT_MAX`]). A command's output keeps its
+/// end (where errors and summaries are): the start of the longer of stdout and stderr is
+/// left out, and stderr says how much and what to do instead; exact-byte copies
+/// (`*_base64`) go first. Anything else too big becomes an error that says to call again
+/// (a call streams only while it waited, e.g. for its computer to be made, so the next
+/// one answers as plain JSON) or to ask for less.
+fn fit_event(mut resp: Value) -> Value {
+    let size = |v: &Value| shared::json::to_string(v).len();
+    let whole = size(&resp);
+    if whole <= EVENT_MAX {
+        return resp;
+    }
+    let mut left_out = [0usize; 2];
+    for _ in 0..8 {
+        let over = size(&resp).saturating_sub(EVENT_MAX);
+        if over == 0 {
+            break;
+        }
+        let Some(out) = resp
+            .pointer_mut("/result/structuredContent")
+            .and_then(Value::as_object_mut)
+            .filter(|o| o.get("stdout").is_some_and(Value::is_string))
+        else {
+            break;
+        };
+        if out.remove("stdout_base64").is_none() && out.remove("stderr_base64").is_none() {
+            let len = |k: &str| out.get(k).and_then(Value::as_str).map_or(0, str::len);
+            let (which, key) = match len("stdout") >= len("stderr") {
+                true => (0, "stdout"),
+                false => (1, "stderr"),
+            };
+            let text = out.get(key).and_then(Value::as_str).unwrap_or_default();
+            // Each byte is in the result twice (structured and text), escaped at least once.
+            let mut cut = (over / 2 + 512).min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            left_out[which] += cut;
+            let kept = text[cut..].to_owned();
+            out.insert(key.into(), Value::String(kept));
+        }
+        let notice = format!(
+            "\n[mcp-sandbox-computer: the first {} bytes of stdout and {} of stderr are left out: \
+             this answer was streamed (the call sent progress for over 2 s) and MCP clients take \
+             at most 1 MiB in one streamed event. For big output, redirect it to a file, or use \
+             yield_ms and terminal_job.]",
+            left_out[0], left_out[1]
+        );
+        let stderr = out
+            .get("stderr")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let stderr = match stderr.find("\n[mcp-sandbox-computer: the first ") {
+            Some(at) => format!("{}{notice}", &stderr[..at]),
+            None => format!("{stderr}{notice}"),
+        };
+        out.insert("stderr".into(), Value::String(stderr));
+        let text = shared::json::to_string(&Value::Object(out.clone()));
+        if let Some(block) = resp.pointer_mut("/result/content/0/text") {
+            *block = Value::String(text);
+        }
+    }
+    if size(&resp) <= EVENT_MAX {
+        return resp;
+    }
+    let id = resp.get("id").cloned().unwrap_or(Value::Null);
+    let message = format!(
+        "this answer ({whole} bytes) is too big for one streamed event (MCP clients take at most \
+         1 MiB): it was streamed because the call waited over 2 s (e.g. for its computer to be \
+         made). Call again: the answer then comes as plain JSON; or ask for less."
+    );
+    let result =
+        serde_json::to_value(shared::result::operation_error(&message)).unwrap_or(Value::Null);
+    shared::mcp::success_response(id, result)
 }
 
 #[cfg(test)]
@@ -238,5 +318,59 @@ mod tests {
         assert_eq!(msgs[0]["params"]["message"], "working");
         assert_eq!(msgs[1]["id"], 7);
         assert_eq!(msgs[1]["result"]["structuredContent"]["exit_code"], 0);
+    }
+
+    /// Issue 45: a streamed result over what the newest clients take in one event (1 MiB)
+    /// keeps its output's end, says what was left out, and fits.
+    #[tokio::test]
+    async fn issue_45_a_streamed_result_fits_one_event() {
+        let ms = GRACE.as_millis() + 300;
+        let (ct, body) = answer(&format!("note {ms} 1500000")).await;
+        assert!(ct.starts_with("text/event-stream"), "{ct}");
+        let events: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .collect();
+        assert_eq!(events.len(), 2, "{}", &body[..200.min(body.len())]);
+        assert!(
+            events.iter().all(|e| e.len() <= EVENT_MAX),
+            "an event over 1 MiB"
+        );
+        let last: Value = serde_json::from_str(events[1].trim()).unwrap();
+        let out = &last["result"]["structuredContent"];
+        let stdout = out["stdout"].as_str().unwrap();
+        assert!(stdout.len() > 400_000 && stdout.bytes().all(|b| b == b'a'));
+        let stderr = out["stderr"].as_str().unwrap();
+        let left = 1_500_000 - stdout.len();
+        assert!(
+            stderr.contains(&format!("the first {left} bytes of stdout")),
+            "{stderr}"
+        );
+        let text: Value =
+            serde_json::from_str(last["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(&text, out, "the text block is the structured content");
+    }
+
+    #[test]
+    fn a_streamed_answer_that_is_not_output_and_too_big_says_to_call_again() {
+        let big = "x".repeat(EVENT_MAX);
+        let resp = shared::mcp::success_response(
+            serde_json::json!(3),
+            serde_json::json!({"content": [{"type": "text", "text": big}],
+                "structuredContent": {"content": big}}),
+        );
+        let fitted = fit_event(resp);
+        assert_eq!(fitted["id"], 3);
+        assert_eq!(
+            fitted["result"]["isError"], true,
+            "{}",
+            fitted["result"]["content"]
+        );
+        let msg = fitted["result"]["structuredContent"]["error"]
+            .as_str()
+            .unwrap();
+        assert!(msg.contains("Call again"), "{msg}");
+        let small = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+        assert_eq!(fit_event(small.clone()), small);
     }
 }

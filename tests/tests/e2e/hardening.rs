@@ -166,7 +166,10 @@ async fn issue_45_stdio_batches_in_2025_03_26_sessions() -> anyhow::Result<()> {
     let t = tag("rawbatch");
     let mut s = Raw::start(&t).await?;
     let answer: Value = serde_json::from_str(&s.ask(&initialize_as("0", "2025-03-26")).await?)?;
-    assert_eq!(answer["result"]["protocolVersion"], "2025-03-26", "{answer}");
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-03-26",
+        "{answer}"
+    );
     let batch = json!([
         {"jsonrpc": "2.0", "id": "b1", "method": "tools/list"},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
