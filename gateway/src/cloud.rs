@@ -436,6 +436,7 @@ impl<C: CloudComputers> Cloud<C> {
             timeout_ms: ex.timeout_ms,
         };
         let sh = self.shell(&k);
+        let launched = self.computers.now_ms();
         if let Err(e) = over_jobs::start(&sh, &start).await {
             self.ready().remove(&k);
             return Err(job_error(e));
@@ -445,7 +446,12 @@ impl<C: CloudComputers> Cloud<C> {
             stdin: req.stdin.clone().map(String::into_bytes),
             close_stdin: req.stdin.is_some(),
             signal: None,
-            wait_ms: req.yield_ms.unwrap_or_default().min(ex.timeout_ms),
+            // The yield counts from the launch: a slow start does not lengthen it.
+            wait_ms: req
+                .yield_ms
+                .unwrap_or_default()
+                .min(ex.timeout_ms)
+                .saturating_sub(self.computers.now_ms().saturating_sub(launched)),
             until_exit: true,
             max_bytes: OUTPUT_LIMIT,
             peek: false,

@@ -111,6 +111,13 @@ async fn issue_14_per_call_env_on_both_docker_paths() -> anyhow::Result<()> {
         )
         .await?;
         assert_eq!(r["stdout"], "hi there |/elsewhere\n", "plain={plain}");
+        // The schema's list form reads the same.
+        let r = exec(
+            &c,
+            json!({"command": "echo \"$GREETING|$HOME\"", "env": [{"name": "GREETING", "value": "hi"}, {"name": "HOME", "value": "/x"}]}),
+        )
+        .await?;
+        assert_eq!(r["stdout"], "hi|/x\n", "plain={plain}");
         // Only for that command.
         let r = exec(&c, json!({"command": "echo \"[$GREETING]\""})).await?;
         assert_eq!(r["stdout"], "[]\n");
@@ -118,7 +125,8 @@ async fn issue_14_per_call_env_on_both_docker_paths() -> anyhow::Result<()> {
             (json!({"1BAD": "x"}), "not a variable name"),
             (json!({"A-B": "x"}), "not a variable name"),
             (json!({"A": 1}), "must be a string"),
-            (json!(["A=1"]), "must be an object"),
+            (json!(["A=1"]), "`env[0]` must be"),
+            (json!("A=1"), "must be a list like"),
         ] {
             let r = call(
                 &c,

@@ -198,6 +198,10 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
         crate::capabilities::BackendKind::E2b
     }
 
+    fn now_ms(&self) -> u64 {
+        self.client.transport().now_ms()
+    }
+
     async fn prepare(&self) -> Result<(), ComputersError> {
         Ok(())
     }

@@ -178,6 +178,10 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
         crate::capabilities::BackendKind::Fly
     }
 
+    fn now_ms(&self) -> u64 {
+        self.client.transport().now_ms()
+    }
+
     async fn prepare(&self) -> Result<(), ComputersError> {
         let Some(org) = &self.create_app_in else {
             return Ok(());

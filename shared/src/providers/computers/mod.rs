@@ -166,6 +166,10 @@ pub trait CloudComputers: MaybeSync {
     /// lists).
     fn kind(&self) -> BackendKind;
 
+    /// The caller's clock, in milliseconds (the transport's): a job's `yield_ms` counts
+    /// from its launch.
+    fn now_ms(&self) -> u64;
+
     /// Gets the account ready on first use (Fly: the app exists); cheap afterwards.
     fn prepare(&self) -> impl Future<Output = Result<(), ComputersError>> + MaybeSend;
 
