@@ -27,7 +27,7 @@ pub enum ConfigError {
     #[error(transparent)]
     Description(#[from] DescriptionError),
     #[error("--tools: {0}")]
-    Tools(String),
+    Tools(shared::catalogue::UnknownGroup),
     #[error(
         "--backend wasm needs --wasm-path FILE.wasm (a WASI command module); for the built-in toolbox use --backend go_busybox"
     )]

@@ -512,7 +512,7 @@ impl<C: CloudComputers> Cloud<C> {
                     .await
                     .map_err(file_error)?;
                 let (edited, n) = files::edit_file(e, &file)
-                    .map_err(|m| ApiError::new(ErrorCode::BadRequest, m))?;
+                    .map_err(|m| ApiError::new(ErrorCode::BadRequest, m.to_string()))?;
                 over_exec::write(
                     &sh,
                     how(&e.path, false, false, Some(file.mode), false),

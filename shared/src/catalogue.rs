@@ -75,6 +75,11 @@ pub struct Groups {
 /// Every group name, in listing order.
 pub const GROUP_NAMES: &[&str] = &["exec", "jobs", "files", "lifecycle"];
 
+/// A `--tools` entry that names no group.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tool group {0:?} in --tools; the groups are {groups} (or all)", groups = GROUP_NAMES.join(", "))]
+pub struct UnknownGroup(pub String);
+
 impl Groups {
     /// Every group this build serves.
     pub const ALL: Groups = Groups {
@@ -84,7 +89,7 @@ impl Groups {
     };
 
     /// Parses `--tools`: group names separated by commas (`exec,jobs,lifecycle`), or `all`.
-    pub fn parse(list: &str) -> Result<Groups, String> {
+    pub fn parse(list: &str) -> Result<Groups, UnknownGroup> {
         let mut groups = Groups::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name.to_ascii_lowercase().as_str() {
@@ -93,12 +98,7 @@ impl Groups {
                 "lifecycle" => groups.lifecycle = true,
                 "files" => groups.files = true,
                 "all" => groups = Groups::ALL,
-                other => {
-                    return Err(format!(
-                        "unknown tool group {other:?} in --tools; the groups are {} (or all)",
-                        GROUP_NAMES.join(", ")
-                    ));
-                }
+                other => return Err(UnknownGroup(other.to_owned())),
             }
         }
         Ok(groups)
@@ -647,6 +647,7 @@ mod tests {
         assert!(
             Groups::parse("exec,bogus")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown tool group")
         );
         assert!(Groups::parse("files").unwrap().files);

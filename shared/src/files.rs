@@ -117,42 +117,51 @@ impl FileCall {
     }
 }
 
+/// Why a path an agent passed is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("`path` must be absolute (start with /), got {0:?}")]
+    NotAbsolute(String),
+    #[error("`path` is {0} bytes; at most {MAX_PATH} are accepted")]
+    TooLong(usize),
+    #[error("`path` must not contain NUL characters")]
+    Nul,
+    #[error("`path` must name a file, not the root directory")]
+    Root,
+}
+
 /// Checks a path an agent passed: absolute, no NUL, bounded.
-pub fn validate_path(path: &str) -> Result<(), String> {
+pub fn validate_path(path: &str) -> Result<(), PathError> {
     if !path.starts_with('/') {
-        return Err(format!(
-            "`path` must be absolute (start with /), got {:?}",
-            crate::history::cut(path, 60)
-        ));
+        return Err(PathError::NotAbsolute(crate::history::cut(path, 60)));
     }
     if path.len() > MAX_PATH {
-        return Err(format!(
-            "`path` is {} bytes; at most {MAX_PATH} are accepted",
-            path.len()
-        ));
+        return Err(PathError::TooLong(path.len()));
     }
     if path.contains('\0') {
-        return Err("`path` must not contain NUL characters".into());
+        return Err(PathError::Nul);
     }
     if path.trim_end_matches('/').is_empty() {
-        return Err("`path` must name a file, not the root directory".into());
+        return Err(PathError::Root);
     }
     Ok(())
 }
 
+/// A `mode` that is not an octal permission string (the value, cut to 20 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`mode` must be an octal permission string like \"0644\" or \"0755\", got {0:?}")]
+pub struct ModeError(pub String);
+
 /// Parses a `mode` argument: an octal string like `"0644"` or `"755"`, exactly the
 /// schema's pattern `^(0o)?[0-7]{1,4}$` (no sign, no spaces: `u32::from_str_radix` alone
 /// would take `"+755"`).
-pub fn parse_mode(raw: &str) -> Result<u32, String> {
+pub fn parse_mode(raw: &str) -> Result<u32, ModeError> {
     let digits = raw.strip_prefix("0o").unwrap_or(raw);
     let octal =
         (1..=4).contains(&digits.len()) && digits.bytes().all(|b| (b'0'..=b'7').contains(&b));
     match u32::from_str_radix(digits, 8) {
         Ok(m) if octal => Ok(m),
-        _ => Err(format!(
-            "`mode` must be an octal permission string like \"0644\" or \"0755\", got {:?}",
-            crate::history::cut(raw, 20)
-        )),
+        _ => Err(ModeError(crate::history::cut(raw, 20))),
     }
 }
 
@@ -278,25 +287,39 @@ pub struct PutQuery {
     pub make_dirs: bool,
 }
 
+/// Why the query of a `PUT /v1/files` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("`{name}` must be true or false, got {value:?}")]
+    Flag { name: String, value: String },
+    #[error("query parameter {0:?} is given more than once; give it once")]
+    Repeated(String),
+    #[error("unknown query parameter {0:?}; accepted: temporary, mode, create_only, make_dirs")]
+    Unknown(String),
+    #[error(transparent)]
+    Mode(#[from] ModeError),
+}
+
 impl PutQuery {
     /// Parses the query text (without `?`); an unknown name, a bad value or a name given
     /// twice says what is accepted. A repeated name is refused, not read as its first or
     /// last value: the Worker and the executor must never read one query two ways
     /// (issue 46).
-    pub fn parse(query: &str) -> Result<Self, String> {
+    pub fn parse(query: &str) -> Result<Self, QueryError> {
         let mut q = PutQuery::default();
         let mut seen: Vec<&str> = Vec::new();
         let flag = |k: &str, v: &str| match v {
             "" | "true" | "1" => Ok(true),
             "false" | "0" => Ok(false),
-            _ => Err(format!("`{k}` must be true or false, got {v:?}")),
+            _ => Err(QueryError::Flag {
+                name: k.to_owned(),
+                value: v.to_owned(),
+            }),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             if seen.contains(&k) {
-                return Err(format!(
-                    "query parameter {k:?} is given more than once; give it once"
-                ));
+                return Err(QueryError::Repeated(k.to_owned()));
             }
             seen.push(k);
             match k {
@@ -304,11 +327,7 @@ impl PutQuery {
                 "create_only" => q.create_only = flag(k, v)?,
                 "make_dirs" => q.make_dirs = flag(k, v)?,
                 "mode" => q.mode = Some(parse_mode(v)?),
-                other => {
-                    return Err(format!(
-                        "unknown query parameter {other:?}; accepted: temporary, mode, create_only, make_dirs"
-                    ));
-                }
+                other => return Err(QueryError::Unknown(other.to_owned())),
             }
         }
         Ok(q)
@@ -335,17 +354,25 @@ pub enum EditError {
         found: u64,
         expected: u64,
     },
+    #[error(
+        "{path} is {size} bytes; computer_file_edit rewrites files of at most {MAX_EDIT_BYTES} bytes (4 MiB) atomically: edit it with terminal_execute (e.g. sed -i)"
+    )]
+    TooBig { path: String, size: u64 },
+    #[error(
+        "the edited file would be {0} bytes, over the 4 MiB computer_file_edit writes at once; nothing changed"
+    )]
+    GrowsTooBig(usize),
 }
 
 /// The whole new content of an edit of `file` (read from offset 0 with length
 /// [`MAX_EDIT_BYTES`]) and the number of replacements, or why nothing changes. The caller
 /// writes it back in one atomic replace with `file.mode`.
-pub fn edit_file(e: &FileEdit, file: &Slice) -> Result<(Vec<u8>, u64), String> {
+pub fn edit_file(e: &FileEdit, file: &Slice) -> Result<(Vec<u8>, u64), EditError> {
     if file.size > MAX_EDIT_BYTES || !file.eof() {
-        return Err(format!(
-            "{} is {} bytes; computer_file_edit rewrites files of at most {MAX_EDIT_BYTES} bytes (4 MiB) atomically: edit it with terminal_execute (e.g. sed -i)",
-            e.path, file.size
-        ));
+        return Err(EditError::TooBig {
+            path: e.path.clone(),
+            size: file.size,
+        });
     }
     let (edited, replacements) = apply_edit(
         &e.path,
@@ -353,13 +380,9 @@ pub fn edit_file(e: &FileEdit, file: &Slice) -> Result<(Vec<u8>, u64), String> {
         &e.old_text,
         &e.new_text,
         e.expected_replacements,
-    )
-    .map_err(|err| err.to_string())?;
+    )?;
     if edited.len() as u64 > MAX_EDIT_BYTES {
-        return Err(format!(
-            "the edited file would be {} bytes, over the 4 MiB computer_file_edit writes at once; nothing changed",
-            edited.len()
-        ));
+        return Err(EditError::GrowsTooBig(edited.len()));
     }
     Ok((edited, replacements))
 }
@@ -535,7 +558,8 @@ mod tests {
             "make_dirs=1&mode=0600&make_dirs=1",
         ] {
             let e = PutQuery::parse(query).unwrap_err();
-            assert!(e.contains("more than once"), "{query}: {e}");
+            assert!(matches!(e, QueryError::Repeated(_)), "{query}: {e}");
+            assert!(e.to_string().contains("more than once"), "{query}: {e}");
         }
         let q = PutQuery::parse("temporary=false&mode=0600&create_only&make_dirs=0").unwrap();
         assert_eq!(

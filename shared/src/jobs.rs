@@ -40,29 +40,41 @@ pub fn job_id_from(random: [u8; 12]) -> String {
     id
 }
 
+/// A `job_id` that is not shaped like one (the value, cut to 40 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`job_id` must be the id terminal_execute returned (like \"job-1f2e…\"), got {0:?}")]
+pub struct JobIdError(pub String);
+
 /// Checks the shape of a job id an agent passed (it may still name no job).
-pub fn validate_job_id(id: &str) -> Result<(), String> {
+pub fn validate_job_id(id: &str) -> Result<(), JobIdError> {
     if id.is_empty()
         || id.len() > MAX_JOB_ID
         || !id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err(format!(
-            "`job_id` must be the id terminal_execute returned (like \"job-1f2e…\"), got {:?}",
-            crate::history::cut(id, 40)
-        ));
+        return Err(JobIdError(crate::history::cut(id, 40)));
     }
     Ok(())
 }
 
+/// A `signal` that is not one of the schema's: the value as given, and what to write
+/// instead where it is a near miss (`": write \"TERM\""`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`signal` must be INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP or CONT (exactly, in capitals) or a signal number from 1 to 64, got {given}{hint}"
+)]
+pub struct SignalError {
+    pub given: String,
+    pub hint: String,
+}
+
 /// The signal a name or number means: `INT`, `TERM`, `KILL`, `HUP` (also with `SIG`,
 /// any case, and a few more), or a number from 1 to 64.
-pub fn parse_signal(raw: &Value) -> Result<i32, String> {
-    let fail = |hint: String| {
-        format!(
-            "`signal` must be INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP or CONT (exactly, in capitals) or a signal number from 1 to 64, got {raw}{hint}"
-        )
+pub fn parse_signal(raw: &Value) -> Result<i32, SignalError> {
+    let fail = |hint: String| SignalError {
+        given: raw.to_string(),
+        hint,
     };
     let named = |name: &str| {
         Some(match name {
@@ -385,7 +397,10 @@ mod tests {
             json!(""),
         ] {
             assert!(
-                parse_signal(&bad).unwrap_err().contains("`signal`"),
+                parse_signal(&bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("`signal`"),
                 "{bad}"
             );
         }
@@ -402,7 +417,7 @@ mod tests {
             (json!("Sig15"), "write the number 15 without quotes"),
         ] {
             let e = parse_signal(&raw).unwrap_err();
-            assert!(e.contains(hint), "{raw}: {e}");
+            assert!(e.hint.contains(hint), "{raw}: {e}");
         }
     }
 

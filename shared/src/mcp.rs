@@ -274,7 +274,7 @@ impl Dispatcher {
     ) -> Value {
         let task_id = match tasks::task_id_param(params) {
             Ok(t) => t,
-            Err(message) => return error_response(id, codes::INVALID_PARAMS, &message, None),
+            Err(e) => return error_response(id, codes::INVALID_PARAMS, &e.to_string(), None),
         };
         let ctx = CallContext {
             request_id: id.clone(),

@@ -57,18 +57,23 @@ impl TaskMethod {
     }
 }
 
+/// Why a tasks/* request's `taskId` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskIdError {
+    #[error("`taskId` (a string) is required")]
+    Missing,
+    #[error("unknown task {0:?}: `taskId` must be the id a terminal_execute task handle carried")]
+    Malformed(String),
+}
+
 /// The `taskId` of a tasks/* request, checked.
-pub fn task_id_param(params: Option<&Value>) -> Result<&str, String> {
+pub fn task_id_param(params: Option<&Value>) -> Result<&str, TaskIdError> {
     let id = params
         .and_then(|p| p.get("taskId"))
         .and_then(Value::as_str)
-        .ok_or("`taskId` (a string) is required")?;
-    crate::jobs::validate_job_id(id).map_err(|_| {
-        format!(
-            "unknown task {:?}: `taskId` must be the id a terminal_execute task handle carried",
-            crate::history::cut(id, 40)
-        )
-    })?;
+        .ok_or(TaskIdError::Missing)?;
+    crate::jobs::validate_job_id(id)
+        .map_err(|_| TaskIdError::Malformed(crate::history::cut(id, 40)))?;
     Ok(id)
 }
 

@@ -432,7 +432,7 @@ pub fn parse_job(tool: &str, arguments: Option<&Value>) -> Result<JobCall, Valid
             "{tool} needs `job_id` (the id terminal_execute returned with `running: true`), or `list: true` to see the computer's jobs"
         ))
     })?;
-    validate_job_id(&job_id).map_err(invalid)?;
+    validate_job_id(&job_id).map_err(|e| invalid(e.to_string()))?;
     let stdin = match (args.string("stdin")?, args.string("stdin_base64")?) {
         (Some(_), Some(_)) => {
             return Err(invalid("pass `stdin` or `stdin_base64`, not both"));
@@ -458,7 +458,7 @@ pub fn parse_job(tool: &str, arguments: Option<&Value>) -> Result<JobCall, Valid
     }
     let signal = match args.map.get("signal") {
         None => None,
-        Some(raw) => Some(parse_signal(raw).map_err(invalid)?),
+        Some(raw) => Some(parse_signal(raw).map_err(|e| invalid(e.to_string()))?),
     };
     let peek = args.boolean("peek")?.unwrap_or(false);
     if peek {

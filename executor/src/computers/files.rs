@@ -371,7 +371,7 @@ impl Computers {
             .backend
             .file_read(key, &e.path, 0, MAX_EDIT_BYTES)
             .await?;
-        let (edited, replacements) = edit_file(e, &file).map_err(refused)?;
+        let (edited, replacements) = edit_file(e, &file).map_err(|e| refused(e.to_string()))?;
         let spec = FileWriteSpec {
             path: &e.path,
             data: &edited,

@@ -109,7 +109,7 @@ pub(crate) fn target(id: &str, rest: &str) -> Result<String, Denied> {
     let bad = |e: String| Denied::Status(StatusCode::BAD_REQUEST, e);
     shared::ids::validate_computer_id(id).map_err(|e| bad(e.to_string()))?;
     let path = format!("/{rest}");
-    shared::files::validate_path(&path).map_err(bad)?;
+    shared::files::validate_path(&path).map_err(|e| bad(e.to_string()))?;
     Ok(path)
 }
 
@@ -227,7 +227,7 @@ fn bad_range(size: u64) -> Response {
     r
 }
 
-fn put_query(uri: &Uri) -> Result<PutQuery, String> {
+fn put_query(uri: &Uri) -> Result<PutQuery, shared::files::QueryError> {
     PutQuery::parse(uri.query().unwrap_or_default())
 }
 
@@ -291,7 +291,9 @@ pub(crate) async fn upload(
     let mut raw = body.into_data_stream();
     let q = match put_query(uri) {
         Ok(q) => q,
-        Err(e) => return refuse_unread(headers, raw, error(StatusCode::BAD_REQUEST, e)),
+        Err(e) => {
+            return refuse_unread(headers, raw, error(StatusCode::BAD_REQUEST, e.to_string()));
+        }
     };
     let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {

@@ -71,7 +71,7 @@ pub(crate) async fn files(
         return error(400, e.to_string());
     }
     if let Err(e) = shared::files::validate_path(&format!("/{file}")) {
-        return error(400, e);
+        return error(400, e.to_string());
     }
     let team = caller.team.clone();
     let sid = req.headers().get("mcp-session-id")?;
@@ -108,7 +108,7 @@ pub(crate) async fn files(
     let temporary = match put {
         true => match shared::files::PutQuery::parse(query.unwrap_or_default()) {
             Ok(q) => q.temporary,
-            Err(e) => return error(400, e),
+            Err(e) => return error(400, e.to_string()),
         },
         false => None,
     };
@@ -124,7 +124,7 @@ pub(crate) async fn files(
     if EdgePlace::of(&rec.executor).is_direct() {
         let path = format!("/{}", shared::files::percent_decoded(file));
         if let Err(e) = shared::files::validate_path(&path) {
-            return error(400, e);
+            return error(400, e.to_string());
         }
         let answer = if put {
             direct_put(req, &gw, &rec.executor, &team, id, &path, query, temporary).await
@@ -285,7 +285,7 @@ async fn direct_put(
             temporary: q.temporary.or(temporary),
             ..q
         },
-        Err(e) => return error(400, e),
+        Err(e) => return error(400, e.to_string()),
     };
     let body = Box::pin(req.stream()?.map(|r| r.map_err(|e| e.to_string())));
     match gw.direct_file_put(place, team, id, path, how, body).await {

@@ -50,7 +50,7 @@ fn path(args: &Args, tool: &str) -> Result<String, ValidationError> {
             "{tool} needs `path`: the file's absolute path on the computer, like /home/user/notes.txt"
         ))
     })?;
-    validate_path(&p).map_err(invalid)?;
+    validate_path(&p).map_err(|e| invalid(e.to_string()))?;
     Ok(p)
 }
 
@@ -111,7 +111,7 @@ fn parse_write(arguments: Option<&Value>) -> Result<FileWrite, ValidationError> 
     }
     let mode = match args.string("mode")? {
         None => None,
-        Some(m) => Some(parse_mode(&m).map_err(invalid)?),
+        Some(m) => Some(parse_mode(&m).map_err(|e| invalid(e.to_string()))?),
     };
     let append = args.boolean("append")?.unwrap_or(false);
     let create_only = args.boolean("create_only")?.unwrap_or(false);
