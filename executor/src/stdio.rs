@@ -414,7 +414,12 @@ impl Session {
             return;
         }
         let (out, d, h) = (self.out.clone(), self.dispatcher.clone(), self.host.clone());
-        self.runtime.spawn(async move {
+        // Registered like a request (under a key no request id has), so the end of stdin
+        // stops it too.
+        let k = format!("batch\0{:016x}", rand::random::<u64>());
+        let (flight, done_key) = (self.inflight.clone(), k.clone());
+        let mut inflight = lock(&self.inflight);
+        let task = self.runtime.spawn(async move {
             let responses = answers.into_iter().map(|a| {
                 let (d, h, era) = (d.clone(), h.clone(), era.clone());
                 async move {
@@ -427,8 +432,10 @@ impl Session {
                 }
             });
             let responses = futures_util::future::join_all(responses).await;
+            lock(&flight).remove(&done_key);
             out.emit(&Value::Array(responses));
         });
+        inflight.insert(k, task.abort_handle());
     }
 }
 
