@@ -122,6 +122,17 @@ pub(crate) fn spawn(cmd: &Command<'_>) -> io::Result<Child> {
     };
     let (stdout_ours, stdout_theirs) = io::pipe()?;
     let (stderr_ours, stderr_theirs) = io::pipe()?;
+    // The child moves them onto 0, 1 and 2 in that order: none may sit below 3 already
+    // (where this process had closed its own stdio), or one move would clobber another.
+    let above_stdio = |fd: OwnedFd| -> io::Result<OwnedFd> {
+        match fd.as_raw_fd() < 3 {
+            true => Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?),
+            false => Ok(fd),
+        }
+    };
+    let stdin_theirs = above_stdio(stdin_theirs)?;
+    let stdout_theirs = above_stdio(stdout_theirs.into())?;
+    let stderr_theirs = above_stdio(stderr_theirs.into())?;
 
     let mut plan = Plan {
         path: &path,
