@@ -339,7 +339,11 @@ impl Docker {
         // computer that is down); a supervisor slow to come to its door proves nothing.
         if let Some((why, transient)) = direct_failed {
             match transient {
-                true => tracing::debug!(container, why, "the direct channel was not armed in time"),
+                true => tracing::info!(
+                    container,
+                    why,
+                    "the direct channel was not armed in time: this computer relays"
+                ),
                 false => self.channel_learnt.failed(&why),
             }
         }

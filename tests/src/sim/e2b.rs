@@ -154,7 +154,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
-use super::{close, injected_fault, lock, path, query, remove_labelled, wait_for_ops};
+use super::{close, injected_fault, lock, path, query, remove_labelled, shut_down};
 
 /// The E2B control plane description saved in `specs/` (YAML).
 const E2B_SPEC: &str = include_str!("../../../specs/e2b/openapi.yml");
@@ -309,13 +309,12 @@ impl E2bSim {
     /// Stops serving and removes every backing container.
     pub async fn stop(mut self) {
         let inner = self.inner.clone();
-        close(&inner.closing, &inner.background);
         let op_locks: Vec<_> = lock(&inner.world)
             .sandboxes
             .values()
             .map(|s| s.op.clone())
             .collect();
-        wait_for_ops(op_locks).await;
+        shut_down(&inner.closing, &inner.background, op_locks).await;
         remove_labelled(
             &inner.docker,
             &format!("e2bsim.instance={}", inner.instance),

@@ -84,7 +84,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::openapi::{Matched, RequestParts, Spec};
-use super::{close, injected_fault, lock, path, query, remove_labelled, wait_for_ops};
+use super::{close, injected_fault, lock, path, query, remove_labelled, shut_down};
 
 /// Keeps a machine up when neither the request nor the image says what to run.
 const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done";
@@ -214,14 +214,13 @@ impl FlySim {
     /// Stops serving and removes every backing container.
     pub async fn stop(mut self) {
         let inner = self.inner.clone();
-        close(&inner.closing, &inner.background);
         // Let in-flight Docker operations finish; queued ones see `closing` and return.
         let op_locks: Vec<_> = lock(&inner.world)
             .machines
             .values()
             .map(|m| m.op.clone())
             .collect();
-        wait_for_ops(op_locks).await;
+        shut_down(&inner.closing, &inner.background, op_locks).await;
         inner.remove_all_containers().await;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());

@@ -26,18 +26,27 @@ pub(crate) async fn remove_labelled(docker: &Docker, label: &str) {
         filters: Some(filters),
         ..Default::default()
     };
-    let Ok(list) = docker.list_containers(Some(opts)).await else {
-        return;
-    };
-    for c in list {
-        if let Some(cid) = c.id {
-            let opts = RemoveContainerOptions {
-                force: true,
-                v: true,
-                ..Default::default()
-            };
-            let _ = docker.remove_container(&cid, Some(opts)).await;
+    // Until none is left (bounded): a removal the engine refuses for the moment (one is
+    // already in progress, the engine is busy) is tried again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let Ok(list) = docker.list_containers(Some(opts.clone())).await else {
+            return;
+        };
+        if list.is_empty() || tokio::time::Instant::now() > deadline {
+            return;
         }
+        for c in list {
+            if let Some(cid) = c.id {
+                let opts = RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                };
+                let _ = docker.remove_container(&cid, Some(opts)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -69,6 +78,21 @@ pub(crate) fn close(closing: &AtomicBool, background: &Mutex<Vec<tokio::task::Ab
     for h in lock(background).drain(..) {
         h.abort();
     }
+}
+
+/// Stops a simulator's work before its containers are removed: marks it closing (queued
+/// operations see it and return), lets in-flight Docker operations finish (each holds its
+/// machine's or sandbox's lock, at most 30 s each), and only then aborts the background
+/// tasks. Aborting first would drop a request the engine still carries out (a container
+/// created after the removal looked, a removal cut short).
+pub(crate) async fn shut_down(
+    closing: &AtomicBool,
+    background: &Mutex<Vec<tokio::task::AbortHandle>>,
+    locks: Vec<Arc<tokio::sync::Mutex<()>>>,
+) {
+    closing.store(true, Ordering::SeqCst);
+    wait_for_ops(locks).await;
+    close(closing, background);
 }
 
 /// Lets in-flight Docker operations finish (each holds its machine's or sandbox's lock),

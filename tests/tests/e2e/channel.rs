@@ -32,6 +32,22 @@ async fn channel_dir(id: &str) -> anyhow::Result<Option<String>> {
         .and_then(|l| l.get("mcp-sandbox.channel").cloned()))
 }
 
+/// What a failed wait saw: the test's containers (name, state, labels) and its servers'
+/// log tails.
+async fn situation(tag: &str) -> String {
+    let list = containers(tag).await.unwrap_or_default();
+    let mut out = String::from("\ncontainers:");
+    for c in list {
+        out.push_str(&format!(
+            "\n  {:?} {:?} {:?}",
+            c.names.unwrap_or_default(),
+            c.state,
+            c.labels.unwrap_or_default()
+        ));
+    }
+    out + &log_tail(tag, 40)
+}
+
 /// Processes in the computer that are a supervisor relay.
 async fn relays(c: &Client, id: &str) -> anyhow::Result<usize> {
     let out = sh(
@@ -368,9 +384,12 @@ async fn issue_46_the_next_start_reaps_the_host_directories_of_a_killed_server()
     }
     let keep_dir = channel_dir(&keep).await?.expect("a host directory");
     // The pool refills in the background: wait for its two members' directories.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Deadlines are generous: CI runs this beside a browser test and the Worker's build.
+    let deadline = Instant::now() + Duration::from_secs(120);
     while entries(run.to_str().unwrap_or_default())?.len() < 6 {
-        assert!(Instant::now() < deadline, "the warm pool did not fill");
+        if Instant::now() > deadline {
+            anyhow::bail!("the warm pool did not fill{}", situation(&t).await);
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     signal(pid, "KILL");
@@ -386,24 +405,28 @@ async fn issue_46_the_next_start_reaps_the_host_directories_of_a_killed_server()
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let left = entries(run.to_str().unwrap_or_default())?;
         if left == [keep_name.clone()] {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the next start left {left:?} (only {keep_name} is in use)"
-        );
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "the next start left {left:?} (only {keep_name} is in use){}",
+                situation(&t).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(sh(&next, &keep, "echo kept").await?, "kept\n");
-    assert_eq!(
-        relays(&next, &keep).await?,
-        0,
-        "the permanent computer is relayed"
-    );
+    let relayed = relays(&next, &keep).await?;
+    if relayed != 0 {
+        anyhow::bail!(
+            "the permanent computer is relayed ({relayed}){}",
+            situation(&t).await
+        );
+    }
     assert_eq!(entries(&keep_dir)?, ["sup.sock"]);
     next.cancel().await?;
     remove_all(&t).await
