@@ -20,7 +20,7 @@ impl Wasm {
     /// Runs one command on computer `id`.
     pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, WasmError> {
         let started = Instant::now();
-        let capture = Capture::new(spec.output_limit);
+        let capture = Capture::new(spec.output_limit, spec.progress.clone());
         let stdin: Input = match &spec.stdin {
             Some(s) => Box::new(std::io::Cursor::new(s.clone().into_bytes())),
             None => Box::new(tokio::io::empty()),
@@ -416,7 +416,7 @@ pub(super) async fn list_utilities(
     program: &Program,
     dev: &Path,
 ) -> Result<std::collections::BTreeSet<String>, String> {
-    let capture = Capture::new(1 << 20);
+    let capture = Capture::new(1 << 20, Default::default());
     let exit = program
         .run(Run {
             argv: vec!["msc-toolbox".into(), "--list".into()],

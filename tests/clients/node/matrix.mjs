@@ -23,7 +23,7 @@ const STATELESS_VERSION = '2026-07-28';
 const TIMEOUT_MS = 180_000;
 
 function parseArgs(argv) {
-  const a = { era: 'session', big: false, command: null, url: null, token: null };
+  const a = { era: 'session', big: false, command: null, url: null, token: null, backend: 'wasm' };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const val = () => {
@@ -37,6 +37,7 @@ function parseArgs(argv) {
       case '--url': a.url = val(); break;
       case '--token': a.token = val(); break;
       case '--big': a.big = true; break;
+      case '--backend': a.backend = val(); break;
       case '--command': a.command = argv.slice(i + 1); i = argv.length; break;
       default: usage(`unknown argument ${k}`);
     }
@@ -51,7 +52,7 @@ function parseArgs(argv) {
 
 function usage(msg) {
   process.stderr.write(`matrix.mjs: ${msg}\nusage: node matrix.mjs --client {sdk1,sdk2} --transport {stdio,http} ` +
-    '[--era {session,stateless}] (--command BIN ARG... | --url URL) [--token T] [--big]\n');
+    '[--era {session,stateless}] (--command BIN ARG... | --url URL) [--token T] [--big] [--backend NAME]\n');
   process.exit(2);
 }
 
@@ -62,7 +63,8 @@ function report(check, ok, detail = '') {
   failed ||= !ok;
   const d = typeof detail === 'string' ? detail : JSON.stringify(detail);
   process.stdout.write(JSON.stringify({
-    client: args.client, transport: args.transport, era: args.era, check, ok, detail: d.slice(0, 400),
+    client: args.client, backend: args.backend, transport: args.transport, era: args.era, check, ok,
+    detail: d.slice(0, 400),
   }) + '\n');
 }
 

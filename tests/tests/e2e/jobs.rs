@@ -164,13 +164,19 @@ async fn issue_14_per_call_env_on_both_docker_paths() -> anyhow::Result<()> {
 }
 
 /// Issue 14: a foreground call with a progress token gets its newest output line as
-/// `notifications/progress`, at most one per 250 ms, on both Docker exec paths.
+/// `notifications/progress`, at most one per 250 ms, on both Docker exec paths and on WASM
+/// (issue 45).
 #[tokio::test]
 async fn issue_14_live_output_as_progress() -> anyhow::Result<()> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    for plain in [false, true] {
-        let t = tag(if plain { "liveplain" } else { "livesup" });
-        let mut cmd = command(&t, &state_dir(&t), &ServerOpts::default().plain_if(plain));
+    let backends = [
+        ("livesup", ServerOpts::default()),
+        ("liveplain", ServerOpts::default().plain()),
+        ("livewasm", wasm_opts()),
+    ];
+    for (name, opts) in backends {
+        let t = tag(name);
+        let mut cmd = command(&t, &state_dir(&t), &opts);
         cmd.stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::from(log_file(&t)));
@@ -219,7 +225,7 @@ async fn issue_14_live_output_as_progress() -> anyhow::Result<()> {
                 break;
             }
         }
-        assert!(lines.len() >= 3, "plain={plain}: {lines:?}");
+        assert!(lines.len() >= 3, "{name}: {lines:?}");
         assert!(
             lines
                 .iter()
