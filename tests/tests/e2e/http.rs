@@ -476,8 +476,8 @@ async fn issue_2_stateless_computer_is_not_reaped_while_a_command_runs() -> anyh
 
 /// Issue 45: a result over 1 MiB reaches a client that asked for progress. The newest
 /// Python clients cap one SSE event at 1 MiB; a call whose result comes within the grace
-/// window is answered as plain JSON, in both eras, so nothing is cut (WASM computers send
-/// no progress at all; a Docker call that ends quickly drops what it sent).
+/// window is answered as plain JSON, in both eras, so nothing is cut (this output has no
+/// line end, so it sends no progress at all; a call that ends quickly drops what it sent).
 #[tokio::test]
 async fn issue_45_http_big_results_with_progress_come_as_json() -> anyhow::Result<()> {
     let t = tag("httpbigprog");
