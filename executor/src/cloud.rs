@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shared::files::over_exec::{OverExec, PathInfo};
 use shared::providers::computers::{CloudComputers, ComputersError, ProviderExec};
-use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
+use shared::providers::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use shared::result::ExecOutcome;
 
 use crate::place::{BackendError, Failure, Place};
@@ -220,9 +220,9 @@ impl Default for Reqwest {
 }
 
 impl HttpTransport for Reqwest {
-    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, TransportError> {
         let method =
-            reqwest::Method::from_bytes(req.method.as_bytes()).map_err(|e| e.to_string())?;
+            reqwest::Method::from_bytes(req.method.as_bytes()).map_err(TransportError::of)?;
         let mut b = self.0.request(method, &req.url);
         for (k, v) in &req.headers {
             b = b.header(k, v);
@@ -230,7 +230,10 @@ impl HttpTransport for Reqwest {
         if let Some(body) = req.body {
             b = b.body(body);
         }
-        let resp = b.send().await.map_err(|e| e.without_url().to_string())?;
+        let resp = b
+            .send()
+            .await
+            .map_err(|e| TransportError::of(e.without_url()))?;
         let status = resp.status().as_u16();
         let headers = resp
             .headers()
@@ -240,7 +243,7 @@ impl HttpTransport for Reqwest {
         let body = resp
             .bytes()
             .await
-            .map_err(|e| e.without_url().to_string())?;
+            .map_err(|e| TransportError::of(e.without_url()))?;
         Ok(HttpResponse {
             status,
             headers,

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shared::files::BrokenStream;
+
 /// One computer as its backend shows it (the shared provider record).
 pub type ContainerRecord = shared::providers::computers::Computer;
 
@@ -130,7 +132,7 @@ pub struct FileWriteSpec<'a> {
 /// stream broke (the client went away, `--file-limit` was passed). A backend that sees an
 /// error aborts, leaving the old file as it was.
 pub type UploadStream<'a> =
-    &'a mut (dyn futures_util::Stream<Item = Result<Vec<u8>, String>> + Send + Unpin);
+    &'a mut (dyn futures_util::Stream<Item = Result<Vec<u8>, BrokenStream>> + Send + Unpin);
 
 /// Where a streamed upload goes: always an atomic replace (or a create, `create_only`).
 #[derive(Debug, Clone, Copy)]
@@ -147,4 +149,4 @@ pub struct FilePutSpec<'a> {
 
 /// A range of a file streamed by a backend's fast path: chunks in order, or why the
 /// stream broke.
-pub type FileChunks = tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>;
+pub type FileChunks = tokio::sync::mpsc::Receiver<Result<Vec<u8>, BrokenStream>>;

@@ -394,6 +394,7 @@ fn job_error(e: JobsOverExec<ComputersError>) -> ApiError {
         JobsOverExec::NoSuchJob(m) => ApiError::new(ErrorCode::NotFound, m),
         JobsOverExec::Refused(m) => ApiError::new(ErrorCode::BadRequest, m),
         JobsOverExec::Failed(m) => ApiError::new(ErrorCode::Engine, m),
+        JobsOverExec::Unreadable(e) => ApiError::new(ErrorCode::Engine, e.to_string()),
     }
 }
 
@@ -566,7 +567,7 @@ impl<C: CloudComputers> Cloud<C> {
         mut body: S,
     ) -> Result<Value, ApiError>
     where
-        S: futures_util::Stream<Item = Result<Vec<u8>, String>> + Unpin,
+        S: futures_util::Stream<Item = Result<Vec<u8>, files::BrokenStream>> + Unpin,
     {
         use futures_util::StreamExt;
         let k = teams::key(Some(team), id);

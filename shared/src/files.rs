@@ -117,6 +117,24 @@ impl FileCall {
     }
 }
 
+/// Why a streamed body broke off (the client went away, a limit passed, the backend
+/// failed): whoever sees it stops, leaving the old file as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokenStream(pub String);
+
+impl From<String> for BrokenStream {
+    fn from(why: String) -> Self {
+        Self(why)
+    }
+}
+
+impl From<&str> for BrokenStream {
+    fn from(why: &str) -> Self {
+        Self(why.to_owned())
+    }
+}
+
 /// Why a path an agent passed is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {

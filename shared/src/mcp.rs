@@ -171,13 +171,13 @@ pub trait ToolHost: MaybeSync {
     }
 
     /// `tasks/get` (the `DetailedTask`), `tasks/update` and `tasks/cancel` (`{}`); `Err`
-    /// is the message of a JSON-RPC error (an unknown task).
+    /// becomes a JSON-RPC error (an unknown task).
     fn task(
         &self,
         method: TaskMethod,
         task_id: &str,
         ctx: &CallContext,
-    ) -> impl Future<Output = Result<Value, String>> + MaybeSend {
+    ) -> impl Future<Output = Result<Value, tasks::TaskError>> + MaybeSend {
         let _ = (method, ctx);
         let unknown = tasks::unknown_task(task_id);
         async move { Err(unknown) }
@@ -283,10 +283,10 @@ impl Dispatcher {
         };
         match host.task(method, task_id, &ctx).await {
             Ok(result) => success_response(id, self.finish(era, result)),
-            Err(message) => error_response(
+            Err(e) => error_response(
                 id,
                 codes::INVALID_PARAMS,
-                &message,
+                &e.to_string(),
                 Some(json!({ "taskId": task_id })),
             ),
         }

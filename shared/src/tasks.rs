@@ -77,12 +77,24 @@ pub fn task_id_param(params: Option<&Value>) -> Result<&str, TaskIdError> {
     Ok(id)
 }
 
+/// Why a `tasks/*` request failed: the message of its JSON-RPC error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// The id names no task of this caller.
+    #[error(
+        "unknown task {0:?}: it never existed, is another caller's, or ended more than {minutes} minutes ago",
+        minutes = KEEP_MS / 60_000
+    )]
+    Unknown(String),
+    /// The task exists but the request cannot be served now (the caller's scope, the
+    /// store, another request holding it): why, and what to do.
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// The error for a task id that names no task of this caller.
-pub fn unknown_task(id: &str) -> String {
-    format!(
-        "unknown task {id:?}: it never existed, is another caller's, or ended more than {} minutes ago",
-        KEEP_MS / 60_000
-    )
+pub fn unknown_task(id: &str) -> TaskError {
+    TaskError::Unknown(id.to_owned())
 }
 
 /// How a task ended.

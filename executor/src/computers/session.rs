@@ -380,7 +380,7 @@ impl ToolHost for SessionHost {
         method: TaskMethod,
         task_id: &str,
         _ctx: &CallContext,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, shared::tasks::TaskError> {
         self.task_call(method, task_id).await
     }
 }

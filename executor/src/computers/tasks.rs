@@ -19,7 +19,7 @@ use shared::capabilities::Capability;
 use shared::jobs::yielded_structured;
 use shared::mcp::TaskAnswer;
 use shared::result::structured_result;
-use shared::tasks::{DEFAULT_YIELD_MS, KEEP_MS, Task, TaskMethod, unknown_task};
+use shared::tasks::{DEFAULT_YIELD_MS, KEEP_MS, Task, TaskError, TaskMethod, unknown_task};
 use shared::validate::ExecRequest;
 
 use super::{InUse, SessionHost, now_ms};
@@ -141,7 +141,7 @@ impl SessionHost {
         &self,
         method: TaskMethod,
         task_id: &str,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, TaskError> {
         let c = &self.computers;
         let entry = c.tasks.get(task_id).ok_or_else(|| unknown_task(task_id))?;
         let mut entry = entry.lock().await;

@@ -27,7 +27,7 @@ impl Docker {
     ) -> Option<FileChunks> {
         let client = self.client.clone();
         let (container, path) = (container.to_owned(), path.to_owned());
-        let (tx, rx) = mpsc::channel::<Result<Vec<u8>, String>>(4);
+        let (tx, rx) = mpsc::channel::<Result<Vec<u8>, shared::files::BrokenStream>>(4);
         let (ready_tx, ready_rx) = oneshot::channel::<bool>();
         tokio::spawn(async move {
             let opts = DownloadFromContainerOptions { path: path.clone() };
@@ -102,7 +102,7 @@ impl Docker {
                     Some(Ok(b)) => pending = b.to_vec(),
                     Some(Err(e)) => {
                         let _ = tx
-                            .send(Err(format!("the engine's archive stream broke: {e}")))
+                            .send(Err(format!("the engine's archive stream broke: {e}").into()))
                             .await;
                         return;
                     }
@@ -251,7 +251,7 @@ impl Docker {
                     }
                 }
                 Err(why) => {
-                    broke = Some(why);
+                    broke = Some(why.0);
                     break;
                 }
             }

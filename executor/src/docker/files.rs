@@ -246,7 +246,7 @@ impl Docker {
         body: UploadStream<'_>,
     ) -> Result<FileWritten, DockerError> {
         use futures_util::StreamExt;
-        let broke = |why: String| {
+        let broke = |why: shared::files::BrokenStream| {
             DockerError::File(format!(
                 "{}: the upload broke off ({why}); the old file is unchanged",
                 spec.path

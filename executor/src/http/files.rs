@@ -29,7 +29,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::json;
-use shared::files::PutQuery;
+use shared::files::{BrokenStream, PutQuery};
 
 use super::{HttpState, check_auth, check_host_origin, header_str, json_response, principal};
 use crate::computers::SessionHost;
@@ -315,14 +315,14 @@ pub(crate) async fn upload(
     let mut stream = polling.map(|chunk| {
         let bytes = chunk.map_err(|e| {
             stalled = body::stalled(&e);
-            format!("reading the request body: {e}")
+            BrokenStream(format!("reading the request body: {e}"))
         })?;
         seen += bytes.len() as u64;
         if seen > limit {
             over = true;
-            return Err(format!(
+            return Err(BrokenStream(format!(
                 "the body passed this server's --file-limit of {limit} bytes"
-            ));
+            )));
         }
         Ok(Vec::from(bytes))
     });

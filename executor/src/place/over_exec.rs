@@ -151,6 +151,7 @@ fn job_classified(e: JobsOverExec<BackendError>) -> BackendError {
         JobsOverExec::Shell(e) => e,
         JobsOverExec::NoSuchJob(m) => BackendError::new(Failure::NoSuchJob, m),
         JobsOverExec::Refused(m) | JobsOverExec::Failed(m) => BackendError::new(Failure::Failed, m),
+        JobsOverExec::Unreadable(e) => BackendError::new(Failure::Failed, e.to_string()),
     }
 }
 

@@ -205,7 +205,8 @@ impl Gateway {
         body: S,
     ) -> std::result::Result<Value, GatewayError>
     where
-        S: futures_util::Stream<Item = std::result::Result<Vec<u8>, String>> + Unpin,
+        S: futures_util::Stream<Item = std::result::Result<Vec<u8>, shared::files::BrokenStream>>
+            + Unpin,
     {
         let written = match EdgePlace::of(place) {
             EdgePlace::Fly => {

@@ -287,7 +287,10 @@ async fn direct_put(
         },
         Err(e) => return error(400, e.to_string()),
     };
-    let body = Box::pin(req.stream()?.map(|r| r.map_err(|e| e.to_string())));
+    let body = Box::pin(
+        req.stream()?
+            .map(|r| r.map_err(|e| shared::files::BrokenStream(e.to_string()))),
+    );
     match gw.direct_file_put(place, team, id, path, how, body).await {
         Ok(v) => {
             let resp = json_response(201, &v)?;

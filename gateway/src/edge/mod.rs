@@ -28,7 +28,7 @@ use shared::mcp::{
     CallContext, Dispatcher, Era, ServerConfig, ToolHost, codes, error_response, success_response,
 };
 use shared::op::{Op, OpHandler};
-use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
+use shared::providers::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use shared::result::{operation_error, structured_result};
 use shared::transport::modern_status;
 use shared::validate::ToolCall;

@@ -21,7 +21,7 @@
 use super::*;
 use shared::jobs::{JobOutput, JobPoll};
 use shared::mcp::TaskAnswer;
-use shared::tasks::{DEFAULT_YIELD_MS, Task, TaskMethod, unknown_task};
+use shared::tasks::{DEFAULT_YIELD_MS, Task, TaskError, TaskMethod, unknown_task};
 use shared::validate::ExecRequest;
 
 /// The most output (stdout and stderr together) a task at the edge keeps: 1 MiB, about
@@ -76,19 +76,21 @@ impl Host {
         &self,
         method: TaskMethod,
         task_id: &str,
-    ) -> std::result::Result<Value, String> {
+    ) -> std::result::Result<Value, TaskError> {
         if !self.caller.can_exec {
-            return Err(GatewayError::Scope {
-                action: "follow tasks",
-                scope: "exec",
-            }
-            .to_string());
+            return Err(TaskError::Refused(
+                GatewayError::Scope {
+                    action: "follow tasks",
+                    scope: "exec",
+                }
+                .to_string(),
+            ));
         }
         let reads = method != TaskMethod::Update;
         let mut kept = match self.find(task_id, reads).await {
             Ok(Some(k)) => k,
             Ok(None) => return Err(unknown_task(task_id)),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(TaskError::Refused(e.to_string())),
         };
         if method == TaskMethod::Update {
             return Ok(json!({}));
@@ -103,15 +105,15 @@ impl Host {
         while method == TaskMethod::Cancel && kept.lease.is_none() && kept.task.ended.is_none() {
             tries += 1;
             if tries > CANCEL_TRIES {
-                return Err(format!(
+                return Err(TaskError::Refused(format!(
                     "task {task_id} is being read by another request: retry tasks/cancel"
-                ));
+                )));
             }
             worker::Delay::from(std::time::Duration::from_millis(200)).await;
             kept = match self.find(task_id, true).await {
                 Ok(Some(k)) => k,
                 Ok(None) => return Err(unknown_task(task_id)),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(TaskError::Refused(e.to_string())),
             };
         }
         // Ended (nothing left to read), or leased by another request reading its job now:
@@ -132,7 +134,7 @@ impl Host {
         // Written back (and the lease given back) whether or not it changed.
         self.keep(&kept.task, &kept.owner, kept.deadline, Some(&lease))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| TaskError::Refused(e.to_string()))?;
         if kept.task.ended.is_some() {
             // Its job no longer holds the computer busy (idle reaping may have it).
             let done = inventory::Request::JobDone {

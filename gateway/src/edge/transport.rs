@@ -6,10 +6,10 @@ use super::*;
 pub(crate) struct FetchTransport;
 
 impl HttpTransport for FetchTransport {
-    async fn send(&self, req: HttpRequest) -> std::result::Result<HttpResponse, String> {
+    async fn send(&self, req: HttpRequest) -> std::result::Result<HttpResponse, TransportError> {
         let headers = Headers::new();
         for (k, v) in &req.headers {
-            headers.set(k, v).map_err(|e| e.to_string())?;
+            headers.set(k, v).map_err(TransportError::of)?;
         }
         let mut init = RequestInit::new();
         init.with_method(Method::from(req.method.to_owned()))
@@ -19,14 +19,14 @@ impl HttpTransport for FetchTransport {
                 worker::js_sys::Uint8Array::from(body.as_slice()).into(),
             ));
         }
-        let request = Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())?;
+        let request = Request::new_with_init(&req.url, &init).map_err(TransportError::of)?;
         let mut resp = Fetch::Request(request)
             .send()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(TransportError::of)?;
         let status = resp.status_code();
         let headers = resp.headers().entries().collect();
-        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        let body = resp.bytes().await.map_err(TransportError::of)?;
         Ok(HttpResponse {
             status,
             headers,

@@ -57,7 +57,15 @@ pub enum JobsOverExec<E> {
     /// The computer's shell did not answer as the runner does (no `sh`, a full disk…).
     #[error("{0}")]
     Failed(String),
+    /// The runner's answer could not be read.
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
 }
+
+/// The job runner's answer is not in its format; the part that was not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the job runner's answer is unreadable ({0})")]
+pub struct Unreadable(&'static str);
 
 /// A job to start.
 #[derive(Debug, Clone, Copy)]
@@ -171,8 +179,8 @@ struct Read {
 
 /// Parses `msc-job STATE CODE TIMEOUT DROPPED DURATION N_OUT N_ERR`, the stdout bytes as
 /// base64 lines, a `.` line, the stderr bytes.
-fn parse_read(text: &str) -> Result<Read, String> {
-    let bad = |why: &str| format!("the job runner's answer is unreadable ({why})");
+fn parse_read(text: &str) -> Result<Read, Unreadable> {
+    let bad = Unreadable;
     let (head, rest) = text.split_once('\n').ok_or_else(|| bad("no status line"))?;
     let f: Vec<&str> = head.split(' ').collect();
     let [tag, state, code, tmo, dropped, dur, n_out, n_err] = f[..] else {
@@ -190,7 +198,7 @@ fn parse_read(text: &str) -> Result<Read, String> {
             None => (rest.strip_suffix("\n.").unwrap_or(rest), ""),
         },
     };
-    let decode = |s: &str| -> Result<Vec<u8>, String> {
+    let decode = |s: &str| -> Result<Vec<u8>, Unreadable> {
         let joined: String = s.split_ascii_whitespace().collect();
         b64().decode(joined).map_err(|_| bad("base64"))
     };
@@ -225,7 +233,7 @@ async fn peek<S: Shell>(
         PEEK_BYTES.to_string(),
     ];
     let text = call(sh, job_id, runner("peek", args), None).await?;
-    let read = parse_read(&text).map_err(JobsOverExec::Failed)?;
+    let read = parse_read(&text)?;
     let tidy = |b: &[u8]| peek_tidy(b, b.len() == PEEK_BYTES, read.running).to_vec();
     Ok(JobOutput {
         job_id: job_id.to_owned(),
@@ -284,7 +292,7 @@ pub async fn poll<S: Shell>(
             stdin.map(|b| b64().encode(b)),
         )
         .await?;
-        let read = parse_read(&text).map_err(JobsOverExec::Failed)?;
+        let read = parse_read(&text)?;
         first = false;
         let news = !read.stdout.is_empty() || !read.stderr.is_empty();
         out.stdout.extend_from_slice(&read.stdout);

@@ -366,7 +366,7 @@ impl ToolHost for Tasker {
         method: TaskMethod,
         task_id: &str,
         _ctx: &CallContext,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, tasks::TaskError> {
         match (method, task_id) {
             (TaskMethod::Get, "job-1") => Ok(json!({"taskId": "job-1", "status": "working"})),
             (_, "job-1") => Ok(json!({})),

@@ -32,7 +32,7 @@ mod envd;
 mod files;
 pub use files::{Entry, EntryKind};
 mod wire;
-use super::{HttpRequest, HttpResponse, HttpTransport, encode_component};
+use super::{HttpRequest, HttpResponse, HttpTransport, WireError, encode_component};
 use wire::*;
 
 /// The public control-plane endpoint.
@@ -552,7 +552,7 @@ impl<T: HttpTransport> E2bClient<T> {
         send::send(&self.transport, &self.retry, req, idempotent, capacity)
             .await
             .map(|sent| sent.resp)
-            .map_err(|e| E2bError::Transport(self.redact(e, target.token())))
+            .map_err(|e| E2bError::Transport(self.redact(e.0, target.token())))
     }
 
     /// The response if it is a success, else its [`E2bError`].
@@ -623,11 +623,11 @@ fn pairs_map(pairs: &[(String, String)]) -> BTreeMap<&str, &str> {
 }
 
 fn json_body<B: Serialize>(body: &B) -> Result<Vec<u8>, E2bError> {
-    send::json_body(body).map_err(E2bError::Decode)
+    send::json_body(body).map_err(|e| E2bError::Decode(e.0))
 }
 
 fn decode<D: serde::de::DeserializeOwned>(resp: &HttpResponse, what: &str) -> Result<D, E2bError> {
-    send::decode(resp, what).map_err(E2bError::Decode)
+    send::decode(resp, what).map_err(|e| E2bError::Decode(e.0))
 }
 
 fn error_body(resp: &HttpResponse) -> ErrorBody {

@@ -561,7 +561,7 @@ impl<T: HttpTransport> FlyClient<T> {
     async fn execute(&self, req: HttpRequest, idempotent: bool) -> Result<Sent, FlyError> {
         send::send(&self.transport, &self.retry, req, idempotent, is_capacity)
             .await
-            .map_err(|e| FlyError::Transport(self.redact(e)))
+            .map_err(|e| FlyError::Transport(self.redact(e.0)))
     }
 
     /// The response if it is a success, else its [`FlyError`].
@@ -652,11 +652,11 @@ fn create_machine_body(spec: &MachineSpec) -> CreateMachineBody<'_> {
 }
 
 fn json_body<B: Serialize>(body: &B) -> Result<Vec<u8>, FlyError> {
-    send::json_body(body).map_err(FlyError::Decode)
+    send::json_body(body).map_err(|e| FlyError::Decode(e.0))
 }
 
 fn decode<D: serde::de::DeserializeOwned>(resp: &HttpResponse, what: &str) -> Result<D, FlyError> {
-    send::decode(resp, what).map_err(FlyError::Decode)
+    send::decode(resp, what).map_err(|e| FlyError::Decode(e.0))
 }
 
 /// `flydv1.ExecResponse` as JSON (declared as `application/json` and

@@ -109,6 +109,48 @@ fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a st
         .map(|(_, v)| v.as_str())
 }
 
+/// No HTTP response arrived (DNS, connect, TLS, reset, the transport's own timeout): what
+/// failed, in words for operators.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(pub String);
+
+impl TransportError {
+    /// From any error's message.
+    pub fn of(e: impl std::fmt::Display) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<String> for TransportError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for TransportError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
+/// A request body that could not be encoded, or a response body not of the shape expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WireError(pub String);
+
+impl From<String> for WireError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for WireError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
 /// Moves bytes for a provider client. Implemented by the native server (reqwest) and the
 /// Worker (`worker::Fetch`).
 ///
@@ -125,7 +167,7 @@ pub trait HttpTransport: MaybeSync {
     fn send(
         &self,
         req: HttpRequest,
-    ) -> impl Future<Output = Result<HttpResponse, String>> + MaybeSend;
+    ) -> impl Future<Output = Result<HttpResponse, TransportError>> + MaybeSend;
 
     fn sleep(&self, millis: u64) -> impl Future<Output = ()> + MaybeSend;
 
@@ -137,7 +179,7 @@ impl<T: HttpTransport> HttpTransport for &T {
     fn send(
         &self,
         req: HttpRequest,
-    ) -> impl Future<Output = Result<HttpResponse, String>> + MaybeSend {
+    ) -> impl Future<Output = Result<HttpResponse, TransportError>> + MaybeSend {
         (**self).send(req)
     }
 
@@ -191,7 +233,7 @@ pub(crate) mod testing {
     use crate::maybe_send::MaybeSend;
 
     /// A scripted answer: a response, or a transport failure.
-    pub(crate) type Reply = Result<HttpResponse, String>;
+    pub(crate) type Reply = Result<HttpResponse, super::TransportError>;
 
     #[derive(Default)]
     pub(crate) struct ScriptedTransport {

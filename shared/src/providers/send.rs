@@ -9,7 +9,7 @@ use std::hash::Hash;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{HttpRequest, HttpResponse, HttpTransport};
+use super::{HttpRequest, HttpResponse, HttpTransport, TransportError, WireError};
 
 /// Longest excerpt of a body quoted in a message, in characters.
 pub const MAX_EXCERPT: usize = 300;
@@ -137,7 +137,7 @@ pub async fn send<T: HttpTransport>(
     req: HttpRequest,
     idempotent: bool,
     capacity: impl Fn(&HttpResponse) -> bool,
-) -> Result<Sent, String> {
+) -> Result<Sent, TransportError> {
     let mut attempts = 0u32;
     let mut capacity_failures = 0u32;
     loop {
@@ -244,18 +244,18 @@ pub fn excerpt(body: &[u8]) -> String {
 }
 
 /// A request body as JSON; the message says what failed.
-pub fn json_body<B: Serialize>(body: &B) -> Result<Vec<u8>, String> {
-    serde_json::to_vec(body).map_err(|e| format!("encoding a request: {e}"))
+pub fn json_body<B: Serialize>(body: &B) -> Result<Vec<u8>, WireError> {
+    serde_json::to_vec(body).map_err(|e| WireError(format!("encoding a request: {e}")))
 }
 
 /// A response body as `D`; the message names `what`, the status and the body's start.
-pub fn decode<D: DeserializeOwned>(resp: &HttpResponse, what: &str) -> Result<D, String> {
+pub fn decode<D: DeserializeOwned>(resp: &HttpResponse, what: &str) -> Result<D, WireError> {
     serde_json::from_slice(&resp.body).map_err(|e| {
-        format!(
+        WireError(format!(
             "{what} (HTTP {}): {e}; body starts {:?}",
             resp.status,
             excerpt(&resp.body)
-        )
+        ))
     })
 }
 

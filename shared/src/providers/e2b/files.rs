@@ -51,7 +51,7 @@ struct EntryBody {
 }
 
 impl EntryBody {
-    fn entry(self) -> Result<Entry, String> {
+    fn entry(self) -> Result<Entry, WireError> {
         let kind = match self.kind.as_deref() {
             Some("FILE_TYPE_FILE") => EntryKind::File,
             Some("FILE_TYPE_DIRECTORY") => EntryKind::Directory,
@@ -62,7 +62,7 @@ impl EntryBody {
             None => 0,
             Some(Value::String(s)) => s.parse::<u64>().map_err(|e| format!("size {s:?}: {e}"))?,
             Some(Value::Number(n)) => n.as_u64().ok_or(format!("size {n}"))?,
-            Some(other) => return Err(format!("size {other}")),
+            Some(other) => return Err(format!("size {other}").into()),
         };
         let mtime_secs = match self.modified_time.as_deref() {
             None => 0,

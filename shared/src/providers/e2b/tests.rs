@@ -1484,7 +1484,7 @@ fn secrets_never_appear_in_messages_or_debug() {
     api_errors.push(block(c.connect("sbx1", 60)).expect_err("409"));
     let c = client((0..3).map(|_| api_error(503, &format!("capacity {echo}"))));
     api_errors.push(block(c.create(&new_sandbox())).expect_err("capacity"));
-    let c = client([Err(format!("could not send: {echo}"))]);
+    let c = client([Err(format!("could not send: {echo}").into())]);
     api_errors.push(block(c.create(&new_sandbox())).expect_err("transport"));
     for err in &api_errors {
         for text in [err.to_string(), format!("{err:?}")] {
@@ -1494,7 +1494,7 @@ fn secrets_never_appear_in_messages_or_debug() {
 
     // envd requests know both.
     let mut errors = Vec::new();
-    let c = client([Err(format!("could not send: {echo}"))]);
+    let c = client([Err(format!("could not send: {echo}").into())]);
     errors.push(run_simple(&c, &sandbox(), None, 10).expect_err("transport"));
     let c = client([json(
         401,

@@ -235,14 +235,14 @@ pub(super) fn stdin_wrapper(cmd: &str, args: &[String], input: &[u8]) -> (String
 }
 
 /// Proto3 JSON `bytes`: standard or URL-safe base64, padding optional.
-pub(super) fn decode_bytes(s: &str) -> Result<Vec<u8>, String> {
+pub(super) fn decode_bytes(s: &str) -> Result<Vec<u8>, WireError> {
     let trimmed = s.trim_end_matches('=');
     let res = if trimmed.contains(['-', '_']) {
         URL_SAFE_NO_PAD.decode(trimmed)
     } else {
         STANDARD_NO_PAD.decode(trimmed)
     };
-    res.map_err(|e| format!("invalid base64 in command output: {e}"))
+    res.map_err(|e| WireError(format!("invalid base64 in command output: {e}")))
 }
 
 /// Appends at most `limit - out.len()` bytes; says whether anything was dropped.
@@ -282,7 +282,10 @@ pub(super) struct StartStream {
 
 /// Parses a whole buffered `application/connect+json` server stream. Errors only on
 /// malformed frames or JSON; a body cut short ends the parse (reported by the caller).
-pub(super) fn parse_start_stream(body: &[u8], output_limit: usize) -> Result<StartStream, String> {
+pub(super) fn parse_start_stream(
+    body: &[u8],
+    output_limit: usize,
+) -> Result<StartStream, WireError> {
     let mut s = StartStream::default();
     let mut rest = body;
     while rest.len() >= 5 {

@@ -1062,7 +1062,7 @@ fn error_messages_never_contain_the_token() {
     let echo = format!("bad token {TOKEN} for app");
     let c = client([
         json(400, json!({"error": echo})),
-        Err(format!("connect failed; sent Bearer {TOKEN}")),
+        Err(format!("connect failed; sent Bearer {TOKEN}").into()),
     ]);
     let err = run(c.exec("a", "m", &argv(), None, 5)).unwrap_err();
     assert!(!err.to_string().contains(TOKEN), "{err}");

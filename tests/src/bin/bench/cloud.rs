@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use shared::providers::e2b::E2bClient;
 use shared::providers::fly::FlyClient;
-use shared::providers::{HttpRequest, HttpResponse, HttpTransport};
+use shared::providers::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use tests::sim::e2b::{E2bSim, E2bSimOptions};
 use tests::sim::fly::{FlySim, FlySimOptions};
 use tests::sim::modal::proto::modal::client as pb;
@@ -31,9 +31,9 @@ const RUNS: usize = 60;
 struct Reqwest(reqwest::Client);
 
 impl HttpTransport for Reqwest {
-    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, TransportError> {
         let method =
-            reqwest::Method::from_bytes(req.method.as_bytes()).map_err(|e| e.to_string())?;
+            reqwest::Method::from_bytes(req.method.as_bytes()).map_err(TransportError::of)?;
         let mut b = self.0.request(method, &req.url);
         for (k, v) in &req.headers {
             b = b.header(k, v);
@@ -41,14 +41,14 @@ impl HttpTransport for Reqwest {
         if let Some(body) = req.body {
             b = b.body(body);
         }
-        let resp = b.send().await.map_err(|e| e.to_string())?;
+        let resp = b.send().await.map_err(TransportError::of)?;
         let status = resp.status().as_u16();
         let headers = resp
             .headers()
             .iter()
             .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
             .collect();
-        let body = resp.bytes().await.map_err(|e| e.to_string())?.to_vec();
+        let body = resp.bytes().await.map_err(TransportError::of)?.to_vec();
         Ok(HttpResponse {
             status,
             headers,
