@@ -97,16 +97,34 @@ pub struct E2bCfg {
     pub settings: E2bSettings,
 }
 
+/// A Worker variable that is missing or malformed: which, and what to set (answered on
+/// every request that needs it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSetting(pub String);
+
+impl From<&str> for BadSetting {
+    fn from(why: &str) -> Self {
+        Self(why.to_owned())
+    }
+}
+
+impl From<String> for BadSetting {
+    fn from(why: String) -> Self {
+        Self(why)
+    }
+}
+
 /// Reads the Fly configuration: `Ok(None)` when no token is set, `Err` when it is set but
 /// incomplete or malformed (said on use).
-pub fn fly_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<FlyCfg>, String> {
+pub fn fly_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<FlyCfg>, BadSetting> {
     let Some(token) = var("FLY_API_TOKEN") else {
         return Ok(None);
     };
     let app = var("FLY_APP_NAME").ok_or(
         "FLY_API_TOKEN is set but FLY_APP_NAME is not: name the Fly app that holds the gateway's computers (it is created when missing)",
     )?;
-    let number = |name: &str, default: u32| -> Result<u32, String> {
+    let number = |name: &str, default: u32| -> Result<u32, BadSetting> {
         match var(name) {
             None => Ok(default),
             Some(v) => v
@@ -114,14 +132,14 @@ pub fn fly_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<FlyCfg>, S
                 .parse::<u32>()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{name} {v:?} must be a positive integer")),
+                .ok_or_else(|| BadSetting(format!("{name} {v:?} must be a positive integer"))),
         }
     };
     let cpu_kind = var("FLY_CPU_KIND").unwrap_or_else(|| "shared".into());
     if !matches!(cpu_kind.as_str(), "shared" | "performance") {
-        return Err(format!(
+        return Err(BadSetting(format!(
             "FLY_CPU_KIND {cpu_kind:?} must be `shared` or `performance`"
-        ));
+        )));
     }
     let defaults = FlySettings::default();
     Ok(Some(FlyCfg {
@@ -145,7 +163,7 @@ pub fn fly_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<FlyCfg>, S
 }
 
 /// Reads the E2B configuration: `Ok(None)` when no key is set.
-pub fn e2b_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<E2bCfg>, String> {
+pub fn e2b_cfg(var: impl Fn(&str) -> Option<String>) -> Result<Option<E2bCfg>, BadSetting> {
     let Some(api_key) = var("E2B_API_KEY") else {
         return Ok(None);
     };
@@ -702,7 +720,7 @@ mod tests {
     fn fly_needs_a_token_and_an_app() {
         assert_eq!(fly_cfg(vars(&[])), Ok(None));
         let e = fly_cfg(vars(&[("FLY_API_TOKEN", "t")])).unwrap_err();
-        assert!(e.contains("FLY_APP_NAME"), "{e}");
+        assert!(e.0.contains("FLY_APP_NAME"), "{e}");
         let c = fly_cfg(vars(&[("FLY_API_TOKEN", "t"), ("FLY_APP_NAME", "a")]))
             .unwrap()
             .unwrap();
@@ -713,14 +731,14 @@ mod tests {
             ("FLY_MEMORY_MB", "lots"),
         ]))
         .unwrap_err();
-        assert!(e.contains("FLY_MEMORY_MB"), "{e}");
+        assert!(e.0.contains("FLY_MEMORY_MB"), "{e}");
         let e = fly_cfg(vars(&[
             ("FLY_API_TOKEN", "t"),
             ("FLY_APP_NAME", "a"),
             ("FLY_CPU_KIND", "turbo"),
         ]))
         .unwrap_err();
-        assert!(e.contains("FLY_CPU_KIND"), "{e}");
+        assert!(e.0.contains("FLY_CPU_KIND"), "{e}");
     }
 
     #[test]
@@ -734,6 +752,7 @@ mod tests {
         assert!(
             e2b_cfg(vars(&[("E2B_API_KEY", "k"), ("E2B_SANDBOX_TIMEOUT", "0")]))
                 .unwrap_err()
+                .0
                 .contains("E2B_SANDBOX_TIMEOUT")
         );
     }

@@ -41,7 +41,7 @@ thread_local! {
 /// A token for `grant`, valid at `now` (seconds): a cached one while it has more than
 /// [`MARGIN_SECS`] left, else a fresh one (expired ones are dropped then, so the cache
 /// holds only the callers of the last minute).
-pub fn token(secret: &str, grant: Grant<'_>, now: u64) -> Result<String, String> {
+pub fn token(secret: &str, grant: Grant<'_>, now: u64) -> Result<String, SignError> {
     let key = (
         grant.executor.to_owned(),
         grant.team.to_owned(),
@@ -65,8 +65,13 @@ pub fn token(secret: &str, grant: Grant<'_>, now: u64) -> Result<String, String>
     Ok(t)
 }
 
+/// A token could not be signed (a secret the signing library refuses).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot sign an executor token: {0}")]
+pub struct SignError(String);
+
 /// A fresh token (no cache): what one signature costs.
-pub fn sign(secret: &str, grant: Grant<'_>, now: u64) -> Result<String, String> {
+pub fn sign(secret: &str, grant: Grant<'_>, now: u64) -> Result<String, SignError> {
     let claims = Claims {
         iss: GATEWAY_ISSUER.into(),
         aud: grant.executor.into(),
@@ -76,9 +81,10 @@ pub fn sign(secret: &str, grant: Grant<'_>, now: u64) -> Result<String, String> 
         scope: grant.scope.into(),
         owner: grant.owner.into(),
     };
-    let signing = EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?;
+    let signing =
+        EncodingKey::from_secret(secret.as_bytes()).map_err(|e| SignError(e.to_string()))?;
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &signing)
-        .map_err(|e| e.to_string())
+        .map_err(|e| SignError(e.to_string()))
 }
 
 /// The number of tokens cached in this isolate (tests).

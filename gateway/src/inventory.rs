@@ -132,7 +132,7 @@ impl Request {
     }
 
     /// Refuses a request with an empty name where one is needed (the object answers 400).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BadCall> {
         let named: &[(&str, &str)] = match self {
             Request::Claim {
                 id,
@@ -175,10 +175,19 @@ impl Request {
             Request::TaskGet { task_id, owner, .. } => &[("task_id", task_id), ("owner", owner)],
         };
         match named.iter().find(|(_, v)| v.is_empty()) {
-            Some((k, _)) => Err(format!("inventory request without `{k}`")),
+            Some((k, _)) => Err(BadCall::Missing(k)),
             None => Ok(()),
         }
     }
+}
+
+/// Why the team's object refuses a call (a 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadCall {
+    #[error("inventory request body: {0}")]
+    Body(String),
+    #[error("inventory request without `{0}`")]
+    Missing(&'static str),
 }
 
 impl Call {
@@ -188,9 +197,8 @@ impl Call {
     }
 
     /// The call in `body`, checked; why not, for a 400.
-    pub fn decode(body: &[u8]) -> Result<Call, String> {
-        let call: Call =
-            serde_json::from_slice(body).map_err(|e| format!("inventory request body: {e}"))?;
+    pub fn decode(body: &[u8]) -> Result<Call, BadCall> {
+        let call: Call = serde_json::from_slice(body).map_err(|e| BadCall::Body(e.to_string()))?;
         call.request.check()?;
         Ok(call)
     }
@@ -409,7 +417,7 @@ mod tests {
             ("", "inventory request body"),
             ("[]", "inventory request body"),
         ] {
-            let e = Call::decode(body.as_bytes()).unwrap_err();
+            let e = Call::decode(body.as_bytes()).unwrap_err().to_string();
             assert!(e.contains(why), "{body}: {e}");
         }
     }
@@ -421,7 +429,7 @@ mod tests {
     #[test]
     fn issue_46_a_claim_carries_the_callers_scopes_or_is_refused() {
         let body = r#"{"team":"t","request":{"op":"claim","id":"web","temporary":false,"owner":"user:a","stateless":true,"executor":"ex1"}}"#;
-        let e = Call::decode(body.as_bytes()).unwrap_err();
+        let e = Call::decode(body.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("missing field `scope`"), "{e}");
         let body = body.replace(r#""executor":"ex1""#, r#""executor":"ex1","scope":"exec""#);
         let call = Call::decode(body.as_bytes()).unwrap();

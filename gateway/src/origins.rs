@@ -56,25 +56,27 @@ impl Origins {
 
     /// May a request to `url` with this `Origin` header be served? The refusal says what
     /// to configure.
-    pub fn check(&self, url: &Url, origin: Option<&str>) -> Result<(), String> {
+    pub fn check(&self, url: &Url, origin: Option<&str>) -> Result<(), Refused> {
         if !self.ok(url) {
-            return Err(format!(
-                "host {:?} is not served here: add its origin to PUBLIC_ORIGINS",
-                url.host_str().unwrap_or_default()
-            ));
+            return Err(Refused::Host(url.host_str().unwrap_or_default().to_owned()));
         }
         if let Some(o) = origin.filter(|o| *o != "null") {
             match Url::parse(o) {
                 Ok(u) if self.ok(&u) => {}
-                _ => {
-                    return Err(format!(
-                        "origin {o:?} is not allowed: add it to PUBLIC_ORIGINS"
-                    ));
-                }
+                _ => return Err(Refused::Origin(o.to_owned())),
             }
         }
         Ok(())
     }
+}
+
+/// A request [`Origins::check`] refuses (a 403), with what to configure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("host {0:?} is not served here: add its origin to PUBLIC_ORIGINS")]
+    Host(String),
+    #[error("origin {0:?} is not allowed: add it to PUBLIC_ORIGINS")]
+    Origin(String),
 }
 
 #[cfg(test)]
@@ -99,6 +101,7 @@ mod tests {
         assert!(
             o.check(&url("https://evil.example/mcp"), None)
                 .unwrap_err()
+                .to_string()
                 .contains("PUBLIC_ORIGINS")
         );
         let local = url("http://127.0.0.1:8787/mcp");

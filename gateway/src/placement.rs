@@ -60,6 +60,17 @@ impl Placement {
     }
 }
 
+/// Why `PLACEMENT` (with `EXECUTORS` and the providers configured) names no place: what to
+/// change. Answered on every request until it is fixed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadPlacement(pub String);
+
+/// What is wrong with an executor's health document (it is then taken for down).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadHealth(pub String);
+
 /// What `/v1/health` said of an executor's load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Load {
@@ -71,16 +82,16 @@ pub struct Load {
 impl Load {
     /// Reads the executor API's health document (`{status, load: {computers, execs},
     /// capacity: {cpus}}`); `Err` says what is wrong with it.
-    pub fn from_health(v: &serde_json::Value) -> Result<Self, String> {
+    pub fn from_health(v: &serde_json::Value) -> Result<Self, BadHealth> {
         if v["status"] != "ok" {
-            return Err(format!("its health says {}", v["status"]));
+            return Err(BadHealth(format!("its health says {}", v["status"])));
         }
         // An executor older than the load figures is healthy with an unknown load (0).
         let n = |x: &serde_json::Value| match x {
             serde_json::Value::Null => Ok(0),
             x => x
                 .as_u64()
-                .ok_or("a health document whose load is not a count"),
+                .ok_or_else(|| BadHealth("a health document whose load is not a count".to_owned())),
         };
         Ok(Self {
             computers: n(&v["load"]["computers"])?,
@@ -239,12 +250,12 @@ pub fn parse(
     executors: &[(&str, &[String])],
     fly: bool,
     e2b: bool,
-) -> Result<Placement, String> {
+) -> Result<Placement, BadPlacement> {
     use crate::cloud::{E2B, FLY};
     if let Some((name, _)) = executors.iter().find(|(n, _)| *n == FLY || *n == E2B) {
-        return Err(format!(
+        return Err(BadPlacement(format!(
             "the executor name {name:?} is reserved for the provider the gateway reaches directly: rename it in EXECUTORS"
-        ));
+        )));
     }
     let offering = |backend: &str| -> Vec<String> {
         executors
@@ -253,25 +264,25 @@ pub fn parse(
             .map(|(n, _)| (*n).to_owned())
             .collect()
     };
-    let over = |strategy: Strategy, backend: &str| -> Result<Placement, String> {
+    let over = |strategy: Strategy, backend: &str| -> Result<Placement, BadPlacement> {
         let pool = offering(backend);
         if pool.is_empty() {
-            return Err(format!(
+            return Err(BadPlacement(format!(
                 "PLACEMENT: no executor in EXECUTORS offers the {backend:?} backend"
-            ));
+            )));
         }
         Ok(Placement::Executors { strategy, pool })
     };
-    let pinned = |name: &str| -> Result<Placement, String> {
+    let pinned = |name: &str| -> Result<Placement, BadPlacement> {
         if executors.iter().any(|(n, _)| *n == name) {
             Ok(Placement::Executors {
                 strategy: Strategy::Pinned,
                 pool: vec![name.to_owned()],
             })
         } else {
-            Err(format!(
+            Err(BadPlacement(format!(
                 "PLACEMENT pins {name:?}, which is not an executor in EXECUTORS"
-            ))
+            )))
         }
     };
     let wanted = wanted.map(str::trim).filter(|w| !w.is_empty());
@@ -289,23 +300,23 @@ pub fn parse(
         Some("first") => Some(Strategy::First),
         Some("pinned") => Some(Strategy::Pinned),
         Some(other) => {
-            return Err(format!(
+            return Err(BadPlacement(format!(
                 "PLACEMENT strategy {other:?} is not `least-loaded`, `first` or `pinned`"
-            ));
+            )));
         }
     };
     match (strategy, target) {
         (Some(Strategy::Pinned), Some(name)) => pinned(name),
-        (Some(Strategy::Pinned), None) => {
-            Err("PLACEMENT `pinned` needs the executor: `pinned:NAME`".to_owned())
-        }
+        (Some(Strategy::Pinned), None) => Err(BadPlacement(
+            "PLACEMENT `pinned` needs the executor: `pinned:NAME`".to_owned(),
+        )),
         (_, Some(p @ (FLY | E2B))) if strategy.is_none() => Ok(Placement::Provider(p.to_owned())),
         (None, Some(name)) if executors.iter().any(|(n, _)| *n == name) => pinned(name),
         (None, Some(backend)) => {
             if offering(backend).is_empty() {
-                return Err(format!(
+                return Err(BadPlacement(format!(
                     "PLACEMENT {backend:?} is neither `fly`, `e2b`, a strategy (`least-loaded`, `first`, `pinned:NAME`), an executor name nor a backend of a configured executor (EXECUTORS)"
-                ));
+                )));
             }
             over(Strategy::LeastLoaded, backend)
         }
@@ -319,7 +330,7 @@ pub fn parse(
             } else if e2b {
                 Ok(Placement::Provider(E2B.to_owned()))
             } else {
-                Err("nowhere to put computers: configure EXECUTORS (with the docker backend), or Fly (FLY_API_TOKEN and FLY_APP_NAME), or E2B (E2B_API_KEY)".to_owned())
+                Err(BadPlacement("nowhere to put computers: configure EXECUTORS (with the docker backend), or Fly (FLY_API_TOKEN and FLY_APP_NAME), or E2B (E2B_API_KEY)".to_owned()))
             }
         }
     }
@@ -397,6 +408,7 @@ mod tests {
         assert!(
             parse(None, &reserved, false, false)
                 .unwrap_err()
+                .0
                 .contains("reserved")
         );
         assert_eq!(exec(Strategy::Pinned, &["b"]).fixed(), Some("b"));
@@ -513,7 +525,7 @@ mod tests {
                     match parse(Some(&wanted), &ex, true, false) {
                         Ok(Placement::Executors { pool, .. }) => assert!(!pool.is_empty()),
                         Ok(Placement::Provider(p)) => assert!(p == "fly" || p == "e2b"),
-                        Err(e) => assert!(e.contains("PLACEMENT"), "{wanted:?}: {e}"),
+                        Err(e) => assert!(e.0.contains("PLACEMENT"), "{wanted:?}: {e}"),
                     }
                 }
             }

@@ -43,25 +43,38 @@ pub const CURRENT: u32 = MIGRATIONS.len() as u32;
 /// The `meta` key holding an object's schema version.
 pub const VERSION_KEY: &str = "schema_version";
 
+/// Why a team's object cannot be brought to this gateway's schema (answered on every
+/// request to it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("the team inventory has a corrupt schema_version {0:?}")]
+    Corrupt(String),
+    #[error(
+        "the team inventory has schema version {0}, newer than this gateway's {CURRENT}: deploy the newer gateway"
+    )]
+    Newer(u32),
+    /// A statement failed: which step, and the storage's error.
+    #[error("team inventory {step}: {error}")]
+    Storage { step: String, error: String },
+}
+
 /// Reads a stored version (`None`: never recorded, an object of an older gateway or a new
 /// one). A value that is not a number is an error, not a silent zero.
-pub fn stored_version(v: Option<&str>) -> Result<u32, String> {
+pub fn stored_version(v: Option<&str>) -> Result<u32, SchemaError> {
     match v {
         None => Ok(0),
         Some(v) => v
             .trim()
             .parse()
-            .map_err(|_| format!("the team inventory has a corrupt schema_version {v:?}")),
+            .map_err(|_| SchemaError::Corrupt(v.to_owned())),
     }
 }
 
 /// The migrations to run from `version`, with the version each one reaches. A version
 /// newer than this gateway knows is refused (an older gateway must not touch it).
-pub fn pending(version: u32) -> Result<Vec<(u32, &'static [&'static str])>, String> {
+pub fn pending(version: u32) -> Result<Vec<(u32, &'static [&'static str])>, SchemaError> {
     if version > CURRENT {
-        return Err(format!(
-            "the team inventory has schema version {version}, newer than this gateway's {CURRENT}: deploy the newer gateway"
-        ));
+        return Err(SchemaError::Newer(version));
     }
     Ok(MIGRATIONS
         .iter()
@@ -85,7 +98,12 @@ mod tests {
         assert_eq!(all.first().map(|(v, _)| *v), Some(1));
         assert_eq!(all.last().map(|(v, _)| *v), Some(CURRENT));
         assert!(pending(CURRENT).unwrap().is_empty());
-        assert!(pending(CURRENT + 1).unwrap_err().contains("newer"));
+        assert!(
+            pending(CURRENT + 1)
+                .unwrap_err()
+                .to_string()
+                .contains("newer")
+        );
     }
 
     #[test]

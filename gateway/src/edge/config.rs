@@ -25,18 +25,19 @@ pub(crate) fn docker_only() -> Vec<String> {
 }
 
 /// A provider the Worker talks to itself: configured, not configured, or misconfigured.
-pub(crate) type CloudSlot<C> = std::result::Result<Option<Cloud<C>>, String>;
+pub(crate) type CloudSlot<C> = std::result::Result<Option<Cloud<C>>, cloud::BadSetting>;
 
 /// What every request needs, read from the environment.
 pub(crate) struct Gateway {
-    pub(crate) auth: std::result::Result<Auth, String>,
+    pub(crate) auth: std::result::Result<Auth, cloud::BadSetting>,
     pub(crate) executors: Vec<ExecutorCfg>,
     /// Fly Machines and E2B, reached directly (`cloud`).
     pub(crate) fly: CloudSlot<FlyComputers<FetchTransport>>,
     e2b: CloudSlot<E2bComputers<FetchTransport>>,
     /// Where new computers go (`PLACEMENT`, [`crate::placement`]), or why that cannot be
     /// decided.
-    pub(crate) placement: std::result::Result<crate::placement::Placement, String>,
+    pub(crate) placement:
+        std::result::Result<crate::placement::Placement, crate::placement::BadPlacement>,
     pub(crate) executor_secret: String,
     /// `SESSION_TIMEOUT_SECS`, in ms.
     pub(crate) idle_ms: u64,
@@ -88,7 +89,7 @@ impl Gateway {
         let groups = shared::catalogue::Groups::parse(
             var(env, "TOOLS").as_deref().unwrap_or("exec,lifecycle"),
         )
-        .map_err(|e| format!("the TOOLS variable: {e}"));
+        .map_err(|e| cloud::BadSetting(format!("the TOOLS variable: {e}")));
         let mut instructions = String::from(
             "Each computer is an isolated Linux machine with a stable id in your team. Run commands with the exec tool.",
         );
@@ -105,7 +106,7 @@ impl Gateway {
         }
         instructions.push_str(&format!(" Tool groups: {}.", names.names().join(", ")));
         Self {
-            auth: groups.and_then(|_| Auth::new(&settings).map_err(|e| e.to_string())),
+            auth: groups.and_then(|_| Auth::new(&settings).map_err(|e| e.to_string().into())),
             executors,
             fly,
             e2b,
@@ -238,7 +239,7 @@ impl Gateway {
             ))
         })?;
         let token = exec_token::token(&self.executor_secret, grant, now_ms() / 1000)
-            .map_err(GatewayError::Config)?;
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
         let request = op.encode();
         let transport = |e: worker::Error| GatewayError::Transport(e.to_string());
         let headers = Headers::new();
@@ -310,7 +311,7 @@ pub(crate) fn slot<'a, C>(
                 _ => "set E2B_API_KEY",
             }
         ))),
-        Err(e) => Err(GatewayError::Config(e.clone())),
+        Err(e) => Err(GatewayError::Config(e.to_string())),
     }
 }
 

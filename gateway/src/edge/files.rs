@@ -158,7 +158,7 @@ pub(crate) async fn files(
     };
     let token = match exec_token::token(&gw.executor_secret, grant, now_ms() / 1000) {
         Ok(t) => t,
-        Err(e) => return error(500, e),
+        Err(e) => return error(500, e.to_string()),
     };
     let headers = Headers::new();
     headers.set("authorization", &format!("Bearer {token}"))?;

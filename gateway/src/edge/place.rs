@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
-use crate::placement::{Health, Load, Placement};
+use crate::placement::{BadHealth, Health, Load, Placement};
 
 /// How long a health check may take before the executor counts as down (ms).
 const HEALTH_TIMEOUT_MS: u64 = 2_000;
@@ -34,26 +34,27 @@ fn count(which: fn(&mut Counts) -> &mut BTreeMap<String, u64>, executor: &str) {
 }
 
 /// `GET {url}/v1/health`, bounded by [`HEALTH_TIMEOUT_MS`].
-async fn fetch_health(url: &str) -> std::result::Result<Load, String> {
+async fn fetch_health(url: &str) -> std::result::Result<Load, BadHealth> {
     let target = format!("{}/v1/health", url.trim_end_matches('/'));
+    let failed = |e: worker::Error| BadHealth(e.to_string());
     let ask = async move {
-        let req = Request::new(&target, Method::Get).map_err(|e| e.to_string())?;
-        let mut resp = Fetch::Request(req)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
+        let req = Request::new(&target, Method::Get).map_err(failed)?;
+        let mut resp = Fetch::Request(req).send().await.map_err(failed)?;
         if resp.status_code() != 200 {
-            return Err(format!("its health check answered {}", resp.status_code()));
+            return Err(BadHealth(format!(
+                "its health check answered {}",
+                resp.status_code()
+            )));
         }
-        let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+        let v: Value = resp.json().await.map_err(failed)?;
         Load::from_health(&v)
     };
     let timeout = worker::Delay::from(Duration::from_millis(HEALTH_TIMEOUT_MS));
     match futures_util::future::select(Box::pin(ask), timeout).await {
         futures_util::future::Either::Left((r, _)) => r,
-        futures_util::future::Either::Right(_) => Err(format!(
+        futures_util::future::Either::Right(_) => Err(BadHealth(format!(
             "no answer to its health check within {HEALTH_TIMEOUT_MS} ms"
-        )),
+        ))),
     }
 }
 
@@ -76,7 +77,7 @@ impl Gateway {
         let placement = self
             .placement
             .as_ref()
-            .map_err(|e| GatewayError::Config(e.clone()))?;
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
         let (strategy, pool) = match placement {
             Placement::Provider(p) => return Ok(p.clone()),
             Placement::Executors { strategy, pool } => (*strategy, pool),
@@ -109,7 +110,7 @@ impl Gateway {
                         }
                         HEALTH.with(|h| h.borrow_mut().checked(name, load, now_ms()));
                     }
-                    Err(why) => self.unreachable(name, &why),
+                    Err(why) => self.unreachable(name, &why.0),
                 }
             }
         }

@@ -143,7 +143,7 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             if let Err(why) = crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref())
                 .check(&url, req.headers().get("origin")?.as_deref())
             {
-                return json_response(403, &json!({"error": why}));
+                return json_response(403, &json!({"error": why.to_string()}));
             }
             let caller = match authenticated(&gw, &req, &origin)? {
                 Ok(c) => c,
@@ -162,7 +162,7 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             if let Err(why) = crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref())
                 .check(&url, req.headers().get("origin")?.as_deref())
             {
-                return json_response(403, &json!({"error": why}));
+                return json_response(403, &json!({"error": why.to_string()}));
             }
             let rest = path.trim_start_matches("/v1/files/").to_owned();
             let query = url.query().map(str::to_owned);

@@ -5,6 +5,7 @@
 
 use super::store::SqlStore;
 use super::*;
+use crate::schema::SchemaError;
 use shared::executor_api::Scope;
 use shared::registry::{Claimant, Entry, Registry, RegistryError};
 
@@ -17,17 +18,20 @@ pub struct Team {
     pub(crate) state: State,
     pub(crate) env: Env,
     /// Why the schema could not be brought up to date (answered on every request).
-    pub(crate) schema_error: Option<String>,
+    pub(crate) schema_error: Option<SchemaError>,
 }
 
 /// Brings the object's schema to [`crate::schema::CURRENT`]: what failed, if anything.
-fn migrate(sql: &worker::SqlStorage) -> std::result::Result<(), String> {
+fn migrate(sql: &worker::SqlStorage) -> std::result::Result<(), SchemaError> {
     use crate::schema::{MIGRATIONS, VERSION_KEY, pending, stored_version};
     #[derive(Deserialize)]
     struct Meta {
         v: String,
     }
-    let fail = |what: &str, e: worker::Error| format!("team inventory {what}: {e}");
+    let fail = |what: &str, e: worker::Error| SchemaError::Storage {
+        step: what.to_owned(),
+        error: e.to_string(),
+    };
     // The meta table holds the version itself, so it exists before the version is read.
     for stmt in MIGRATIONS[0].iter().take(1) {
         sql.exec(stmt, None).map_err(|e| fail("schema", e))?;
@@ -209,12 +213,12 @@ impl DurableObject for Team {
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         if let Some(e) = &self.schema_error {
-            return bad(500, e);
+            return bad(500, &e.to_string());
         }
         let body = req.bytes().await?;
         let call = match inventory::Call::decode(&body) {
             Ok(c) => c,
-            Err(e) => return bad(400, &e),
+            Err(e) => return bad(400, &e.to_string()),
         };
         let now = now_ms();
         let now_sql = i64::try_from(now).unwrap_or(i64::MAX);
@@ -451,7 +455,7 @@ impl DurableObject for Team {
 
     async fn alarm(&self) -> Result<Response> {
         if let Some(e) = &self.schema_error {
-            return Err(worker::Error::RustError(e.clone()));
+            return Err(worker::Error::RustError(e.to_string()));
         }
         let now = now_ms() as i64;
         let cutoff = now - self.idle_ms() as i64;
