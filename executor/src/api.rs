@@ -121,22 +121,22 @@ impl ApiState {
     }
 
     /// The token's grant, or why it is refused (for the log).
-    fn verify(&self, token: &str) -> Result<Grant, String> {
+    fn verify(&self, token: &str) -> Result<Grant, BadToken> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BadToken::Jwt(e.to_string()))?;
         let c = data.claims;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or_default();
         if c.iat > now + self.validation.leeway {
-            return Err("issued in the future (iat)".into());
+            return Err(BadToken::FutureIat);
         }
         if c.exp.saturating_sub(c.iat) > MAX_TOKEN_LIFETIME_SECS {
-            return Err(format!("lifetime over {MAX_TOKEN_LIFETIME_SECS} s"));
+            return Err(BadToken::TooLong);
         }
         if c.sub.is_empty() {
-            return Err("no team (sub)".into());
+            return Err(BadToken::NoTeam);
         }
         Ok(Grant {
             team: c.sub,
@@ -153,6 +153,19 @@ impl ApiState {
             &grant.scope,
         )
     }
+}
+
+/// Why an executor token is refused (logged; the caller only hears "invalid token").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadToken {
+    #[error("{0}")]
+    Jwt(String),
+    #[error("issued in the future (iat)")]
+    FutureIat,
+    #[error("lifetime over {MAX_TOKEN_LIFETIME_SECS} s")]
+    TooLong,
+    #[error("no team (sub)")]
+    NoTeam,
 }
 
 /// What a verified token lets its holder do.

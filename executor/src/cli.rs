@@ -44,12 +44,17 @@ impl CompletionShell {
     }
 }
 
+/// `completions` without its shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "completions needs the shell: `mcp-sandbox-computer-vm-for-ai completions bash` (or zsh, fish)"
+)]
+pub struct NoShell;
+
 /// `completions SHELL`: the completion script of this command line for `shell`, or what
 /// to pass when no shell was given.
-pub fn completions(shell: Option<CompletionShell>) -> Result<Vec<u8>, String> {
-    let shell = shell.ok_or_else(|| {
-        "completions needs the shell: `mcp-sandbox-computer-vm-for-ai completions bash` (or zsh, fish)".to_owned()
-    })?;
+pub fn completions(shell: Option<CompletionShell>) -> Result<Vec<u8>, NoShell> {
+    let shell = shell.ok_or(NoShell)?;
     let mut cmd = <Cli as clap::CommandFactory>::command();
     let mut out = Vec::new();
     clap_complete::generate(

@@ -56,8 +56,8 @@ pub enum ConfigError {
     BadModalCpu(f64),
     #[error("--modal-memory {0} must be at least 128 (MiB)")]
     BadModalMemory(u32),
-    #[error("{0}")]
-    BadE2bPair(String),
+    #[error(transparent)]
+    BadE2bPair(#[from] crate::e2b::BadPair),
     #[error("--fly-memory {0} must be at least 256 (MB)")]
     BadFlyMemory(u32),
     #[error("--wasm-path is only used with --backend wasm")]
@@ -404,22 +404,34 @@ pub const PYTHON_IN_STATE_DIR: &str = "python.wasm";
 /// (refused at once when it is not a WebAssembly file), else `<state-dir>/python.wasm`
 /// when there is one (a file there that is not WebAssembly is skipped with a warning).
 fn wasm_python(flag: Option<&Path>, state_dir: &Path) -> Result<Option<PathBuf>, ConfigError> {
-    fn check(path: &Path) -> Result<(), String> {
+    /// Why a file is not a WebAssembly module.
+    #[derive(Debug, thiserror::Error)]
+    enum NotWasm {
+        #[error(transparent)]
+        Io(#[from] std::io::Error),
+        #[error("not a file")]
+        NotAFile,
+        #[error("too short to be a WebAssembly module")]
+        TooShort,
+        #[error("not a WebAssembly module (no \\0asm magic)")]
+        NoMagic,
+    }
+    fn check(path: &Path) -> Result<(), NotWasm> {
         use std::io::Read;
         let mut magic = [0u8; 4];
-        let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-        if !f.metadata().map_err(|e| e.to_string())?.is_file() {
-            return Err("not a file".into());
+        let mut f = std::fs::File::open(path)?;
+        if !f.metadata()?.is_file() {
+            return Err(NotWasm::NotAFile);
         }
-        f.read_exact(&mut magic)
-            .map_err(|_| "too short to be a WebAssembly module".to_owned())?;
+        f.read_exact(&mut magic).map_err(|_| NotWasm::TooShort)?;
         if &magic != b"\0asm" {
-            return Err("not a WebAssembly module (no \\0asm magic)".into());
+            return Err(NotWasm::NoMagic);
         }
         Ok(())
     }
     if let Some(path) = flag {
-        check(path).map_err(|why| ConfigError::BadWasmPython(path.to_path_buf(), why))?;
+        check(path)
+            .map_err(|why| ConfigError::BadWasmPython(path.to_path_buf(), why.to_string()))?;
         return Ok(Some(path.to_path_buf()));
     }
     let found = state_dir.join(PYTHON_IN_STATE_DIR);
@@ -429,7 +441,7 @@ fn wasm_python(flag: Option<&Path>, state_dir: &Path) -> Result<Option<PathBuf>,
     match check(&found) {
         Ok(()) => Ok(Some(found)),
         Err(why) => {
-            tracing::warn!(path = %found.display(), why, "ignoring the python module in the state directory");
+            tracing::warn!(path = %found.display(), %why, "ignoring the python module in the state directory");
             Ok(None)
         }
     }

@@ -39,9 +39,17 @@ impl std::fmt::Debug for E2bConfig {
     }
 }
 
+/// A `k=v` flag value without its `=` or key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {value:?} must be KEY=VALUE")]
+pub struct BadPair {
+    pub flag: String,
+    pub value: String,
+}
+
 /// Parses `k=v` pairs (`--e2b-metadata`, `--e2b-env`; each flag may hold several, comma
 /// separated).
-pub fn parse_pairs(values: &[String], flag: &str) -> Result<Vec<(String, String)>, String> {
+pub fn parse_pairs(values: &[String], flag: &str) -> Result<Vec<(String, String)>, BadPair> {
     let mut out = Vec::new();
     for v in values.iter().flat_map(|v| v.split(',')) {
         let v = v.trim();
@@ -52,7 +60,12 @@ pub fn parse_pairs(values: &[String], flag: &str) -> Result<Vec<(String, String)
             Some((k, val)) if !k.trim().is_empty() => {
                 out.push((k.trim().to_owned(), val.trim().to_owned()));
             }
-            _ => return Err(format!("{flag} {v:?} must be KEY=VALUE")),
+            _ => {
+                return Err(BadPair {
+                    flag: flag.to_owned(),
+                    value: v.to_owned(),
+                });
+            }
         }
     }
     Ok(out)

@@ -156,9 +156,8 @@ pub struct Docker {
     connections: Arc<supervised::Connections>,
     /// Whether a container runs the supervisor, as learnt from its label or its creation.
     supervised_cache: Arc<std::sync::Mutex<HashMap<String, bool>>>,
-    /// The volume holding the supervisor once it is ready (`Ok`), or why this engine
-    /// cannot run it at all (`Err`, e.g. another architecture); `None` until first use.
-    supervisor_volume: Arc<tokio::sync::Mutex<Option<Result<String, String>>>>,
+    /// What is known of the volume holding the supervisor; `None` until first use.
+    supervisor_volume: Arc<tokio::sync::Mutex<Option<supervised::Volume>>>,
     /// Started computers kept ready for new slugs (`--warm-pool`).
     pool: Option<Arc<pool::Pool>>,
     /// The supervisor understands `--host-door` (the direct channel, [`channel`]).

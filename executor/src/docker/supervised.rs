@@ -116,7 +116,7 @@ impl Connection {
             Err(why) => {
                 tracing::warn!(
                     container,
-                    why,
+                    %why,
                     "malformed frame from the supervisor; closing the connection"
                 );
                 false
@@ -169,8 +169,16 @@ impl Connection {
     }
 }
 
+/// The supervisor's volume, once looked at: ready (its name), or why this engine cannot run
+/// the supervisor at all (e.g. another architecture).
+#[derive(Debug, Clone)]
+pub(super) enum Volume {
+    Ready(String),
+    Unusable(String),
+}
+
 /// Splits complete frames off the front of `buf`. `Err` on a hostile frame.
-fn take_frames(buf: &mut Vec<u8>) -> Result<Vec<Frame>, String> {
+fn take_frames(buf: &mut Vec<u8>) -> Result<Vec<Frame>, supervisor::frame::FrameError> {
     let mut frames = Vec::new();
     // Frames are cut by offset and the buffer shifted once: a message holding many frames
     // costs one move, not one per frame.
@@ -182,14 +190,14 @@ fn take_frames(buf: &mut Vec<u8>) -> Result<Vec<Frame>, String> {
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         if len > MAX_FRAME {
-            break Err(format!("frame of {len} bytes"));
+            break Err(supervisor::frame::FrameError::TooLarge(len));
         }
         if rest.len() < 4 + len {
             break Ok(());
         }
         match Frame::read_from(&mut &rest[..4 + len]) {
             Ok(frame) => frames.push(frame),
-            Err(e) => break Err(e.to_string()),
+            Err(e) => break Err(e),
         }
         at += 4 + len;
     };
@@ -206,8 +214,10 @@ impl Docker {
     pub(super) async fn supervisor_volume(&self, binary: &[u8]) -> Result<String, DockerError> {
         let mut ready = self.supervisor_volume.lock().await;
         match ready.as_ref() {
-            Some(Ok(name)) => return Ok(name.clone()),
-            Some(Err(why)) => return Err(DockerError::SupervisorUnavailable(why.clone())),
+            Some(Volume::Ready(name)) => return Ok(name.clone()),
+            Some(Volume::Unusable(why)) => {
+                return Err(DockerError::SupervisorUnavailable(why.clone()));
+            }
             None => {}
         }
         // The binary is static musl for one architecture (the release embeds the one of the
@@ -227,7 +237,7 @@ impl Docker {
                 built_for.unwrap_or("an unknown architecture")
             );
             tracing::warn!("{why}");
-            *ready = Some(Err(why.clone()));
+            *ready = Some(Volume::Unusable(why.clone()));
             return Err(DockerError::SupervisorUnavailable(why));
         }
         let name = volume_name(binary);
@@ -310,7 +320,7 @@ impl Docker {
             .await;
         filled?;
         tracing::info!(volume = name, "the supervisor volume is ready");
-        *ready = Some(Ok(name.clone()));
+        *ready = Some(Volume::Ready(name.clone()));
         Ok(name)
     }
 

@@ -45,6 +45,24 @@ pub enum EngineError {
     Config(String),
 }
 
+/// A program that cannot be loaded or started here: what failed (told to the caller as
+/// the command's error, or logged once for a module loaded in the background).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotRunnable(pub String);
+
+impl From<String> for NotRunnable {
+    fn from(why: String) -> Self {
+        Self(why)
+    }
+}
+
+impl From<&str> for NotRunnable {
+    fn from(why: &str) -> Self {
+        Self(why.to_owned())
+    }
+}
+
 /// Limits applied to every instance.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -393,7 +411,7 @@ impl Program {
 
     /// Runs one fresh instance to its end. Dropping the future stops it (it yields at
     /// every epoch tick, so even a busy loop is cancelled within a tick).
-    pub async fn run(&self, run: Run) -> Result<Exit, String> {
+    pub async fn run(&self, run: Run) -> Result<Exit, NotRunnable> {
         let mut builder = WasiCtxBuilder::new();
         builder
             .args(&run.argv)

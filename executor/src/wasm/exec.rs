@@ -12,7 +12,7 @@ use msc_shell::{Input, Limits, Output, Programs, ShellConfig, Stdio, Stop};
 use shared::result::{ExecOutcome, Stream, TIMEOUT_EXIT_CODE};
 
 use super::capture::Capture;
-use super::engine::{Exit, Mount, Program, Run};
+use super::engine::{Exit, Mount, NotRunnable, Program, Run};
 use super::{Flavor, Wasm, WasmError};
 use crate::spec::ExecSpec;
 
@@ -415,7 +415,7 @@ fn python_script_index(argv: &[String]) -> Option<usize> {
 pub(super) async fn list_utilities(
     program: &Program,
     dev: &Path,
-) -> Result<std::collections::BTreeSet<String>, String> {
+) -> Result<std::collections::BTreeSet<String>, NotRunnable> {
     let capture = Capture::new(1 << 20, Default::default());
     let exit = program
         .run(Run {
@@ -433,10 +433,10 @@ pub(super) async fn list_utilities(
         .await?;
     let (out, err, _) = capture.take();
     if exit != Exit::Code(0) {
-        return Err(format!(
+        return Err(NotRunnable(format!(
             "the toolbox did not list its utilities ({exit:?}): {}",
             String::from_utf8_lossy(&err)
-        ));
+        )));
     }
     Ok(String::from_utf8_lossy(&out)
         .lines()

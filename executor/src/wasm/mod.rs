@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
 use crate::spec::ContainerRecord;
-use engine::{Program, Runtime};
+use engine::{NotRunnable, Program, Runtime};
 use exec::list_utilities;
 
 /// The toolbox module built into this binary (empty when built without it).
@@ -228,7 +228,7 @@ impl Meta {
 }
 
 /// The program, loaded once (compiling it the first time on this machine).
-type Loaded = Arc<OnceCell<Result<Loaded1, String>>>;
+type Loaded = Arc<OnceCell<Result<Loaded1, NotRunnable>>>;
 
 /// The names `python3` answers to in the shell and in `/bin` and `/usr/bin`.
 pub(super) const PYTHON_NAMES: [&str; 2] = ["python3", "python"];
@@ -238,7 +238,7 @@ pub(super) const PYTHON_NAMES: [&str; 2] = ["python3", "python"];
 #[derive(Debug, Clone)]
 pub(super) struct Python {
     path: PathBuf,
-    loaded: Arc<OnceCell<Result<Program, String>>>,
+    loaded: Arc<OnceCell<Result<Program, NotRunnable>>>,
 }
 
 impl Python {
@@ -396,11 +396,11 @@ impl Wasm {
                 })
             })
             .await;
-        loaded.clone().map_err(WasmError::Module)
+        loaded.clone().map_err(|e| WasmError::Module(e.0))
     }
 
     /// `python3`'s program: `None` without a CPython module, else loaded on first use.
-    pub(super) async fn python_program(&self) -> Option<Result<Program, String>> {
+    pub(super) async fn python_program(&self) -> Option<Result<Program, NotRunnable>> {
         let python = self.python.as_ref()?;
         let rt = self.runtime.clone();
         let path = python.path.clone();
@@ -409,12 +409,12 @@ impl Wasm {
             .get_or_init(|| async move {
                 tokio::task::spawn_blocking(move || {
                     let bytes = std::fs::read(&path)
-                        .map_err(|e| format!("cannot read the CPython module: {e}"))?;
+                        .map_err(|e| NotRunnable(format!("cannot read the CPython module: {e}")))?;
                     rt.load("python", &bytes, engine::module_key(&bytes))
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| NotRunnable(e.to_string()))
                 })
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| NotRunnable(e.to_string()))?
             })
             .await;
         Some(loaded.clone())
