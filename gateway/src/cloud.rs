@@ -103,17 +103,7 @@ pub struct E2bCfg {
 #[error("{0}")]
 pub struct BadSetting(pub String);
 
-impl From<&str> for BadSetting {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
-}
-
-impl From<String> for BadSetting {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
-}
+shared::message_error_from!(BadSetting);
 
 /// Reads the Fly configuration: `Ok(None)` when no token is set, `Err` when it is set but
 /// incomplete or malformed (said on use).

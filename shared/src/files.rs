@@ -123,17 +123,7 @@ impl FileCall {
 #[error("{0}")]
 pub struct BrokenStream(pub String);
 
-impl From<String> for BrokenStream {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
-}
-
-impl From<&str> for BrokenStream {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
-}
+crate::message_error_from!(BrokenStream);
 
 /// Why a path an agent passed is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,6 +6,24 @@
 //! MCP JSON-RPC dispatcher ([`mcp`]). No runtime, no clocks, no I/O: it builds and is tested
 //! natively and on `wasm32-unknown-unknown`.
 
+/// `From<String>` and `From<&str>` for errors that are one message (`struct E(pub String)`),
+/// so `?` and `.into()` turn a message into them.
+#[macro_export]
+macro_rules! message_error_from {
+    ($($t:ty),+ $(,)?) => { $(
+        impl From<String> for $t {
+            fn from(message: String) -> Self {
+                Self(message)
+            }
+        }
+        impl From<&str> for $t {
+            fn from(message: &str) -> Self {
+                Self(message.to_owned())
+            }
+        }
+    )+ };
+}
+
 pub mod capabilities;
 pub mod catalogue;
 pub mod dashboard;

@@ -51,17 +51,7 @@ pub enum EngineError {
 #[error("{0}")]
 pub struct NotRunnable(pub String);
 
-impl From<String> for NotRunnable {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
-}
-
-impl From<&str> for NotRunnable {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
-}
+shared::message_error_from!(NotRunnable);
 
 /// Limits applied to every instance.
 #[derive(Debug, Clone, Copy)]

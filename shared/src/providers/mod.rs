@@ -122,34 +122,14 @@ impl TransportError {
     }
 }
 
-impl From<String> for TransportError {
-    fn from(message: String) -> Self {
-        Self(message)
-    }
-}
-
-impl From<&str> for TransportError {
-    fn from(message: &str) -> Self {
-        Self(message.to_owned())
-    }
-}
+crate::message_error_from!(TransportError);
 
 /// A request body that could not be encoded, or a response body not of the shape expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct WireError(pub String);
 
-impl From<String> for WireError {
-    fn from(message: String) -> Self {
-        Self(message)
-    }
-}
-
-impl From<&str> for WireError {
-    fn from(message: &str) -> Self {
-        Self(message.to_owned())
-    }
-}
+crate::message_error_from!(WireError);
 
 /// Moves bytes for a provider client. Implemented by the native server (reqwest) and the
 /// Worker (`worker::Fetch`).
