@@ -1088,6 +1088,321 @@ mod tests {
         assert!(parse_endpoint(Some("npipe:////./pipe/docker")).is_err());
     }
 
+    /// A fresh directory under the system's temporary one, removed by the caller.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("msc-config-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn executor_mode_refuses_a_short_secret_or_a_listen_that_is_not_ip_and_port() {
+        let name = "--executor-name=fra-1";
+        let short = format!("--executor-secret=  {}  ", "s".repeat(31));
+        assert!(matches!(
+            cfg(&["executor", &short, name]),
+            Err(ConfigError::ExecutorSecret)
+        ));
+        let good = format!("--executor-secret= {} ", "s".repeat(32));
+        let ex = cfg(&["executor", &good, name]).unwrap().executor.unwrap();
+        assert_eq!(ex.secret, "s".repeat(32), "trimmed");
+        assert_eq!(ex.listen, "127.0.0.1:8436".parse().unwrap());
+        assert!(!format!("{ex:?}").contains(&"s".repeat(32)), "{ex:?}");
+        let e = cfg(&["executor", &good, name, "--listen=localhost:8436"]).unwrap_err();
+        assert!(matches!(e, ConfigError::BadListen(ref l) if l == "localhost:8436"));
+        assert!(
+            e.to_string().starts_with("--listen \"localhost:8436\""),
+            "{e}"
+        );
+        // Without executor mode the executor flags are not checked and not used.
+        assert!(cfg(&[&short]).unwrap().executor.is_none());
+    }
+
+    #[test]
+    fn an_auth_token_of_spaces_is_refused_and_a_good_one_is_trimmed() {
+        assert!(matches!(
+            cfg(&["--auth-token=   "]),
+            Err(ConfigError::EmptyToken)
+        ));
+        let c = cfg(&["--auth-token= tok \n"]).unwrap();
+        assert_eq!(c.auth_token.as_deref(), Some("tok"));
+    }
+
+    #[test]
+    fn a_host_must_be_an_ip_and_a_public_one_names_its_port_when_refused() {
+        let e = cfg(&["--host=localhost"]).unwrap_err();
+        assert!(matches!(e, ConfigError::BadHost(ref h) if h == "localhost"));
+        assert!(e.to_string().contains("not an IP address"), "{e}");
+        assert_eq!(
+            cfg(&["--host= ::1 "]).unwrap().host,
+            "::1".parse::<IpAddr>().unwrap()
+        );
+        // Loopback over HTTP needs no token; a public address does, and says which.
+        assert!(cfg(&["--transport=http", "--host=::1"]).is_ok());
+        let e = cfg(&["--transport=http", "--host=0.0.0.0", "--port=9000"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("refusing to listen on 0.0.0.0:9000 without authentication"),
+            "{e}"
+        );
+        // Over stdio the host is not listened on at all.
+        assert!(cfg(&["--host=0.0.0.0"]).is_ok());
+    }
+
+    #[test]
+    fn docker_host_forms_and_why_the_others_are_refused() {
+        assert_eq!(
+            parse_endpoint(Some("/run/podman/podman.sock")).unwrap(),
+            DockerEndpoint::Unix("/run/podman/podman.sock".into())
+        );
+        assert_eq!(
+            parse_endpoint(Some(" http://h:2375 ")).unwrap(),
+            DockerEndpoint::Http("tcp://h:2375".into())
+        );
+        assert_eq!(parse_endpoint(Some("  ")).unwrap(), DockerEndpoint::Default);
+        for (raw, why) in [
+            ("unix://", "a unix socket path is needed"),
+            ("tcp://", "a host:port is needed"),
+            ("http://", "a host:port is needed"),
+            ("https://h:2376", "TLS endpoints are not supported"),
+            ("ssh://me@h", "ssh -NL"),
+            (
+                "h:2375",
+                "use unix:///path/to/docker.sock or tcp://host:port",
+            ),
+        ] {
+            let e = parse_endpoint(Some(raw)).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--docker-host {raw:?}: ")), "{e}");
+            assert!(e.contains(why), "{raw}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_supervisor_socket_directory_is_used_only_with_a_local_engine() {
+        let dir = |args: &[&str]| {
+            let mut all = vec!["--state-dir=/srv/msc"];
+            all.extend_from_slice(args);
+            cfg(&all).unwrap().docker.channel_dir
+        };
+        let run = Some(PathBuf::from("/srv/msc/run"));
+        assert_eq!(dir(&[]), run);
+        assert_eq!(dir(&["--docker-host=unix:///x.sock"]), run);
+        assert_eq!(dir(&["--docker-host=tcp://h:2375"]), None);
+        assert_eq!(dir(&["--supervisor-channel=relay"]), None);
+        let c = cfg(&["--state-dir=/srv/msc"]).unwrap();
+        assert_eq!(c.wasm.cache_dir, PathBuf::from("/srv/msc/cache"));
+        let c = cfg(&["--state-dir=/srv/msc", "--wasm-cache-dir=/c"]).unwrap();
+        assert_eq!(c.wasm.cache_dir, PathBuf::from("/c"));
+    }
+
+    #[test]
+    fn cpus_become_nano_cpus_and_nonsense_is_refused() {
+        let cpus = |v: &str| cfg(&[&format!("--cpu={v}")]).map(|c| c.docker.nano_cpus);
+        assert_eq!(cpus("1.5").unwrap(), Some(1_500_000_000));
+        assert_eq!(cpus(" 2 ").unwrap(), Some(2_000_000_000));
+        assert_eq!(cpus("0.001").unwrap(), Some(1_000_000));
+        assert_eq!(cpus("1024").unwrap(), Some(1_024_000_000_000));
+        assert_eq!(cfg(&[]).unwrap().docker.nano_cpus, None);
+        for bad in ["0", "1025", "NaN", "inf", "two", "1,5"] {
+            let e = cpus(bad).unwrap_err();
+            assert!(matches!(e, ConfigError::BadCpu(ref v) if v == bad), "{bad}");
+            assert!(e.to_string().starts_with(&format!("--cpu {bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn tool_groups_come_from_tools_and_an_unknown_one_is_named() {
+        let on = |c: Config| (c.jobs_tools, c.files_tools, c.lifecycle_tools);
+        assert_eq!(
+            on(cfg(&["--tools=jobs, FILES"]).unwrap()),
+            (true, true, false)
+        );
+        assert_eq!(on(cfg(&["--tools=all"]).unwrap()), (true, true, true));
+        assert_eq!(on(cfg(&["--tools="]).unwrap()), (false, false, false));
+        let cli = Cli::try_parse_from(["x", "--tools=exec"]).unwrap();
+        assert_eq!(
+            on(Config::from_cli(&cli, Some("true")).unwrap()),
+            (false, false, true),
+            "ENABLE_LIFECYCLE_TOOLS adds the lifecycle group"
+        );
+        let e = cfg(&["--tools=jobs,snapshots"]).unwrap_err();
+        assert!(matches!(e, ConfigError::Tools(ref g) if g.0 == "snapshots"));
+        assert!(
+            e.to_string()
+                .starts_with("--tools: unknown tool group \"snapshots\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_tool_name_is_1_to_64_safe_characters() {
+        assert_eq!(
+            cfg(&["--tool-name=sandbox_exec"]).unwrap().tool_name,
+            "sandbox_exec"
+        );
+        let longest = "a-".repeat(32);
+        assert_eq!(
+            cfg(&[&format!("--tool-name={longest}")]).unwrap().tool_name,
+            longest
+        );
+        for bad in [format!("{longest}a"), "run.cmd".into(), "é".into()] {
+            let e = cfg(&[&format!("--tool-name={bad}")]).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::BadToolName(ref n) if *n == bad),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_network_is_applied_and_described_and_the_last_flag_wins() {
+        let c = cfg(&["--no-network"]).unwrap();
+        assert!(!c.docker.network);
+        assert!(
+            c.exec_description.contains("no network access"),
+            "{}",
+            c.exec_description
+        );
+        let c = cfg(&["--no-network", "--network"]).unwrap();
+        assert!(c.docker.network);
+        assert!(c.exec_description.contains("network access on"));
+    }
+
+    #[test]
+    fn the_supervisor_is_off_with_none_and_a_missing_file_is_named() {
+        for off in ["--supervisor=none", "--supervisor= none ", "--supervisor="] {
+            assert_eq!(
+                cfg(&[off]).unwrap().supervisor,
+                SupervisorSource::Off,
+                "{off}"
+            );
+        }
+        let e = cfg(&["--supervisor=/nonexistent/msc-supervisor"]).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::BadSupervisor(ref p) if p == "/nonexistent/msc-supervisor")
+        );
+        assert!(e.to_string().contains("`none`"), "{e}");
+        let dir = scratch("supervisor");
+        let file = dir.join("msc-supervisor");
+        std::fs::write(&file, b"\x7fELF").unwrap();
+        let picked = cfg(&[&format!("--supervisor={}", file.display())]).map(|c| c.supervisor);
+        // A directory is not a supervisor.
+        let a_dir = cfg(&[&format!("--supervisor={}", dir.display())]).map(|c| c.supervisor);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(picked.unwrap(), SupervisorSource::File(file));
+        assert!(matches!(a_dir, Err(ConfigError::BadSupervisor(_))));
+    }
+
+    #[test]
+    fn cloud_backends_check_their_settings_at_start_up() {
+        let fly = |mem: &str| {
+            cfg(&[
+                "--backend=fly",
+                "--fly-token=t",
+                &format!("--fly-memory={mem}"),
+            ])
+        };
+        let e = fly("255").unwrap_err();
+        assert!(matches!(e, ConfigError::BadFlyMemory(255)));
+        assert_eq!(e.to_string(), "--fly-memory 255 must be at least 256 (MB)");
+        let c = fly("256").unwrap();
+        assert_eq!(c.backend.name(), "fly");
+        assert!(
+            c.other_description.contains("256 MB"),
+            "{}",
+            c.other_description
+        );
+        let modal = |extra: &str| {
+            cfg(&[
+                "--backend=modal",
+                "--modal-token-id=id",
+                "--modal-token-secret=secret",
+                extra,
+            ])
+        };
+        assert!(matches!(
+            modal("--modal-cpu=0.1"),
+            Err(ConfigError::BadModalCpu(_))
+        ));
+        assert!(matches!(
+            modal("--modal-cpu=64.5"),
+            Err(ConfigError::BadModalCpu(_))
+        ));
+        assert!(matches!(
+            modal("--modal-memory=127"),
+            Err(ConfigError::BadModalMemory(127))
+        ));
+        assert_eq!(modal("--modal-cpu=0.125").unwrap().backend.name(), "modal");
+        let e2b = |extra: &str| cfg(&["--backend=e2b", "--e2b-api-key=k", extra]);
+        let e = e2b("--e2b-metadata=team").unwrap_err();
+        assert_eq!(e.to_string(), "--e2b-metadata \"team\" must be KEY=VALUE");
+        let BackendChoice::E2b(c) = e2b("--e2b-env=A=1,B=2").unwrap().backend else {
+            panic!("not e2b")
+        };
+        assert_eq!(c.env, [("A".into(), "1".into()), ("B".into(), "2".into())]);
+        let BackendChoice::E2b(c) = e2b("--e2b-sandbox-timeout=0").unwrap().backend else {
+            panic!("not e2b")
+        };
+        assert_eq!(c.sandbox_timeout_secs, 1);
+        // A key of spaces is no key, whatever the environment holds.
+        assert!(matches!(
+            cfg(&["--backend=e2b", "--e2b-api-key=  "]),
+            Err(ConfigError::E2bKey)
+        ));
+    }
+
+    #[test]
+    fn a_wasm_python_that_is_not_webassembly_is_refused_saying_why() {
+        let dir = scratch("python");
+        let module = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        let good = module("good.wasm", b"\0asm\x01\0\0\0");
+        let text = module("text.wasm", b"print(1)\n");
+        let short = module("short.wasm", b"\0a");
+        let python = |p: &Path| {
+            cfg(&[
+                "--backend=go_busybox",
+                &format!("--state-dir={}", dir.display()),
+                &format!("--wasm-python={}", p.display()),
+            ])
+        };
+        let why = |p: &Path| match python(p) {
+            Err(ConfigError::BadWasmPython(got, why)) => {
+                assert_eq!(got, p);
+                why
+            }
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        let found_good = python(&good).map(|c| c.wasm.python);
+        let no_magic = why(&text);
+        let too_short = why(&short);
+        let a_dir = why(&dir);
+        let missing = python(&dir.join("missing.wasm")).is_err();
+        // In the state directory, a module that is not WebAssembly is skipped, a good one used.
+        let state = |bytes: &[u8]| {
+            module(PYTHON_IN_STATE_DIR, bytes);
+            cfg(&[
+                "--backend=go_busybox",
+                &format!("--state-dir={}", dir.display()),
+            ])
+            .map(|c| c.wasm.python)
+        };
+        let skipped = state(b"junk");
+        let used = state(b"\0asm\x01\0\0\0");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found_good.unwrap(), Some(good));
+        assert!(no_magic.contains("no \\0asm magic"), "{no_magic}");
+        assert!(too_short.contains("too short"), "{too_short}");
+        assert_eq!(a_dir, "not a file");
+        assert!(missing);
+        assert_eq!(skipped.unwrap(), None);
+        assert_eq!(used.unwrap(), Some(dir.join(PYTHON_IN_STATE_DIR)));
+    }
+
     #[test]
     fn lifecycle_env_is_trimmed_and_case_insensitive() {
         assert!(lifecycle_enabled(Some(" TRUE \n")));

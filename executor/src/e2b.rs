@@ -96,3 +96,64 @@ pub async fn open(cfg: E2bConfig, instance: String, host: String) -> Result<E2b,
     inner.check().await?;
     Ok(Cloud::new(inner, instance))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(values: &[&str]) -> Result<Vec<(String, String)>, BadPair> {
+        let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        parse_pairs(&values, "--e2b-env")
+    }
+
+    fn kv(k: &str, v: &str) -> (String, String) {
+        (k.to_owned(), v.to_owned())
+    }
+
+    #[test]
+    fn pairs_come_from_repeated_flags_and_commas_trimmed_in_order() {
+        assert_eq!(
+            pairs(&[" A = 1 ,B=2", "C=", ",, ", "D=x=y"]).unwrap(),
+            [kv("A", "1"), kv("B", "2"), kv("C", ""), kv("D", "x=y")]
+        );
+        assert_eq!(pairs(&[]).unwrap(), []);
+    }
+
+    #[test]
+    fn a_pair_without_a_key_or_an_equals_sign_names_the_flag_and_the_value() {
+        for (raw, shown) in [("A=1, NOEQ", "NOEQ"), ("=v", "=v"), (" = v", "= v")] {
+            let e = pairs(&[raw]).unwrap_err();
+            assert_eq!(
+                e,
+                BadPair {
+                    flag: "--e2b-env".into(),
+                    value: shown.into()
+                },
+                "{raw}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!("--e2b-env {shown:?} must be KEY=VALUE")
+            );
+        }
+    }
+
+    #[test]
+    fn the_api_key_never_shows_in_debug_output() {
+        let cfg = E2bConfig {
+            api_url: "https://api.e2b.app".into(),
+            sandbox_url: None,
+            api_key: "e2b_secret_1234".into(),
+            template: "base".into(),
+            sandbox_timeout_secs: 60,
+            metadata: vec![],
+            env: vec![],
+        };
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("e2b_secret_1234"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("base"),
+            "{shown}"
+        );
+    }
+}

@@ -17,6 +17,9 @@ use crate::http::{HttpState, SessionCaps, app};
 use crate::instance::{self, host_name};
 use crate::place::Place;
 
+/// How often, after the start, leftovers of servers that died are looked for again.
+const REAP_AGAIN: Duration = Duration::from_secs(30);
+
 /// Errors that stop the server (printed by `main`).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -215,6 +218,15 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                 tracing::warn!(error = %e, "could not look for temporaries of dead servers");
             }
             c.backend().background();
+            // Again now and then: what a killed server's last requests made after the
+            // first look (the engine finishing a create it had been sent, or rolling one
+            // back and leaving its host directory) is caught by a later one.
+            loop {
+                tokio::time::sleep(REAP_AGAIN).await;
+                if let Err(e) = c.reap_orphans().await {
+                    tracing::debug!(error = %e, "could not look for leftovers of dead servers");
+                }
+            }
         });
     }
     if let Some(ex) = &config.executor {

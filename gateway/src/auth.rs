@@ -561,4 +561,160 @@ mod tests {
         assert_eq!(e.public(), "invalid token");
         assert_eq!(AuthError::Missing.public(), "missing bearer token");
     }
+
+    fn jwt_settings() -> Settings {
+        Settings {
+            hs256_secret: Some(SECRET.into()),
+            issuer: Some("https://issuer.example".into()),
+            audience: Some("mcp".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_bad_configuration_names_the_variable_to_fix() {
+        let short = Auth::new(&Settings {
+            hs256_secret: Some(format!("  {}  ", "x".repeat(31))),
+            ..jwt_settings()
+        });
+        assert_eq!(short.unwrap_err(), ConfigError::ShortSecret);
+        assert!(
+            Auth::new(&Settings {
+                hs256_secret: Some("x".repeat(32)),
+                ..jwt_settings()
+            })
+            .is_ok()
+        );
+        let e = Auth::new(&Settings {
+            algorithms: Some("HS256, none".into()),
+            ..jwt_settings()
+        })
+        .unwrap_err();
+        assert_eq!(e, ConfigError::Algorithm("none".into()));
+        assert!(e.to_string().starts_with("JWT_ALGORITHMS"), "{e}");
+        let e = Auth::new(&Settings {
+            jwks: Some("{\"keys\": 1}".into()),
+            ..jwt_settings()
+        })
+        .unwrap_err();
+        assert!(matches!(e, ConfigError::Jwks(_)), "{e:?}");
+        // A symmetric key in a JWKS would let anyone holding the document sign.
+        let e = Auth::new(&Settings {
+            jwks: Some(
+                r#"{"keys":[{"kty":"oct","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA"}]}"#
+                    .into(),
+            ),
+            hs256_secret: None,
+            ..jwt_settings()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("only RSA"), "{e}");
+        // A static token alone needs no issuer or audience.
+        let a = Auth::new(&Settings {
+            static_token: Some("tok".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(a.check(Some("Bearer tok"), 0).unwrap().team, "default");
+    }
+
+    #[test]
+    fn an_algorithm_left_out_of_the_allow_list_is_refused_even_with_its_key() {
+        let a = Auth::new(&Settings {
+            algorithms: Some("RS256".into()),
+            ..jwt_settings()
+        })
+        .unwrap();
+        let now = jsonwebtoken::get_current_timestamp();
+        let e = a
+            .check(Some(&format!("Bearer {}", hs(good(now)))), now)
+            .unwrap_err();
+        assert!(e.to_string().contains("HS256 is not allowed"), "{e}");
+    }
+
+    #[test]
+    fn the_team_comes_from_the_configured_claim() {
+        let a = Auth::new(&Settings {
+            team_claim: Some(" org ".into()),
+            ..jwt_settings()
+        })
+        .unwrap();
+        let now = jsonwebtoken::get_current_timestamp();
+        let mut c = good(now);
+        let e = a
+            .check(Some(&format!("Bearer {}", hs(c.clone()))), now)
+            .unwrap_err();
+        assert!(e.to_string().contains("no org claim"), "{e}");
+        c["org"] = json!("acme");
+        let caller = a
+            .check(Some(&format!("Bearer {}", hs(c.clone()))), now)
+            .unwrap();
+        assert_eq!(
+            (caller.team.as_str(), caller.subject.as_str()),
+            ("acme", "u1")
+        );
+        // A team claim that is not a string is no team.
+        c["org"] = json!(["acme"]);
+        assert!(a.check(Some(&format!("Bearer {}", hs(c))), now).is_err());
+    }
+
+    #[test]
+    fn a_token_without_a_subject_or_expiry_is_refused() {
+        let a = auth();
+        let now = jsonwebtoken::get_current_timestamp();
+        for drop in ["sub", "exp", "iss", "aud"] {
+            let mut c = good(now);
+            c.as_object_mut().unwrap().remove(drop);
+            assert!(
+                a.check(Some(&format!("Bearer {}", hs(c))), now).is_err(),
+                "without {drop}"
+            );
+        }
+        let mut c = good(now);
+        c["sub"] = json!("");
+        let e = a
+            .check(Some(&format!("Bearer {}", hs(c))), now)
+            .unwrap_err();
+        assert!(e.to_string().contains("no sub"), "{e}");
+    }
+
+    #[test]
+    fn clocks_may_disagree_by_thirty_seconds_and_no_more() {
+        let a = auth();
+        let now = jsonwebtoken::get_current_timestamp();
+        let with = |k: &str, v: u64| {
+            let mut c = good(now);
+            c[k] = json!(v);
+            format!("Bearer {}", hs(c))
+        };
+        assert!(a.check(Some(&with("exp", now - 10)), now).is_ok(), "exp");
+        assert!(a.check(Some(&with("exp", now - 90)), now).is_err(), "exp");
+        assert!(a.check(Some(&with("nbf", now + 10)), now).is_ok(), "nbf");
+        assert!(a.check(Some(&with("iat", now + 20)), now).is_ok(), "iat");
+        let e = a.check(Some(&with("iat", now + 60)), now).unwrap_err();
+        assert!(e.to_string().contains("iat"), "{e}");
+    }
+
+    #[test]
+    fn a_header_that_is_not_a_bearer_token_is_a_missing_token() {
+        let a = auth();
+        for header in [
+            None,
+            Some("Basic c3RhdGljLXRvaw=="),
+            Some("static-tok"),
+            Some("Bearer "),
+        ] {
+            assert_eq!(a.check(header, 0), Err(AuthError::Missing), "{header:?}");
+        }
+        assert!(AuthError::NotConfigured.public().contains("STATIC_TOKEN"));
+    }
+
+    #[test]
+    fn the_configuration_is_never_printed_with_its_secrets() {
+        let a = auth();
+        let shown = format!("{a:?}");
+        assert!(!shown.contains(SECRET), "{shown}");
+        assert!(!shown.contains("static-tok"), "{shown}");
+        assert!(shown.contains("hs256: true"), "{shown}");
+    }
 }

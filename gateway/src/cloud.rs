@@ -775,4 +775,355 @@ mod tests {
         assert_eq!(ex.timeout_ms, DEFAULT_TIMEOUT_SECS * 1000);
         assert_eq!(ex.argv.last().map(String::as_str), Some("echo hi"));
     }
+
+    #[test]
+    fn every_fly_setting_is_read_from_its_var() {
+        let c = fly_cfg(vars(&[
+            ("FLY_API_TOKEN", "tok"),
+            ("FLY_APP_NAME", "boxes"),
+            ("FLY_ORG", "acme"),
+            ("FLY_API_URL", "http://127.0.0.1:9"),
+            ("FLY_REGION", "ams"),
+            ("FLY_IMAGE", "ubuntu:24.04"),
+            ("FLY_CPU_KIND", "performance"),
+            ("FLY_CPUS", " 4 "),
+            ("FLY_MEMORY_MB", "2048"),
+            ("FLY_SYNC_EXEC_SECS", "7"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.token.as_str(), c.app.as_str(), c.org.as_str()),
+            ("tok", "boxes", "acme")
+        );
+        assert_eq!(c.api_url, "http://127.0.0.1:9");
+        let s = &c.settings;
+        assert_eq!(s.region.as_deref(), Some("ams"));
+        assert_eq!(
+            (s.image.as_str(), s.cpu_kind.as_str()),
+            ("ubuntu:24.04", "performance")
+        );
+        assert_eq!((s.cpus, s.memory_mb, s.sync_exec_secs), (4, 2048, 7));
+        // Unset: the shared defaults, no region.
+        let d = fly_cfg(vars(&[("FLY_API_TOKEN", "t"), ("FLY_APP_NAME", "a")]))
+            .unwrap()
+            .unwrap();
+        let defaults = FlySettings::default();
+        assert_eq!(d.settings.region, None);
+        assert_eq!(d.settings.image, defaults.image);
+        assert_eq!(d.settings.sync_exec_secs, defaults.sync_exec_secs);
+        assert_eq!(
+            (d.settings.cpu_kind.as_str(), d.settings.cpus),
+            ("shared", 1)
+        );
+    }
+
+    #[test]
+    fn a_count_that_is_not_positive_is_refused_with_its_value() {
+        for (name, bad) in [
+            ("FLY_CPUS", "0"),
+            ("FLY_CPUS", "-2"),
+            ("FLY_MEMORY_MB", "1.5"),
+            ("FLY_SYNC_EXEC_SECS", ""),
+        ] {
+            let e = fly_cfg(vars(&[
+                ("FLY_API_TOKEN", "t"),
+                ("FLY_APP_NAME", "a"),
+                (name, bad),
+            ]))
+            .unwrap_err();
+            assert!(
+                e.0.contains(&format!("{name} {bad:?} must be a positive integer")),
+                "{e}"
+            );
+        }
+        let e = e2b_cfg(vars(&[("E2B_API_KEY", "k"), ("E2B_SANDBOX_TIMEOUT", "1h")])).unwrap_err();
+        assert!(e.0.contains("\"1h\""), "{e}");
+    }
+
+    #[test]
+    fn every_e2b_setting_is_read_from_its_var() {
+        let c = e2b_cfg(vars(&[
+            ("E2B_API_KEY", "key"),
+            ("E2B_API_URL", "http://127.0.0.1:1"),
+            ("E2B_SANDBOX_URL", "http://127.0.0.1:2"),
+            ("E2B_SANDBOX_TIMEOUT", " 600 "),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.api_key, "key");
+        assert_eq!(c.api_url, "http://127.0.0.1:1");
+        assert_eq!(c.sandbox_url.as_deref(), Some("http://127.0.0.1:2"));
+        assert_eq!(c.settings.sandbox_timeout_secs, 600);
+        assert_eq!(c.settings.template, E2bSettings::default().template);
+    }
+
+    #[test]
+    fn exec_env_goes_before_the_program_and_long_timeouts_saturate() {
+        let mut req = request(ValidProgram::Argv(vec!["printenv".into(), "A".into()]));
+        req.env = vec![("A".into(), "1 2".into())];
+        req.timeout_secs = Some(u64::MAX);
+        let ex = provider_exec(&req);
+        let env = ex.argv.iter().position(|a| a == "env").unwrap();
+        assert_eq!(&ex.argv[env..], &["env", "A=1 2", "printenv", "A"]);
+        assert_eq!(ex.timeout_ms, u64::MAX);
+        assert_eq!(ex.output_limit, OUTPUT_LIMIT);
+    }
+
+    #[test]
+    fn nonces_and_job_ids_never_repeat_for_the_same_command() {
+        let req = request(ValidProgram::Shell("make".into()));
+        let nonces: HashSet<u64> = (0..100).map(|_| provider_exec(&req).nonce).collect();
+        assert_eq!(nonces.len(), 100);
+        let ids: HashSet<[u8; 12]> = (0..100).map(|_| random_bytes("same")).collect();
+        assert_eq!(ids.len(), 100);
+    }
+
+    #[test]
+    fn provider_and_runner_failures_keep_a_code_the_agent_can_act_on() {
+        let fly = ComputersError::Fly(shared::providers::fly::FlyError::Unauthorized);
+        assert_eq!(computers_error(fly.clone()).error.code, ErrorCode::Engine);
+        assert_eq!(
+            computers_error(ComputersError::NotFound("box".into()))
+                .error
+                .code,
+            ErrorCode::NotFound
+        );
+        for (e, code) in [
+            (OverExec::NoSuchFile("/x".into()), ErrorCode::NotFound),
+            (
+                OverExec::Refused("a directory".into()),
+                ErrorCode::BadRequest,
+            ),
+            (OverExec::Shell(fly.clone()), ErrorCode::Engine),
+        ] {
+            assert_eq!(file_error(e).error.code, code);
+        }
+        for (e, code) in [
+            (JobsOverExec::NoSuchJob("j".into()), ErrorCode::NotFound),
+            (
+                JobsOverExec::Refused("too many".into()),
+                ErrorCode::BadRequest,
+            ),
+            (JobsOverExec::Failed("no sh".into()), ErrorCode::Engine),
+            (
+                JobsOverExec::Shell(ComputersError::NotFound("box".into())),
+                ErrorCode::NotFound,
+            ),
+        ] {
+            assert_eq!(job_error(e).error.code, code);
+        }
+        // The provider's message is the agent's, as it is.
+        assert_eq!(computers_error(fly.clone()).error.message, fly.to_string());
+    }
+
+    /// Computers kept in memory, with every call recorded.
+    #[derive(Default)]
+    struct Fake {
+        made: Mutex<HashMap<String, Computer>>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Fake {
+        fn call(&self, what: String) {
+            self.calls.lock().unwrap().push(what);
+        }
+    }
+
+    impl CloudComputers for Fake {
+        fn kind(&self) -> shared::capabilities::BackendKind {
+            shared::capabilities::BackendKind::Fly
+        }
+
+        fn now_ms(&self) -> u64 {
+            0
+        }
+
+        async fn prepare(&self) -> Result<(), ComputersError> {
+            Ok(())
+        }
+
+        async fn find(&self, id: &str) -> Result<Option<Computer>, ComputersError> {
+            Ok(self.made.lock().unwrap().get(id).cloned())
+        }
+
+        async fn list(&self, prefix: &str) -> Result<Vec<Computer>, ComputersError> {
+            let made = self.made.lock().unwrap();
+            Ok(made
+                .values()
+                .filter(|c| c.computer_id.starts_with(prefix))
+                .cloned()
+                .collect())
+        }
+
+        async fn create(
+            &self,
+            id: &str,
+            temporary: bool,
+            team: Option<&str>,
+        ) -> Result<Computer, ComputersError> {
+            self.call(format!("create {id} {temporary} {team:?}"));
+            let c = Computer {
+                computer_id: id.to_owned(),
+                provider_id: format!("m-{id}"),
+                temporary,
+                state: shared::lifecycle::ComputerState::Running,
+                team: team.map(str::to_owned),
+                ..Computer::default()
+            };
+            self.made.lock().unwrap().insert(id.to_owned(), c.clone());
+            Ok(c)
+        }
+
+        async fn start(&self, id: &str) -> Result<(), ComputersError> {
+            self.call(format!("start {id}"));
+            Ok(())
+        }
+
+        async fn restart(&self, id: &str) -> Result<(), ComputersError> {
+            self.call(format!("restart {id}"));
+            Ok(())
+        }
+
+        async fn remove(&self, id: &str) -> Result<(), ComputersError> {
+            self.call(format!("remove {id}"));
+            self.made.lock().unwrap().remove(id);
+            Ok(())
+        }
+
+        async fn exec(
+            &self,
+            id: &str,
+            _ex: &ProviderExec,
+        ) -> Result<shared::result::ExecOutcome, ComputersError> {
+            self.call(format!("exec {id}"));
+            Ok(shared::result::ExecOutcome {
+                stdout: b"hi\n".to_vec(),
+                ..Default::default()
+            })
+        }
+
+        async fn kill(&self, _id: &str, _ex: &ProviderExec) {}
+    }
+
+    fn handle(cloud: &Cloud<Fake>, team: &str, op: Op) -> Result<Value, ApiError> {
+        use futures_util::FutureExt as _;
+        cloud
+            .handle(team, op)
+            .now_or_never()
+            .expect("the fake answers at once")
+    }
+
+    fn calls(cloud: &Cloud<Fake>) -> Vec<String> {
+        std::mem::take(&mut *cloud.computers.calls.lock().unwrap())
+    }
+
+    #[test]
+    fn two_teams_with_the_same_id_get_two_computers_and_see_only_their_own() {
+        let cloud = Cloud::new(Fake::default());
+        let create = || Op::Create {
+            computer_id: "build-box".into(),
+            temporary: false,
+        };
+        for team in ["a", "b"] {
+            let v = handle(&cloud, team, create()).unwrap();
+            assert_eq!(v["computer_id"], "build-box", "{v}");
+        }
+        let (ka, kb) = (
+            teams::key(Some("a"), "build-box"),
+            teams::key(Some("b"), "build-box"),
+        );
+        assert_ne!(ka, kb);
+        assert_eq!(
+            calls(&cloud),
+            [
+                format!("create {ka} false Some(\"a\")"),
+                format!("create {kb} false Some(\"b\")")
+            ]
+        );
+        let v = handle(&cloud, "a", Op::List).unwrap();
+        assert_eq!(v["count"], 1, "{v}");
+        assert_eq!(v["computers"][0]["computer_id"], "build-box", "{v}");
+        assert_eq!(v["computers"][0]["backend"], "fly", "{v}");
+        assert_eq!(handle(&cloud, "c", Op::List).unwrap()["count"], 0);
+    }
+
+    #[test]
+    fn creating_an_existing_computer_attaches_to_it() {
+        let cloud = Cloud::new(Fake::default());
+        let create = || Op::Create {
+            computer_id: "web".into(),
+            temporary: true,
+        };
+        let first = handle(&cloud, "a", create()).unwrap();
+        let again = handle(&cloud, "a", create()).unwrap();
+        assert_eq!(first, again);
+        assert_eq!(calls(&cloud).len(), 1, "made once");
+    }
+
+    #[test]
+    fn a_missing_computer_is_named_by_the_callers_id_never_the_teams_key() {
+        let cloud = Cloud::new(Fake::default());
+        let prefix = teams::prefix("a");
+        for op in [
+            Op::Delete {
+                computer_id: "ghost".into(),
+            },
+            Op::Restart {
+                computer_id: "ghost".into(),
+            },
+            Op::FactoryReset {
+                computer_id: "ghost".into(),
+            },
+        ] {
+            let e = handle(&cloud, "a", op).unwrap_err();
+            assert_eq!(e.error.code, ErrorCode::NotFound);
+            assert!(e.error.message.contains("\"ghost\""), "{e}");
+            assert!(!e.error.message.contains(&prefix), "{e}");
+        }
+        assert!(
+            calls(&cloud).is_empty(),
+            "nothing removed, restarted or made"
+        );
+    }
+
+    #[test]
+    fn the_first_command_makes_a_temporary_and_a_stopped_computer_is_started() {
+        let cloud = Cloud::new(Fake::default());
+        let v = handle(
+            &cloud,
+            "a",
+            Op::Exec(request(ValidProgram::Shell("echo hi".into()))),
+        )
+        .unwrap();
+        assert_eq!(
+            (v["computer_id"].clone(), v["temporary"].clone()),
+            (json!("box"), json!(true)),
+            "{v}"
+        );
+        let k = teams::key(Some("a"), "box");
+        assert_eq!(
+            calls(&cloud),
+            [format!("create {k} true Some(\"a\")"), format!("exec {k}")]
+        );
+        // Another isolate finds it stopped: it is started before the command runs.
+        let other = Cloud::new(Fake::default());
+        other.computers.made.lock().unwrap().insert(
+            k.clone(),
+            Computer {
+                computer_id: k.clone(),
+                temporary: false,
+                state: shared::lifecycle::ComputerState::Stopped,
+                ..Computer::default()
+            },
+        );
+        let v = handle(
+            &other,
+            "a",
+            Op::Exec(request(ValidProgram::Shell("ls".into()))),
+        )
+        .unwrap();
+        assert_eq!(v["temporary"], false, "its own kind, not the default: {v}");
+        assert_eq!(calls(&other), [format!("start {k}"), format!("exec {k}")]);
+    }
 }

@@ -106,4 +106,56 @@ mod tests {
         assert_eq!(refused.code(), scope.code());
         assert_eq!(refused.code().http_status(), 403);
     }
+
+    #[test]
+    fn every_failure_maps_to_the_code_the_tool_host_decides_on() {
+        let inventory = |status| GatewayError::Inventory {
+            status,
+            message: "m".into(),
+        };
+        for (e, code) in [
+            (inventory(404), ErrorCode::NotFound),
+            (inventory(400), ErrorCode::BadRequest),
+            (inventory(500), ErrorCode::Internal),
+            (inventory(503), ErrorCode::Internal),
+            (GatewayError::Config("set X".into()), ErrorCode::Internal),
+            (GatewayError::Placement("none".into()), ErrorCode::Engine),
+            (
+                GatewayError::Unreachable {
+                    executor: "a".into(),
+                    detail: "refused".into(),
+                },
+                ErrorCode::Engine,
+            ),
+            (
+                ApiError::new(ErrorCode::TooLarge, "big").into(),
+                ErrorCode::TooLarge,
+            ),
+            (
+                ApiError::new(ErrorCode::Unsupported, "no jobs").into(),
+                ErrorCode::Unsupported,
+            ),
+        ] {
+            assert_eq!(e.code(), code, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_executor_is_named_with_what_happens_next() {
+        let e = GatewayError::Unreachable {
+            executor: "exec-b".into(),
+            detail: "connection refused".into(),
+        };
+        let m = e.to_string();
+        assert!(
+            m.starts_with("executor \"exec-b\" is unreachable (connection refused)"),
+            "{m}"
+        );
+        assert!(m.contains("new computers go to other executors"), "{m}");
+        let e = GatewayError::Inventory {
+            status: 503,
+            message: "too many sessions: close one".into(),
+        };
+        assert_eq!(e.to_string(), "too many sessions: close one");
+    }
 }

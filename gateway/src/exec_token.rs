@@ -158,4 +158,39 @@ mod tests {
         token(SECRET, grant("exec-c", "user:w", "exec"), 9_000).unwrap();
         assert_eq!(cached(), 1);
     }
+
+    fn claims_of(t: &str) -> Claims {
+        let mut v = Validation::new(Algorithm::HS256);
+        v.validate_aud = false;
+        v.validate_exp = false;
+        let key = DecodingKey::from_secret(SECRET.as_bytes()).unwrap();
+        jsonwebtoken::decode::<Claims>(t, &key, &v).unwrap().claims
+    }
+
+    #[test]
+    fn a_token_carries_the_gateway_issuer_the_scope_and_its_time() {
+        let c = claims_of(&sign(SECRET, grant("ex", "user:u", "exec manage"), 7_000).unwrap());
+        assert_eq!(c.iss, GATEWAY_ISSUER);
+        assert_eq!(c.scope, "exec manage");
+        assert_eq!((c.iat, c.exp), (7_000, 7_000 + LIFETIME_SECS));
+        // A caller without scopes gets a token that grants nothing at the executor.
+        let c = claims_of(&sign(SECRET, grant("ex", "user:u", ""), 7_000).unwrap());
+        assert!(!shared::executor_api::Scope::Exec.granted_by(&c.scope));
+    }
+
+    #[test]
+    fn a_cached_token_is_replaced_before_the_executor_would_refuse_it() {
+        let g = grant("exec-z", "user:z", "exec");
+        let first = token(SECRET, g, 10_000).unwrap();
+        // Every token handed out has at least the margin left at the time it is asked for.
+        for now in 10_000..10_000 + 3 * LIFETIME_SECS {
+            let t = token(SECRET, g, now).unwrap();
+            let c = claims_of(&t);
+            assert!(c.exp > now + MARGIN_SECS, "at {now}: {c:?}");
+            assert!(c.iat <= now, "at {now}: {c:?}");
+            if now < 10_000 + LIFETIME_SECS - MARGIN_SECS {
+                assert_eq!(t, first, "reused at {now}");
+            }
+        }
+    }
 }

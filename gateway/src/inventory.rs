@@ -462,4 +462,128 @@ mod tests {
         .unwrap();
         assert_eq!((t.place, t.lease.as_deref()), (None, Some("z")));
     }
+
+    /// The names each request needs, by its `op`.
+    fn needed(op: &str) -> &'static [&'static str] {
+        match op {
+            "claim" => &["id", "owner", "executor"],
+            "claim_default" => &["owner", "fresh", "executor"],
+            "get" => &["id", "owner"],
+            "forget" | "touch" => &["id"],
+            "list" => &["owner"],
+            "session_open" => &["sid", "subject", "version"],
+            "session_get" | "session_close" => &["sid", "subject"],
+            "session_default" => &["sid", "id"],
+            "job_put" => &["job_id", "id"],
+            "job_get" => &["job_id", "owner"],
+            "job_done" => &["job_id"],
+            "task_put" => &["task_id", "id", "owner", "record"],
+            "task_get" => &["task_id", "owner"],
+            other => panic!("a request this test does not know: {other}"),
+        }
+    }
+
+    #[test]
+    fn every_needed_name_left_empty_is_named_in_the_refusal() {
+        for request in every_request() {
+            let call = Call {
+                team: "acme".into(),
+                request,
+            };
+            let body: serde_json::Value = serde_json::from_str(&call.encode()).unwrap();
+            let op = call.request.name();
+            for &field in needed(op) {
+                let mut blank = body.clone();
+                assert!(blank["request"].get(field).is_some(), "{op} has {field}");
+                blank["request"][field] = serde_json::json!("");
+                let e = Call::decode(blank.to_string().as_bytes()).unwrap_err();
+                assert_eq!(e, BadCall::Missing(field), "{op}: {field}");
+                assert_eq!(
+                    e.to_string(),
+                    format!("inventory request without `{field}`")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_claim_with_an_empty_scope_is_not_refused_as_a_call() {
+        // An empty scope is a caller without scopes: the object refuses what needs one
+        // (a new permanent computer), not the call.
+        let claim = Request::Claim {
+            id: "box".into(),
+            temporary: Some(true),
+            owner: "user:a".into(),
+            stateless: false,
+            executor: "ex1".into(),
+            scope: String::new(),
+        };
+        assert_eq!(claim.check(), Ok(()));
+    }
+
+    #[test]
+    fn a_touch_without_a_busy_mark_is_sent_without_the_keys() {
+        let call = Call {
+            team: "acme".into(),
+            request: Request::Touch {
+                id: "box".into(),
+                busy: None,
+                done: None,
+            },
+        };
+        assert_eq!(
+            call.encode(),
+            r#"{"team":"acme","request":{"op":"touch","id":"box"}}"#
+        );
+        let busy = r#"{"team":"acme","request":{"op":"touch","id":"box","busy":{"mark":"exec:box:1","until":9,"why":"x"}}}"#;
+        let e = Call::decode(busy.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("unknown field `why`"), "{e}");
+    }
+
+    #[test]
+    fn optional_fields_of_a_claim_and_a_task_may_be_left_out() {
+        let body = r#"{"team":"t","request":{"op":"claim","id":"web","owner":"user:a","stateless":false,"executor":"ex1","scope":""}}"#;
+        let call = Call::decode(body.as_bytes()).unwrap();
+        assert!(
+            matches!(
+                call.request,
+                Request::Claim {
+                    temporary: None,
+                    ..
+                }
+            ),
+            "{call:?}"
+        );
+        let body = r#"{"team":"t","request":{"op":"task_put","task_id":"j","id":"web","owner":"user:a","deadline":-1,"record":"{}"}}"#;
+        let call = Call::decode(body.as_bytes()).unwrap();
+        assert!(
+            matches!(
+                call.request,
+                Request::TaskPut {
+                    lease: None,
+                    ended_ms: None,
+                    deadline: -1,
+                    ..
+                }
+            ),
+            "{call:?}"
+        );
+    }
+
+    #[test]
+    fn a_record_reads_fields_a_newer_object_adds() {
+        let r: Record = serde_json::from_str(
+            r#"{"id":"a","executor":"ex1","temporary":false,"new":true,"region":"eu"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r,
+            Record {
+                id: "a".into(),
+                executor: "ex1".into(),
+                temporary: false,
+                new: true
+            }
+        );
+    }
 }

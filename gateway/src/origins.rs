@@ -11,12 +11,18 @@ pub struct Origins {
     allowed: Vec<String>,
 }
 
-fn loopback(host: &str) -> bool {
-    let h = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    h == "localhost" || h.ends_with(".localhost") || h == "::1" || h.starts_with("127.")
+/// A loopback host: an address in 127.0.0.0/8 or `::1` (as the URL parser reads it, so a
+/// name such as `127.evil.example` is not one), or `localhost` and its subdomains.
+fn loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => {
+            let d = d.to_ascii_lowercase();
+            d == "localhost" || d.ends_with(".localhost")
+        }
+        None => false,
+    }
 }
 
 impl Origins {
@@ -33,7 +39,7 @@ impl Origins {
 
     fn ok(&self, candidate: &Url) -> bool {
         if self.allowed.is_empty() {
-            candidate.host_str().is_some_and(loopback)
+            loopback(candidate)
         } else {
             let origin = candidate.origin().ascii_serialization();
             self.allowed.contains(&origin)
@@ -85,6 +91,28 @@ mod tests {
 
     fn url(s: &str) -> Url {
         Url::parse(s).unwrap()
+    }
+
+    /// Issue 46's review: a name that merely starts like a loopback address is a name,
+    /// and a page served from it is cross-site to a gateway without PUBLIC_ORIGINS.
+    #[test]
+    fn a_domain_that_starts_with_127_is_not_loopback() {
+        let o = Origins::parse(None);
+        let local = url("http://localhost:8787/mcp");
+        for evil in ["http://127.evil.example", "http://127.0.0.1.evil.example"] {
+            assert!(o.check(&local, Some(evil)).is_err(), "{evil}");
+            assert!(
+                o.check(&url(&format!("{evil}/mcp")), None).is_err(),
+                "{evil}"
+            );
+        }
+        for ok in [
+            "http://127.0.0.1:1",
+            "http://127.1.2.3",
+            "http://[::1]:8787",
+        ] {
+            assert_eq!(o.check(&local, Some(ok)), Ok(()), "{ok}");
+        }
     }
 
     #[test]
@@ -152,6 +180,70 @@ mod tests {
         assert_eq!(
             dev.public(&url("https://evil.example/x")),
             "http://localhost"
+        );
+    }
+
+    #[test]
+    fn a_refused_host_or_origin_is_named_with_what_to_configure() {
+        let o = Origins::parse(Some("https://mcp.example.com"));
+        let e = o.check(&url("https://evil.example/mcp"), None).unwrap_err();
+        assert_eq!(e, Refused::Host("evil.example".into()));
+        assert!(e.to_string().contains("\"evil.example\""), "{e}");
+        let e = o
+            .check(
+                &url("https://mcp.example.com/mcp"),
+                Some("https://mcp.example.com:8443"),
+            )
+            .unwrap_err();
+        assert_eq!(e, Refused::Origin("https://mcp.example.com:8443".into()));
+        assert!(e.to_string().contains("PUBLIC_ORIGINS"), "{e}");
+    }
+
+    #[test]
+    fn a_default_port_and_the_request_path_do_not_change_the_origin() {
+        let o = Origins::parse(Some("https://mcp.example.com"));
+        for ok in [
+            "https://mcp.example.com:443/mcp",
+            "https://mcp.example.com/mcp?x=1#y",
+            "https://MCP.Example.com/other/path",
+        ] {
+            assert_eq!(
+                o.check(&url(ok), Some("https://mcp.example.com")),
+                Ok(()),
+                "{ok}"
+            );
+        }
+        // The public origin named back is the configured one, trailing slash trimmed.
+        let slash = Origins::parse(Some("https://mcp.example.com/"));
+        assert_eq!(
+            slash.public(&url("https://evil.example/")),
+            "https://mcp.example.com"
+        );
+        assert_eq!(
+            slash.public(&url("https://mcp.example.com:443/mcp")),
+            "https://mcp.example.com"
+        );
+    }
+
+    #[test]
+    fn names_that_merely_contain_localhost_are_not_loopback() {
+        let o = Origins::parse(Some(""));
+        for bad in [
+            "http://localhost.evil.example/mcp",
+            "http://evil-localhost/mcp",
+            "http://0.0.0.0/mcp",
+            "http://10.0.0.1/mcp",
+            "http://[::2]/mcp",
+        ] {
+            assert!(o.check(&url(bad), None).is_err(), "{bad}");
+        }
+        for ok in ["http://LOCALHOST:8787/mcp", "http://[0:0:0:0:0:0:0:1]/mcp"] {
+            assert_eq!(o.check(&url(ok), None), Ok(()), "{ok}");
+        }
+        let local = url("http://localhost:8787/mcp");
+        assert!(
+            o.check(&local, Some("http://localhost.evil.example"))
+                .is_err()
         );
     }
 }

@@ -561,4 +561,228 @@ mod tests {
             assert!(Load::from_health(&bad).is_err(), "{bad}");
         }
     }
+
+    fn docker_and_wasm() -> (Vec<String>, Vec<String>) {
+        (names(&["docker"]), names(&["wasm"]))
+    }
+
+    #[test]
+    fn a_placement_pinned_to_an_unknown_executor_names_it() {
+        let (d, _) = docker_and_wasm();
+        let ex: Vec<(&str, &[String])> = vec![("a", &d)];
+        let e = parse(Some("pinned:zz"), &ex, false, false).unwrap_err().0;
+        assert!(e.contains("\"zz\"") && e.contains("EXECUTORS"), "{e}");
+        let e = parse(Some("pinned"), &ex, false, false).unwrap_err().0;
+        assert!(e.contains("pinned:NAME"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_strategy_is_named_with_the_ones_that_exist() {
+        let (d, _) = docker_and_wasm();
+        let ex: Vec<(&str, &[String])> = vec![("a", &d)];
+        let e = parse(Some("fastest:docker"), &ex, false, false)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("\"fastest\""), "{e}");
+        for known in ["least-loaded", "first", "pinned"] {
+            assert!(e.contains(known), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_backend_no_executor_offers_is_named_in_the_refusal() {
+        let (d, _) = docker_and_wasm();
+        let ex: Vec<(&str, &[String])> = vec![("a", &d)];
+        let e = parse(Some("first:modal"), &ex, false, false).unwrap_err().0;
+        assert!(e.contains("\"modal\"") && e.contains("EXECUTORS"), "{e}");
+        let e = parse(Some("gpu"), &ex, false, false).unwrap_err().0;
+        assert!(e.contains("\"gpu\"") && e.contains("fly"), "{e}");
+    }
+
+    #[test]
+    fn without_docker_executors_the_default_is_fly_before_e2b() {
+        let (_, w) = docker_and_wasm();
+        let wasm_only: Vec<(&str, &[String])> = vec![("w", &w)];
+        assert_eq!(
+            parse(None, &wasm_only, true, true),
+            Ok(Placement::Provider("fly".into()))
+        );
+        assert_eq!(
+            parse(Some("   "), &wasm_only, false, true),
+            Ok(Placement::Provider("e2b".into())),
+            "a blank PLACEMENT is an unset one"
+        );
+        let e = parse(None, &wasm_only, false, false).unwrap_err().0;
+        for what in ["EXECUTORS", "FLY_API_TOKEN", "E2B_API_KEY"] {
+            assert!(e.contains(what), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_executor_named_like_a_backend_is_pinned_by_its_name() {
+        let (d, w) = docker_and_wasm();
+        let ex: Vec<(&str, &[String])> = vec![("a", &d), ("wasm", &d), ("b", &w)];
+        assert_eq!(
+            parse(Some("wasm"), &ex, false, false),
+            Ok(Placement::Executors {
+                strategy: Strategy::Pinned,
+                pool: names(&["wasm"])
+            })
+        );
+        // With a strategy, `wasm` is the backend again.
+        assert_eq!(
+            parse(Some(" first : wasm "), &ex, false, false),
+            Ok(Placement::Executors {
+                strategy: Strategy::First,
+                pool: names(&["b"])
+            })
+        );
+    }
+
+    #[test]
+    fn executors_may_not_take_the_provider_names() {
+        let (d, _) = docker_and_wasm();
+        let ex: Vec<(&str, &[String])> = vec![("a", &d), ("e2b", &d)];
+        let e = parse(Some("a"), &ex, false, false).unwrap_err().0;
+        assert!(e.contains("\"e2b\"") && e.contains("rename"), "{e}");
+    }
+
+    #[test]
+    fn a_provider_or_a_single_executor_is_a_fixed_place() {
+        let (d, _) = docker_and_wasm();
+        let one: Vec<(&str, &[String])> = vec![("solo", &d)];
+        let p = parse(None, &one, true, true).unwrap();
+        assert_eq!(p.fixed(), Some("solo"));
+        assert_eq!(Placement::Provider("e2b".into()).fixed(), Some("e2b"));
+    }
+
+    #[test]
+    fn draining_and_fresh_executors_are_not_health_checked() {
+        let pool = names(&["a", "b", "c"]);
+        let mut h = Health::default();
+        h.checked("a", load(0), 1_000);
+        assert_eq!(h.due(&pool, &names(&["c"]), 1_000), ["b"]);
+        assert_eq!(
+            h.due(&pool, &names(&["c"]), 1_000 + HEALTH_TTL_MS - 1),
+            ["b"]
+        );
+        assert_eq!(
+            h.due(&pool, &names(&["c"]), 1_000 + HEALTH_TTL_MS),
+            ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn each_failure_doubles_the_backoff_up_to_thirty_seconds() {
+        let pool = names(&["a"]);
+        let mut h = Health::default();
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            h.failed("a", "refused", 0);
+            // The first moment it is due again.
+            let wait = (0..=BACKOFF_MAX_MS)
+                .step_by(500)
+                .find(|t| !h.due(&pool, &[], *t).is_empty())
+                .unwrap();
+            waits.push(wait);
+        }
+        assert_eq!(
+            waits,
+            [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]
+        );
+    }
+
+    #[test]
+    fn an_executor_that_answers_again_fails_over_afresh_with_the_first_backoff() {
+        let pool = names(&["a"]);
+        let mut h = Health::default();
+        assert_eq!(h.up("a"), None, "never seen");
+        for t in 0..5 {
+            h.failed("a", "refused", t);
+        }
+        assert_eq!(h.up("a"), Some(false));
+        h.checked("a", load(0), 100_000);
+        assert_eq!(h.up("a"), Some(true));
+        assert!(h.failed("a", "reset", 100_000), "a failover again");
+        assert_eq!(
+            h.due(&pool, &[], 100_000 + BACKOFF_FIRST_MS - 1),
+            Vec::<&str>::new()
+        );
+        assert_eq!(h.due(&pool, &[], 100_000 + BACKOFF_FIRST_MS), ["a"]);
+        assert_eq!(h.load("a"), None, "a failure forgets the load");
+    }
+
+    #[test]
+    fn least_loaded_counts_running_commands_and_breaks_ties_in_executors_order() {
+        let pool = names(&["a", "b", "c"]);
+        let mut h = Health::default();
+        let l = |computers, execs| Load {
+            computers,
+            execs,
+            cpus: 2,
+        };
+        h.checked("a", l(1, 3), 0);
+        h.checked("b", l(2, 0), 0);
+        h.checked("c", l(2, 0), 0);
+        assert_eq!(
+            h.choose(Strategy::LeastLoaded, &pool, &[], &[]),
+            Ok("b".into()),
+            "a runs commands; b and c tie, b comes first"
+        );
+        // `first` ignores load.
+        assert_eq!(h.choose(Strategy::First, &pool, &[], &[]), Ok("a".into()));
+    }
+
+    #[test]
+    fn placing_on_an_executor_not_yet_checked_makes_it_no_less_unknown() {
+        let pool = names(&["a"]);
+        let mut h = Health::default();
+        h.placed("a");
+        assert_eq!(h.up("a"), None);
+        let e = h.choose(Strategy::Pinned, &pool, &[], &[]).unwrap_err().0;
+        assert!(e.contains("\"a\" has not answered yet"), "{e}");
+        assert!(e.contains("draining: false"), "{e}");
+    }
+
+    #[test]
+    fn an_executor_excluded_for_this_computer_is_not_chosen_even_when_alone() {
+        let pool = names(&["a"]);
+        let mut h = Health::default();
+        h.checked("a", load(0), 0);
+        assert!(
+            h.choose(Strategy::Pinned, &pool, &[], &names(&["a"]))
+                .is_err()
+        );
+        assert_eq!(h.choose(Strategy::Pinned, &pool, &[], &[]), Ok("a".into()));
+    }
+
+    #[test]
+    fn the_executors_own_health_document_is_read() {
+        let health = shared::executor_api::Health {
+            status: "ok".into(),
+            version: "1".into(),
+            backends: names(&["docker"]),
+            capabilities: Default::default(),
+            capacity: shared::executor_api::Capacity { cpus: 0 },
+            load: shared::executor_api::Load {
+                computers: 4,
+                execs: 2,
+            },
+        };
+        let v = serde_json::to_value(&health).unwrap();
+        assert_eq!(
+            Load::from_health(&v),
+            Ok(Load {
+                computers: 4,
+                execs: 2,
+                cpus: 1
+            }),
+            "an unknown CPU count (0) counts as one"
+        );
+        let e = Load::from_health(&serde_json::json!({"status": "draining"})).unwrap_err();
+        assert!(e.0.contains("\"draining\""), "{e}");
+        let e = Load::from_health(&serde_json::json!({"status": "ok", "load": {"computers": 1.5}}))
+            .unwrap_err();
+        assert!(e.0.contains("not a count"), "{e}");
+    }
 }

@@ -112,4 +112,43 @@ mod tests {
             assert!(stmt.starts_with("CREATE TABLE IF NOT EXISTS"), "{stmt}");
         }
     }
+
+    #[test]
+    fn a_stored_version_is_read_leniently_but_never_guessed() {
+        assert_eq!(stored_version(Some(" 3\n")), Ok(3));
+        for bad in ["", "-1", "2.0", "v2", "99999999999"] {
+            assert_eq!(
+                stored_version(Some(bad)),
+                Err(SchemaError::Corrupt(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
+        let e = stored_version(Some("v2")).unwrap_err().to_string();
+        assert!(e.contains("\"v2\""), "{e}");
+    }
+
+    #[test]
+    fn an_object_part_way_migrated_runs_only_the_rest() {
+        for from in 0..=CURRENT {
+            let rest = pending(from).unwrap();
+            let versions: Vec<u32> = rest.iter().map(|(v, _)| *v).collect();
+            assert_eq!(versions, (from + 1..=CURRENT).collect::<Vec<_>>());
+            for (v, statements) in rest {
+                assert_eq!(statements, MIGRATIONS[v as usize - 1], "version {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_newer_schema_says_which_versions_and_what_to_deploy() {
+        let e = pending(CURRENT + 5).unwrap_err();
+        assert_eq!(e, SchemaError::Newer(CURRENT + 5));
+        let m = e.to_string();
+        assert!(
+            m.contains(&format!("schema version {}", CURRENT + 5)),
+            "{m}"
+        );
+        assert!(m.contains(&format!("this gateway's {CURRENT}")), "{m}");
+        assert!(m.contains("deploy the newer gateway"), "{m}");
+    }
 }

@@ -557,6 +557,198 @@ mod tests {
         );
     }
 
+    fn edit(old: &str, new: &str) -> FileEdit {
+        FileEdit {
+            computer_id: None,
+            temporary: None,
+            path: "/f".into(),
+            old_text: old.into(),
+            new_text: new.into(),
+            expected_replacements: 1,
+        }
+    }
+
+    fn whole(data: Vec<u8>) -> Slice {
+        Slice {
+            size: data.len() as u64,
+            offset: 0,
+            data,
+            mode: 0o600,
+            mtime_secs: 0,
+            mtime_nanos: 0,
+        }
+    }
+
+    #[test]
+    fn a_file_over_4_mib_or_not_read_whole_is_too_big_to_edit() {
+        let mut big = whole(b"x".to_vec());
+        big.size = MAX_EDIT_BYTES + 1;
+        let e = edit_file(&edit("x", "y"), &big).unwrap_err();
+        assert_eq!(
+            e,
+            EditError::TooBig {
+                path: "/f".into(),
+                size: MAX_EDIT_BYTES + 1
+            }
+        );
+        assert!(e.to_string().contains("sed -i"), "{e}");
+        // The file grew between its size and its read: only part of it is here.
+        let mut short = whole(b"x".to_vec());
+        short.size = 2;
+        assert!(matches!(
+            edit_file(&edit("x", "y"), &short),
+            Err(EditError::TooBig { size: 2, .. })
+        ));
+        assert_eq!(
+            edit_file(&edit("x", "y"), &whole(b"axb".to_vec())),
+            Ok((b"ayb".to_vec(), 1))
+        );
+    }
+
+    #[test]
+    fn an_edit_may_grow_a_file_to_4_mib_but_not_past_it() {
+        let mut data = vec![b'a'; MAX_EDIT_BYTES as usize - 1];
+        data.push(b'x');
+        let file = whole(data);
+        let (same, n) = edit_file(&edit("x", "y"), &file).unwrap();
+        assert_eq!((same.len() as u64, n), (MAX_EDIT_BYTES, 1));
+        assert_eq!(
+            edit_file(&edit("x", "yz"), &file),
+            Err(EditError::GrowsTooBig(MAX_EDIT_BYTES as usize + 1))
+        );
+    }
+
+    #[test]
+    fn a_count_mismatch_says_how_many_there_are_and_how_to_replace_them_all() {
+        let e = apply_edit("/etc/app.conf", b"x x x", "x", "y", 1).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("occurs 3 times in /etc/app.conf, not 1"), "{m}");
+        assert!(m.contains("`expected_replacements: 3`"), "{m}");
+        let m = apply_edit("/etc/app.conf", b"abc", "z", "y", 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("not found in /etc/app.conf: nothing changed"),
+            "{m}"
+        );
+        // An empty needle matches nothing rather than everywhere.
+        assert!(matches!(
+            apply_edit("/f", b"abc", "", "y", 4),
+            Err(EditError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn a_slice_reaches_the_end_when_its_last_byte_is_the_files_last() {
+        let at = |offset: u64, len: usize, size: u64| {
+            Slice {
+                offset,
+                size,
+                ..whole(vec![0; len])
+            }
+            .eof()
+        };
+        assert!(at(8, 2, 10));
+        assert!(!at(7, 2, 10));
+        assert!(at(20, 0, 10), "an offset past the end");
+        assert!(at(0, 0, 0), "an empty file");
+        assert!(at(u64::MAX, 1, 10), "no overflow");
+    }
+
+    #[test]
+    fn a_file_call_moved_to_another_computer_keeps_the_rest() {
+        let write = FileCall::Write(FileWrite {
+            computer_id: None,
+            temporary: Some(true),
+            path: "/w".into(),
+            content: b"c".to_vec(),
+            append: true,
+            create_only: false,
+            mode: Some(0o600),
+            make_dirs: true,
+        });
+        let moved = write.clone().on("box", None);
+        assert_eq!(
+            (
+                moved.computer_id(),
+                moved.temporary(),
+                moved.path(),
+                moved.tool()
+            ),
+            (Some("box"), None, "/w", WRITE_TOOL)
+        );
+        let (FileCall::Write(a), FileCall::Write(b)) = (&write, &moved) else {
+            panic!()
+        };
+        assert_eq!(
+            (&a.content, a.append, a.mode, a.make_dirs),
+            (&b.content, b.append, b.mode, b.make_dirs)
+        );
+        let e = FileCall::Edit(edit("a", "b")).on("other", Some(false));
+        assert_eq!(
+            (e.computer_id(), e.temporary(), e.tool()),
+            (Some("other"), Some(false), EDIT_TOOL)
+        );
+        let r = FileCall::Read(FileRead {
+            computer_id: Some("x".into()),
+            temporary: None,
+            path: "/r".into(),
+            offset: 0,
+            length: 1,
+        })
+        .on("y", Some(true));
+        assert_eq!(
+            (r.computer_id(), r.temporary(), r.tool()),
+            (Some("y"), Some(true), READ_TOOL)
+        );
+    }
+
+    #[test]
+    fn a_put_query_names_what_it_refuses() {
+        let e = PutQuery::parse("owner=me").unwrap_err();
+        assert_eq!(e, QueryError::Unknown("owner".into()));
+        assert!(
+            e.to_string()
+                .contains("accepted: temporary, mode, create_only, make_dirs")
+        );
+        let e = PutQuery::parse("make_dirs=yes").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`make_dirs` must be true or false, got \"yes\""
+        );
+        assert!(matches!(
+            PutQuery::parse("mode=999"),
+            Err(QueryError::Mode(ModeError(m))) if m == "999"
+        ));
+        assert_eq!(PutQuery::parse(""), Ok(PutQuery::default()));
+        // Empty pairs are skipped; a bare flag is true.
+        assert_eq!(
+            PutQuery::parse("&&make_dirs&temporary=0&"),
+            Ok(PutQuery {
+                make_dirs: true,
+                temporary: Some(false),
+                ..PutQuery::default()
+            })
+        );
+    }
+
+    #[test]
+    fn a_refused_relative_path_is_shown_cut_to_60_bytes() {
+        let long = "d/".repeat(100);
+        let PathError::NotAbsolute(shown) = validate_path(&long).unwrap_err() else {
+            panic!()
+        };
+        assert!(shown.len() <= 60 && shown.ends_with('…'), "{shown}");
+        assert!(long.starts_with(shown.trim_end_matches('…')));
+        assert_eq!(validate_path("/a\0b"), Err(PathError::Nul));
+        let at_limit = format!("/{}", "a".repeat(MAX_PATH - 1));
+        assert_eq!(validate_path(&at_limit), Ok(()));
+        assert_eq!(
+            validate_path(&format!("{at_limit}a")),
+            Err(PathError::TooLong(MAX_PATH + 1))
+        );
+    }
+
     #[test]
     fn issue_46_a_query_parameter_given_twice_is_refused() {
         for query in [

@@ -463,6 +463,75 @@ mod tests {
     }
 
     #[test]
+    fn a_job_gone_with_its_server_is_told_apart_with_or_without_an_exit() {
+        let long = format!("make {}", "all ".repeat(40));
+        let lost = gone_with_its_server("job-1", &long, None);
+        assert!(tells_server_stopped(&lost), "{lost}");
+        assert!(lost.contains("run it again"), "{lost}");
+        assert!(!lost.contains(&long), "the command is cut: {lost}");
+        assert!(lost.contains(&crate::history::cut(&long, 80)), "{lost}");
+        let exited = gone_with_its_server("job-2", "true", Some(3));
+        assert!(tells_server_stopped(&exited), "{exited}");
+        assert!(
+            exited.contains("job job-2 (`true`) exited with status 3"),
+            "{exited}"
+        );
+        assert!(!tells_server_stopped("no job job-3 on computer box"));
+    }
+
+    #[test]
+    fn a_bad_job_id_is_quoted_cut_and_a_64_character_one_is_fine() {
+        assert!(validate_job_id(&format!("job_{}", "a-".repeat(30))).is_ok());
+        assert!(validate_job_id(&"x".repeat(64)).is_ok());
+        let e = validate_job_id(&format!("{}/", "y".repeat(70))).unwrap_err();
+        assert!(e.0.chars().count() <= 40 && e.0.ends_with('…'), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("`job_id` must be the id terminal_execute returned"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_peek_is_marked_and_a_plain_read_carries_no_peek_key() {
+        let read = JobOutput {
+            job_id: "job-1".into(),
+            running: true,
+            ..JobOutput::default()
+        };
+        let wire = serde_json::to_value(&read).unwrap();
+        assert!(wire.get("peek").is_none(), "{wire}");
+        // An older answer without the key reads as no peek.
+        assert_eq!(serde_json::from_value::<JobOutput>(wire).unwrap(), read);
+        let peek = JobOutput {
+            peek: true,
+            ..read.clone()
+        };
+        let wire = serde_json::to_value(&peek).unwrap();
+        assert_eq!(wire["peek"], true);
+        assert_eq!(serde_json::from_value::<JobOutput>(wire).unwrap(), peek);
+        let v = job_structured("box", peek);
+        assert_eq!(v["peek"], true);
+        assert!(v.get("dropped_bytes").is_none(), "{v}");
+        assert!(job_structured("box", read).get("peek").is_none());
+    }
+
+    #[test]
+    fn a_job_list_counts_its_jobs_and_shows_an_exit_only_once_ended() {
+        let jobs = [
+            JobInfo::new("job-1".into(), "sleep 9".into(), true, 0, None),
+            JobInfo::new("job-2".into(), "false".into(), false, 1_500, Some(1)),
+        ];
+        let v = job_list_structured("box", &jobs);
+        assert_eq!(v["count"], 2);
+        assert_eq!(v["computer_id"], "box");
+        assert!(v["jobs"][0].get("exit_code").is_none(), "{v}");
+        assert_eq!(v["jobs"][1]["exit_code"], 1);
+        assert_eq!(v["jobs"][1]["started_at"], "1970-01-01T00:00:01.500Z");
+        assert_eq!(job_list_structured("box", &[])["count"], 0);
+    }
+
+    #[test]
     fn shapes() {
         let running = JobOutput {
             job_id: "job-1".into(),

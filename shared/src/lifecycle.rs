@@ -239,6 +239,41 @@ mod tests {
     }
 
     #[test]
+    fn a_temporary_mismatch_says_what_the_computer_is_and_what_to_pass() {
+        let m = check_attach(&rec(false, None), Some(true), "a")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("computer \"box\" exists and is permanent"),
+            "{m}"
+        );
+        assert!(m.contains("you asked for temporary=true"), "{m}");
+        assert!(m.contains("pass temporary=false"), "{m}");
+        let m = check_attach(&rec(true, Some("s1")), Some(false), "s1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("is temporary (removed when its session ends)"),
+            "{m}"
+        );
+        assert!(m.contains("pass temporary=true"), "{m}");
+        // A temporary without a recorded owner is nobody's to attach to or see.
+        let orphan = rec(true, None);
+        assert!(matches!(
+            check_attach(&orphan, None, ""),
+            Err(LifecycleError::NotYours { .. })
+        ));
+        assert!(!visible_to(&orphan, ""));
+    }
+
+    #[test]
+    fn idle_expiry_never_overflows() {
+        assert!(!idle_expired(1, u64::MAX, u64::MAX));
+        assert!(idle_expired(0, u64::MAX, u64::MAX / 1000));
+        assert!(idle_expired(7, 7, 0), "a zero timeout expires at once");
+    }
+
+    #[test]
     fn defaults_and_ttl() {
         assert!(becomes_default(None));
         assert!(becomes_default(Some(true)));

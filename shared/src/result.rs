@@ -447,6 +447,98 @@ mod tests {
     }
 
     #[test]
+    fn binary_stderr_keeps_its_base64_free_of_the_notices() {
+        let v = exec_structured(
+            "x",
+            false,
+            ExecOutcome {
+                stderr: vec![0xff, b'e'],
+                exit_code: 0,
+                timed_out_after: Some(5),
+                ..Default::default()
+            },
+        );
+        assert_eq!(v["stderr_base64"], "/2U=");
+        let text = v["stderr"].as_str().unwrap();
+        assert!(
+            text.starts_with("\u{fffd}e\n[timed out after 5 s"),
+            "{text}"
+        );
+        assert_eq!(v["exit_code"], TIMEOUT_EXIT_CODE);
+    }
+
+    #[test]
+    fn an_oom_kill_is_flagged_and_says_what_to_do() {
+        let v = exec_structured(
+            "x",
+            false,
+            ExecOutcome {
+                stderr: b"Killed".to_vec(),
+                exit_code: 137,
+                oom_killed: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(v["oom_killed"], true);
+        assert_eq!(v["exit_code"], 137, "an OOM kill keeps its own exit code");
+        let stderr = v["stderr"].as_str().unwrap();
+        assert!(
+            stderr.starts_with("Killed\n[killed by the out-of-memory killer"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("--memory"), "{stderr}");
+        assert!(v.get("timed_out").is_none() && v.get("truncated").is_none());
+        let fine = exec_structured("x", false, ExecOutcome::default());
+        assert!(fine.get("oom_killed").is_none());
+    }
+
+    #[test]
+    fn a_character_split_across_chunks_at_the_limit_is_dropped_whole() {
+        let euro = "€".as_bytes();
+        let mut c = OutputCollector::new(4);
+        assert_eq!(c.push(Stream::Stderr, b"ab"), Push::More);
+        assert_eq!(c.push(Stream::Stderr, euro), Push::LimitHit);
+        assert!(c.is_truncated());
+        assert_eq!(c.push(Stream::Stdout, b""), Push::LimitHit);
+        let (o, e, t) = c.finish();
+        assert_eq!(
+            (o.as_slice(), e.as_slice(), t),
+            (&b""[..], &b"ab"[..], true)
+        );
+        // Bytes that are not UTF-8 at all are cut exactly at the limit.
+        let mut c = OutputCollector::new(2);
+        assert_eq!(c.push(Stream::Stdout, &[0xff, 0xfe, 0xfd]), Push::LimitHit);
+        assert_eq!(c.finish().0, [0xff, 0xfe]);
+        // A zero limit keeps nothing.
+        let mut c = OutputCollector::new(0);
+        assert_eq!(c.push(Stream::Stdout, b"a"), Push::LimitHit);
+        assert_eq!(c.finish(), (vec![], vec![], true));
+    }
+
+    #[test]
+    fn a_computer_without_a_job_list_omits_the_key_and_old_records_read() {
+        let info = ComputerInfo {
+            computer_id: "box".into(),
+            sandbox_id: "abc".into(),
+            backend: "docker".into(),
+            state: crate::lifecycle::ComputerState::Running,
+            temporary: false,
+            image: "debian".into(),
+            created_at: "1970-01-01T00:00:00.000Z".into(),
+            history: Vec::new(),
+            jobs: None,
+        };
+        let mut wire = serde_json::to_value(&info).unwrap();
+        assert!(wire.get("jobs").is_none(), "{wire}");
+        assert_eq!(wire["state"], "running");
+        wire.as_object_mut().unwrap().remove("history");
+        assert_eq!(serde_json::from_value::<ComputerInfo>(wire).unwrap(), info);
+        let listed = inventory(&[info.clone(), info]);
+        assert_eq!(listed["count"], 2);
+        assert_eq!(listed["computers"][1]["computer_id"], "box");
+    }
+
+    #[test]
     fn results_have_text_mirror() {
         let r = structured_result(json!({"ok": true}));
         let v = serde_json::to_value(&r).unwrap();

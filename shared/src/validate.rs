@@ -932,6 +932,187 @@ mod tests {
         assert!(parse_tool_call(&off, "computer_list", None).is_err());
     }
 
+    fn all_groups() -> ToolNames {
+        ToolNames::with_groups("terminal_execute", crate::catalogue::Groups::ALL)
+    }
+
+    #[test]
+    fn several_unknown_arguments_are_all_named_with_the_accepted_ones() {
+        let e = exec(json!({"command": "ls", "zeta": 1, "alpha": 2})).unwrap_err();
+        assert!(
+            e.contains("unknown arguments \"alpha\", \"zeta\" for terminal_execute"),
+            "{e}"
+        );
+        assert!(
+            e.contains("accepted arguments: command, args, stdin"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_long_value_of_the_wrong_type_is_cut_to_40_characters_in_the_message() {
+        let e = exec(json!({"command": "ls", "timeout": "9".repeat(100)})).unwrap_err();
+        assert!(
+            e.contains(&format!("the string \"{}…\"", "9".repeat(40))),
+            "{e}"
+        );
+        assert!(!e.contains(&"9".repeat(41)), "{e}");
+        // Short values are shown whole.
+        let e = exec(json!({"command": "ls", "timeout": "soon"})).unwrap_err();
+        assert!(e.ends_with("got the string \"soon\""), "{e}");
+    }
+
+    #[test]
+    fn yield_ms_without_a_timeout_may_be_as_long_as_the_longest_timeout() {
+        let parse = |args: Value| parse_tool_call(&all_groups(), "terminal_execute", Some(&args));
+        let most = MAX_TIMEOUT_SECS * 1000;
+        let Ok(ToolCall::Exec(r)) = parse(json!({"command": "x", "yield_ms": most})) else {
+            panic!("yield_ms {most} refused");
+        };
+        assert_eq!(r.yield_ms, Some(most));
+        let e = parse(json!({"command": "x", "yield_ms": most + 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("from 0 to {most}")), "{e}");
+    }
+
+    #[test]
+    fn args_of_exactly_one_mib_in_all_are_accepted_and_one_byte_more_is_not() {
+        // Each entry counts its bytes and its NUL: 8 × (131071 + 1) is exactly 1 MiB.
+        let full: Vec<String> = vec!["a".repeat(MAX_COMMAND_BYTES); 8];
+        assert_eq!(8 * (MAX_COMMAND_BYTES + 1), MAX_ARGS_BYTES);
+        let r = exec(json!({ "args": full })).unwrap();
+        assert!(matches!(r.program, Program::Argv(ref a) if a.len() == 8));
+        let mut over = full.clone();
+        over.push("b".into());
+        let e = exec(json!({ "args": over })).unwrap_err();
+        assert!(e.contains("`args` is over 1048576 bytes"), "{e}");
+    }
+
+    #[test]
+    fn env_of_exactly_64_kib_is_accepted_and_one_byte_more_is_not() {
+        let fits = "v".repeat(MAX_ENV_BYTES - 1);
+        let r = exec(json!({"command": "x", "env": {"A": fits}})).unwrap();
+        assert_eq!(r.env[0].1.len(), MAX_ENV_BYTES - 1);
+        let e = exec(json!({"command": "x", "env": {"A": format!("{fits}v")}})).unwrap_err();
+        assert!(e.contains("`env` holds 65537 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_job_takes_stdin_as_text_or_base64_never_both_and_at_most_2_mib() {
+        let poll = |args: Value| match parse_job("terminal_job", Some(&args)) {
+            Ok(JobCall::Poll(p)) => Ok(p),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        let e = poll(json!({"job_id": "job-1", "stdin": "a", "stdin_base64": "YQ=="})).unwrap_err();
+        assert!(
+            e.contains("pass `stdin` or `stdin_base64`, not both"),
+            "{e}"
+        );
+        // Base64 copied with a line break around it still decodes.
+        let p = poll(json!({"job_id": "job-1", "stdin_base64": " YQ==\n"})).unwrap();
+        assert_eq!(p.stdin.as_deref(), Some(&b"a"[..]));
+        let p = poll(json!({"job_id": "job-1", "stdin": "line\n"})).unwrap();
+        assert_eq!(p.stdin.as_deref(), Some(&b"line\n"[..]));
+        let fits = "s".repeat(MAX_STDIN_BYTES);
+        assert!(poll(json!({"job_id": "job-1", "stdin": fits})).is_ok());
+        let e = poll(json!({"job_id": "job-1", "stdin": format!("{fits}s")})).unwrap_err();
+        assert!(e.contains("2 MiB") && e.contains("several calls"), "{e}");
+    }
+
+    #[test]
+    fn list_false_is_a_poll_and_list_true_refuses_a_job_id() {
+        let e = parse_job("terminal_job", Some(&json!({"list": false})))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs `job_id`"), "{e}");
+        let e = parse_job(
+            "terminal_job",
+            Some(&json!({"list": true, "job_id": "job-1"})),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("drop job_id"), "{e}");
+        let e = parse_job(
+            "terminal_job",
+            Some(&json!({"list": true, "computer_id": "Box"})),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("lowercase"), "{e}");
+        let p = parse_job(
+            "terminal_job",
+            Some(&json!({"job_id": "job-1", "wait_ms": 2.0})),
+        );
+        assert!(
+            matches!(p, Ok(JobCall::Poll(JobPoll { wait_ms: 2, .. }))),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn each_call_says_which_backend_capability_it_needs() {
+        use crate::capabilities::Capability;
+        let n = all_groups();
+        let needs =
+            |tool: &str, args: Value| parse_tool_call(&n, tool, Some(&args)).unwrap().needs();
+        assert_eq!(needs("terminal_execute", json!({"command": "x"})), None);
+        assert_eq!(
+            needs("terminal_execute", json!({"command": "x", "yield_ms": 0})),
+            Some(Capability::Jobs)
+        );
+        assert_eq!(
+            needs("terminal_job", json!({"job_id": "job-1"})),
+            Some(Capability::Jobs)
+        );
+        assert_eq!(
+            needs("computer_file_read", json!({"path": "/f"})),
+            Some(Capability::Files)
+        );
+        assert_eq!(needs("computer_create", json!({})), None);
+        assert_eq!(needs("computer_delete", json!({"computer_id": "a"})), None);
+    }
+
+    #[test]
+    fn every_tool_that_needs_a_computer_id_names_itself_when_it_is_missing() {
+        let n = names();
+        for tool in [
+            "computer_restart",
+            "computer_factory_reset",
+            "computer_delete",
+        ] {
+            let e = parse_tool_call(&n, tool, Some(&json!({"computer_id": null})))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("{tool} needs `computer_id`")), "{e}");
+        }
+        assert_eq!(
+            parse_tool_call(
+                &n,
+                "computer_factory_reset",
+                Some(&json!({"computer_id": "b1"}))
+            )
+            .unwrap(),
+            ToolCall::FactoryReset {
+                computer_id: "b1".into()
+            }
+        );
+        assert_eq!(
+            parse_tool_call(&n, "computer_restart", Some(&json!({"computer_id": "b1"}))).unwrap(),
+            ToolCall::Restart {
+                computer_id: "b1".into()
+            }
+        );
+        let e = parse_tool_call(&n, "computer_dashboard", Some(&json!({"x": 1})))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("computer_dashboard; it takes no arguments"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn never_panics_on_arbitrary_json() {
         // A small structured fuzz: every shape of value in every argument slot.

@@ -463,6 +463,35 @@ pub fn ids(list: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The JSON-RPC batch of issue 45's batch tests, over stdio and HTTP alike: a request, a
+/// notification, an exec that prints `batched`, an unknown method.
+pub fn batch_fixture() -> Vec<Value> {
+    vec![
+        serde_json::json!({"jsonrpc": "2.0", "id": "b1", "method": "tools/list"}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "terminal_execute", "arguments": {"command": "echo batched"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "no/such"}),
+    ]
+}
+
+/// A batch's answer item by item, as `[id, stdout, error code]` (`None`: not an array).
+pub fn batch_summary(answer: &Value) -> Option<Vec<Value>> {
+    Some(
+        answer
+            .as_array()?
+            .iter()
+            .map(|i| {
+                serde_json::json!([
+                    i["id"],
+                    i["result"]["structuredContent"]["stdout"],
+                    i["error"]["code"]
+                ])
+            })
+            .collect(),
+    )
+}
+
 /// The item of computer `id` in a `computer_list` result, if listed.
 pub fn listed(list: &Value, id: &str) -> Option<Value> {
     list["computers"]

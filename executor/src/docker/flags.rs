@@ -271,4 +271,94 @@ mod tests {
         let msg = p(&["--bogus"]).unwrap_err().to_string();
         assert!(msg.contains("--pids-limit"), "{msg}");
     }
+
+    fn why(items: &[&str]) -> String {
+        match p(items) {
+            Err(FlagError::BadValue { why, .. }) => why,
+            other => panic!("{items:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ulimits_take_one_limit_for_both_or_soft_and_hard() {
+        let f = p(&["--ulimit=nproc=64", "--ulimit nofile=10:20"]).unwrap();
+        assert_eq!(
+            f.ulimits,
+            [("nproc".to_owned(), 64, 64), ("nofile".to_owned(), 10, 20)]
+        );
+        assert_eq!(why(&["--ulimit=nofile"]), "use NAME=SOFT[:HARD]");
+        assert_eq!(why(&["--ulimit=nofile=a:2"]), "limits must be integers");
+        assert_eq!(why(&["--ulimit=nofile=1:b"]), "limits must be integers");
+    }
+
+    #[test]
+    fn memory_swap_and_shm_take_sizes_and_swap_takes_minus_one() {
+        let f = p(&["--memory-swap=-1", "--shm-size=64m"]).unwrap();
+        assert_eq!((f.memory_swap, f.shm_size), (Some(-1), Some(64 << 20)));
+        assert_eq!(p(&["--memory-swap=1g"]).unwrap().memory_swap, Some(1 << 30));
+        assert_eq!(
+            why(&["--memory-swap=lots"]),
+            "expected a size such as 1g, or -1"
+        );
+        assert_eq!(why(&["--shm-size=-1"]), "expected a size such as 64m");
+    }
+
+    #[test]
+    fn a_flag_that_takes_a_value_says_so_when_it_has_none() {
+        for flag in [
+            "--cap-add",
+            "--cap-add=",
+            "-u",
+            "--dns",
+            "--device",
+            "--tmpfs",
+        ] {
+            assert_eq!(why(&[flag]), "a value is needed", "{flag}");
+        }
+        let e = p(&["--cap-add="]).unwrap_err().to_string();
+        assert_eq!(e, "--docker-run-flag \"--cap-add=\": a value is needed");
+    }
+
+    #[test]
+    fn switches_take_true_or_false_only() {
+        let f = p(&["--privileged=true", "--read-only=false"]).unwrap();
+        assert!(f.privileged && !f.read_only);
+        assert!(p(&["--init"]).unwrap().init);
+        assert_eq!(why(&["--privileged=yes"]), "expected true or false");
+        assert_eq!(why(&["--init=0"]), "expected true or false");
+    }
+
+    #[test]
+    fn short_and_long_names_land_in_the_same_place() {
+        let short = p(&[
+            "-v /a:/b:ro",
+            "-w /work",
+            "-h box",
+            "-l team=x",
+            "-u 1000",
+            "--net=none",
+        ])
+        .unwrap();
+        let long = p(&[
+            "--volume=/a:/b:ro",
+            "--workdir=/work",
+            "--hostname=box",
+            "--label=team=x",
+            "--user=1000",
+            "--network=none",
+        ])
+        .unwrap();
+        assert_eq!(short, long);
+        assert_eq!(short.binds, ["/a:/b:ro"]);
+        assert_eq!(short.labels, [("team".to_owned(), "x".to_owned())]);
+        assert_eq!(short.network_mode.as_deref(), Some("none"));
+        // A label without a value is kept with an empty one.
+        assert_eq!(
+            p(&["--label=flag"]).unwrap().labels,
+            [("flag".to_owned(), String::new())]
+        );
+        assert_eq!(why(&["-v /only"]), "use /host/path:/container/path[:ro]");
+        assert!(why(&["-l mcp-sandbox.owner=me"]).contains("reserved"));
+        assert_eq!(p(&["--pids-limit=0"]).unwrap().pids_limit, None);
+    }
 }

@@ -383,6 +383,63 @@ mod tests {
         }
     }
 
+    fn refusal(d: Denied) -> (StatusCode, String) {
+        match d {
+            Denied::Status(status, message) => (status, message),
+            Denied::Auth(_) => panic!("an auth refusal"),
+        }
+    }
+
+    #[test]
+    fn a_route_names_a_valid_computer_and_an_absolute_path_below_root() {
+        assert_eq!(target("box", "etc/hosts").ok(), Some("/etc/hosts".into()));
+        assert_eq!(target("box", "a b/ü").ok(), Some("/a b/ü".into()));
+        for (id, rest, why) in [
+            ("Box", "f", "lowercase letters"),
+            ("-box", "f", "must start and end"),
+            ("box", "", "not the root directory"),
+            ("box", "a\0b", "NUL"),
+        ] {
+            let (status, message) = refusal(target(id, rest).err().unwrap());
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{id} {rest:?}");
+            assert!(message.contains(why), "{id} {rest:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn more_ranges_one_byte_spaces_and_huge_ends() {
+        assert_eq!(parse_range("bytes=0-0", None), Ok((0, Some(1))));
+        assert_eq!(parse_range(" bytes= 3 - 4 ", None), Ok((3, Some(5))));
+        assert_eq!(
+            parse_range(&format!("bytes=0-{}", u64::MAX), None),
+            Ok((0, Some(u64::MAX)))
+        );
+        assert_eq!(parse_range("bytes=-0", Some(10)), Ok((10, None)));
+        assert_eq!(parse_range("bytes=-10", Some(10)), Ok((0, None)));
+        assert_eq!(parse_range("bytes=1-2-3", None), Err(()));
+        assert_eq!(parse_range("bytes=18446744073709551616-", None), Err(()));
+    }
+
+    #[test]
+    fn a_range_past_the_end_says_the_files_size() {
+        let r = bad_range(42);
+        assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(r.headers()[header::CONTENT_RANGE], "bytes */42");
+    }
+
+    #[test]
+    fn only_an_expect_100_continue_waits_for_a_go_ahead() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::EXPECT, HeaderValue::from_static(v));
+            expects_continue(&h)
+        };
+        assert!(with("100-continue"));
+        assert!(with(" 100-Continue "));
+        assert!(!with("200-ok"));
+        assert!(!expects_continue(&HeaderMap::new()));
+    }
+
     #[test]
     fn junk_never_panics() {
         let alphabet = b"bytes=-,0123456789 \xff";

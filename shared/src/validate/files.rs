@@ -246,6 +246,101 @@ mod tests {
         );
     }
 
+    fn write(args: Value) -> FileWrite {
+        match parse_file(WRITE_TOOL, Some(&args)) {
+            Ok(FileCall::Write(w)) => w,
+            other => panic!("{args}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exactly_4_mib_is_written_and_read_in_one_call_and_one_byte_more_is_not() {
+        let full = "x".repeat(MAX_SLICE as usize);
+        assert_eq!(
+            write(json!({"path": "/a", "content": full})).content.len() as u64,
+            MAX_SLICE
+        );
+        let e = err(
+            WRITE_TOOL,
+            json!({"path": "/a", "content": format!("{full}x")}),
+        );
+        assert!(e.starts_with("the content is 4194305 bytes"), "{e}");
+        let FileCall::Read(r) =
+            parse_file(READ_TOOL, Some(&json!({"path": "/a", "length": MAX_SLICE}))).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(r.length, MAX_SLICE);
+    }
+
+    #[test]
+    fn content_base64_copied_with_surrounding_whitespace_decodes() {
+        assert_eq!(
+            write(json!({"path": "/a", "content_base64": "  AP8=\n"})).content,
+            [0, 255]
+        );
+        // A null counts as absent, so the other form is used alone.
+        assert_eq!(
+            write(json!({"path": "/a", "content": null, "content_base64": "eA=="})).content,
+            b"x"
+        );
+    }
+
+    #[test]
+    fn expected_replacements_is_a_whole_number_up_to_a_million_or_so() {
+        let edit = |n: Value| {
+            parse_file(
+                EDIT_TOOL,
+                Some(
+                    &json!({"path": "/a", "old_text": "x", "new_text": "y", "expected_replacements": n}),
+                ),
+            )
+        };
+        let Ok(FileCall::Edit(e)) = edit(json!(1 << 20)) else {
+            panic!()
+        };
+        assert_eq!(e.expected_replacements, 1 << 20);
+        let Ok(FileCall::Edit(e)) = edit(json!(3.0)) else {
+            panic!()
+        };
+        assert_eq!(e.expected_replacements, 3);
+        for bad in [json!((1 << 20) + 1), json!(2.5), json!("2")] {
+            let m = edit(bad.clone()).unwrap_err().to_string();
+            assert!(
+                m.contains("`expected_replacements` must be a whole number of replacements from 1 to 1048576"),
+                "{bad}: {m}"
+            );
+        }
+    }
+
+    #[test]
+    fn text_arguments_of_the_wrong_type_are_named() {
+        assert_eq!(
+            err(WRITE_TOOL, json!({"path": "/a", "content": 5})),
+            "`content` must be a string, got the number 5"
+        );
+        assert_eq!(
+            err(
+                EDIT_TOOL,
+                json!({"path": "/a", "old_text": "x", "new_text": false})
+            ),
+            "`new_text` must be a string, got the boolean false"
+        );
+        // A null `new_text` is missing, not an empty replacement.
+        assert!(
+            err(
+                EDIT_TOOL,
+                json!({"path": "/a", "old_text": "x", "new_text": null})
+            )
+            .contains("needs `new_text`")
+        );
+        assert!(err(READ_TOOL, json!({"path": "/"})).contains("root directory"));
+        assert!(matches!(
+            parse_file("computer_file_delete", Some(&json!({"path": "/a"}))),
+            Err(ValidationError::UnknownTool(t)) if t == "computer_file_delete"
+        ));
+    }
+
     #[test]
     fn junk_never_panics() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;

@@ -170,27 +170,13 @@ async fn issue_45_stdio_batches_in_2025_03_26_sessions() -> anyhow::Result<()> {
         answer["result"]["protocolVersion"], "2025-03-26",
         "{answer}"
     );
-    let batch = json!([
-        {"jsonrpc": "2.0", "id": "b1", "method": "tools/list"},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "terminal_execute", "arguments": {"command": "echo batched"}}},
-        {"jsonrpc": "2.0", "id": 3, "method": "no/such"},
-        5,
-        {"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {}},
+    let mut batch = batch_fixture();
+    batch.extend([
+        json!(5),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {}}),
     ]);
-    let answer: Value = serde_json::from_str(&s.ask(&batch.to_string()).await?)?;
-    let items = answer.as_array().expect("an array");
-    let summary: Vec<Value> = items
-        .iter()
-        .map(|i| {
-            json!([
-                i["id"],
-                i["result"]["structuredContent"]["stdout"],
-                i["error"]["code"]
-            ])
-        })
-        .collect();
+    let answer: Value = serde_json::from_str(&s.ask(&Value::from(batch).to_string()).await?)?;
+    let summary = batch_summary(&answer).expect("an array");
     assert_eq!(
         summary,
         [
@@ -202,7 +188,7 @@ async fn issue_45_stdio_batches_in_2025_03_26_sessions() -> anyhow::Result<()> {
         ],
         "{answer}"
     );
-    assert!(items[0]["result"]["tools"].is_array(), "{answer}");
+    assert!(answer[0]["result"]["tools"].is_array(), "{answer}");
     // Notifications alone get no answer: the next line is the ping's.
     let next = s
         .ask(&format!(

@@ -318,27 +318,11 @@ fn batches_in_2025_03_26_sessions<'a>(t: &'a Target, _tag: &'a str) -> CaseFutur
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
-            let batch = json!([
-                {"jsonrpc": "2.0", "id": "b1", "method": "tools/list"},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                    "name": "terminal_execute", "arguments": {"command": "echo batched"}}},
-                {"jsonrpc": "2.0", "id": 3, "method": "no/such"},
-            ]);
-            let r = post(Some(&sid), batch).await?;
+            let r = post(Some(&sid), Value::from(batch_fixture())).await?;
             let status = r.status().as_u16();
             let body: Value = r.json().await.unwrap_or(Value::Null);
-            let summary = match body.as_array() {
-                Some(items) => json!(
-                    items
-                        .iter()
-                        .map(|i| json!([
-                            i["id"],
-                            i["result"]["structuredContent"]["stdout"],
-                            i["error"]["code"]
-                        ]))
-                        .collect::<Vec<_>>()
-                ),
+            let summary = match batch_summary(&body) {
+                Some(items) => json!(items),
                 None => json!(body["error"]["code"]),
             };
             seen.push(json!([version, status, summary]));
