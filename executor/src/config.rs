@@ -640,10 +640,9 @@ impl Config {
             && auth_token.is_none()
             && !cli.allow_unauthenticated_http
         {
-            return Err(ConfigError::PublicWithoutToken(format!(
-                "{host}:{}",
-                cli.port
-            )));
+            return Err(ConfigError::PublicWithoutToken(
+                std::net::SocketAddr::new(host, cli.port).to_string(),
+            ));
         }
         let name_ok = !cli.tool_name.is_empty()
             && cli.tool_name.len() <= 64
@@ -1146,6 +1145,9 @@ mod tests {
                 .starts_with("refusing to listen on 0.0.0.0:9000 without authentication"),
             "{e}"
         );
+        // An IPv6 address is written as one listens on it.
+        let e = cfg(&["--transport=http", "--host=::", "--port=9000"]).unwrap_err();
+        assert!(e.to_string().contains("listen on [::]:9000 "), "{e}");
         // Over stdio the host is not listened on at all.
         assert!(cfg(&["--host=0.0.0.0"]).is_ok());
     }

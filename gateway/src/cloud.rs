@@ -11,7 +11,7 @@
 //! `FLY_REGION`, `FLY_IMAGE`, `FLY_CPU_KIND`, `FLY_CPUS`, `FLY_MEMORY_MB`; E2B with
 //! `E2B_API_KEY`, optional `E2B_TEMPLATE`, `E2B_SANDBOX_TIMEOUT`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
@@ -203,8 +203,9 @@ pub fn e2b<T: HttpTransport>(cfg: &E2bCfg, transport: T) -> Cloud<E2bComputers<T
 /// One direct provider, as a place for computers.
 pub struct Cloud<C> {
     computers: C,
-    /// Computers this isolate has seen running (no lookup before their commands).
-    ready: Mutex<HashSet<String>>,
+    /// Computers this isolate has seen running (no lookup before their commands), with
+    /// whether each is temporary.
+    ready: Mutex<HashMap<String, bool>>,
 }
 
 impl<C: CloudComputers> Cloud<C> {
@@ -215,7 +216,7 @@ impl<C: CloudComputers> Cloud<C> {
         }
     }
 
-    fn ready(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn ready(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -243,7 +244,7 @@ impl<C: CloudComputers> Cloud<C> {
                     Some(found) => found,
                     None => c.create(&k, temporary, Some(team)).await?,
                 };
-                self.ready().insert(k);
+                self.ready().insert(k, made.temporary);
                 Ok(created(&computer_id, &made))
             }
             Op::Exec(req) => {
@@ -268,7 +269,7 @@ impl<C: CloudComputers> Cloud<C> {
                 let old = self.get(&k, &computer_id).await?;
                 self.ready().remove(&k);
                 let fresh = c.factory_reset(&k, old.temporary, Some(team)).await?;
-                self.ready().insert(k);
+                self.ready().insert(k, fresh.temporary);
                 Ok(created(&computer_id, &fresh))
             }
             Op::Delete { computer_id } => {
@@ -285,8 +286,8 @@ impl<C: CloudComputers> Cloud<C> {
 
     /// Makes sure `key` exists and runs (creating it on first use); its temporary flag.
     async fn ensure(&self, key: &str, temporary: bool, team: &str) -> Result<bool, ComputersError> {
-        if self.ready().contains(key) {
-            return Ok(temporary);
+        if let Some(known) = self.ready().get(key) {
+            return Ok(*known);
         }
         let c = match self.computers.find(key).await? {
             None => self.computers.create(key, temporary, Some(team)).await?,
@@ -296,7 +297,7 @@ impl<C: CloudComputers> Cloud<C> {
             }
             Some(c) => c,
         };
-        self.ready().insert(key.to_owned());
+        self.ready().insert(key.to_owned(), c.temporary);
         Ok(c.temporary)
     }
 
@@ -696,7 +697,7 @@ mod tests {
         assert!(EdgePlace::Fly.is_direct() && EdgePlace::E2b.is_direct());
         assert!(!EdgePlace::of("local").is_direct());
     }
-    use std::collections::HashMap;
+    use std::collections::HashSet;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs
@@ -1125,5 +1126,26 @@ mod tests {
         .unwrap();
         assert_eq!(v["temporary"], false, "its own kind, not the default: {v}");
         assert_eq!(calls(&other), [format!("start {k}"), format!("exec {k}")]);
+    }
+
+    /// A computer this isolate has seen running answers with its own kind too, not the
+    /// kind the command asked for (or defaulted to).
+    #[test]
+    fn a_command_on_a_computer_seen_running_answers_its_own_kind() {
+        let cloud = Cloud::new(Fake::default());
+        let create = Op::Create {
+            computer_id: "box".into(),
+            temporary: false,
+        };
+        handle(&cloud, "a", create).unwrap();
+        let exec = |temporary: Option<bool>| {
+            let mut req = request(ValidProgram::Shell("true".into()));
+            req.temporary = temporary;
+            handle(&cloud, "a", Op::Exec(req)).unwrap()
+        };
+        for asked in [None, Some(true)] {
+            let v = exec(asked);
+            assert_eq!(v["temporary"], false, "asked {asked:?}: {v}");
+        }
     }
 }

@@ -75,9 +75,9 @@ pub struct Groups {
 /// Every group name, in listing order.
 pub const GROUP_NAMES: &[&str] = &["exec", "jobs", "files", "lifecycle"];
 
-/// A `--tools` entry that names no group.
+/// A tool group name (in `--tools`, or the gateway's `TOOLS`) that names no group.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown tool group {0:?} in --tools; the groups are {groups} (or all)", groups = GROUP_NAMES.join(", "))]
+#[error("unknown tool group {0:?}; the groups are {groups} (or all)", groups = GROUP_NAMES.join(", "))]
 pub struct UnknownGroup(pub String);
 
 impl Groups {
