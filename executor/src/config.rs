@@ -12,9 +12,12 @@ use shared::catalogue::{DescriptionError, assemble_description, usage_text};
 
 use crate::cli::{BackendArg, Cli, TransportArg};
 use crate::docker::flags::{FlagError, parse_docker_run_flags};
+
+mod python;
 pub use crate::docker::settings::{DockerConfig, DockerEndpoint};
 pub use crate::serve::HttpLimits;
 pub use crate::spec::{WasmConfig, parse_size};
+pub use python::PYTHON_IN_STATE_DIR;
 
 /// The default image, which the built-in description describes.
 pub const DEFAULT_IMAGE: &str = "debian:bookworm-slim";
@@ -397,54 +400,16 @@ Files persist between calls on the same computer (HOME is /root; /tmp exists); s
     )
 }
 
-/// The file name of the CPython module looked for in the state directory.
-pub const PYTHON_IN_STATE_DIR: &str = "python.wasm";
-
 /// The CPython WASI module behind `python3` on toolbox computers: `--wasm-python PATH`
 /// (refused at once when it is not a WebAssembly file), else `<state-dir>/python.wasm`
-/// when there is one (a file there that is not WebAssembly is skipped with a warning).
+/// when there is one ([`python::in_state_dir`]).
 fn wasm_python(flag: Option<&Path>, state_dir: &Path) -> Result<Option<PathBuf>, ConfigError> {
-    /// Why a file is not a WebAssembly module.
-    #[derive(Debug, thiserror::Error)]
-    enum NotWasm {
-        #[error(transparent)]
-        Io(#[from] std::io::Error),
-        #[error("not a file")]
-        NotAFile,
-        #[error("too short to be a WebAssembly module")]
-        TooShort,
-        #[error("not a WebAssembly module (no \\0asm magic)")]
-        NoMagic,
-    }
-    fn check(path: &Path) -> Result<(), NotWasm> {
-        use std::io::Read;
-        let mut magic = [0u8; 4];
-        let mut f = std::fs::File::open(path)?;
-        if !f.metadata()?.is_file() {
-            return Err(NotWasm::NotAFile);
-        }
-        f.read_exact(&mut magic).map_err(|_| NotWasm::TooShort)?;
-        if &magic != b"\0asm" {
-            return Err(NotWasm::NoMagic);
-        }
-        Ok(())
-    }
     if let Some(path) = flag {
-        check(path)
+        python::check(path)
             .map_err(|why| ConfigError::BadWasmPython(path.to_path_buf(), why.to_string()))?;
         return Ok(Some(path.to_path_buf()));
     }
-    let found = state_dir.join(PYTHON_IN_STATE_DIR);
-    if !found.exists() {
-        return Ok(None);
-    }
-    match check(&found) {
-        Ok(()) => Ok(Some(found)),
-        Err(why) => {
-            tracing::warn!(path = %found.display(), %why, "ignoring the python module in the state directory");
-            Ok(None)
-        }
-    }
+    Ok(python::in_state_dir(state_dir))
 }
 
 /// The Fly settings, with the token found in the flags, the environment or the flyctl
