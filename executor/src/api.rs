@@ -285,7 +285,7 @@ async fn operation(
     grant.allow(op.scope())?;
     let v = s
         .host(&grant)
-        .run_op(op, &Progress::new(None, None))
+        .run(op, &Progress::new(None, None))
         .await
         .map_err(|e| Failure(ApiError::new(code_of(&e), e.to_string())))?;
     Ok((StatusCode::OK, axum::Json(v)).into_response())

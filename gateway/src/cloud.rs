@@ -227,7 +227,7 @@ impl<C: CloudComputers> Cloud<C> {
         c.prepare().await?;
         let key = |id: &str| teams::key(Some(team), id);
         match op {
-            Op::List => {
+            Op::List | Op::Dashboard => {
                 let list = c.list(&teams::prefix(team)).await?;
                 let items: Vec<ComputerInfo> = list
                     .iter()
@@ -239,10 +239,11 @@ impl<C: CloudComputers> Cloud<C> {
                 computer_id,
                 temporary,
             } => {
+                let computer_id = computer_id.unwrap_or_default();
                 let k = key(&computer_id);
                 let made = match c.find(&k).await? {
                     Some(found) => found,
-                    None => c.create(&k, temporary, Some(team)).await?,
+                    None => c.create(&k, temporary.unwrap_or(true), Some(team)).await?,
                 };
                 self.ready().insert(k, made.temporary);
                 Ok(created(&computer_id, &made))
@@ -326,6 +327,7 @@ impl<C: CloudComputers> Cloud<C> {
 
 impl<C: CloudComputers> OpHandler for Cloud<C> {
     async fn handle(&self, team: &str, op: Op) -> Result<Value, ApiError> {
+        op.named()?;
         match op {
             Op::File(call) => self.file(team, call).await,
             Op::Exec(req) if req.yield_ms.is_some() => self.start_job(team, req).await,
@@ -337,6 +339,7 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
             Op::JobRead(poll) => serde_json::to_value(self.job(team, poll).await?)
                 .map_err(|e| ApiError::new(ErrorCode::Internal, format!("a job's read: {e}"))),
             Op::Jobs { computer_id } => {
+                let computer_id = computer_id.unwrap_or_default();
                 let k = teams::key(Some(team), &computer_id);
                 let jobs = over_jobs::list(&self.shell(&k)).await.map_err(job_error)?;
                 Ok(job_list_structured(&computer_id, &jobs))
@@ -1023,8 +1026,8 @@ mod tests {
     fn two_teams_with_the_same_id_get_two_computers_and_see_only_their_own() {
         let cloud = Cloud::new(Fake::default());
         let create = || Op::Create {
-            computer_id: "build-box".into(),
-            temporary: false,
+            computer_id: Some("build-box".into()),
+            temporary: Some(false),
         };
         for team in ["a", "b"] {
             let v = handle(&cloud, team, create()).unwrap();
@@ -1053,8 +1056,8 @@ mod tests {
     fn creating_an_existing_computer_attaches_to_it() {
         let cloud = Cloud::new(Fake::default());
         let create = || Op::Create {
-            computer_id: "web".into(),
-            temporary: true,
+            computer_id: Some("web".into()),
+            temporary: Some(true),
         };
         let first = handle(&cloud, "a", create()).unwrap();
         let again = handle(&cloud, "a", create()).unwrap();
@@ -1134,8 +1137,8 @@ mod tests {
     fn a_command_on_a_computer_seen_running_answers_its_own_kind() {
         let cloud = Cloud::new(Fake::default());
         let create = Op::Create {
-            computer_id: "box".into(),
-            temporary: false,
+            computer_id: Some("box".into()),
+            temporary: Some(false),
         };
         handle(&cloud, "a", create).unwrap();
         let exec = |temporary: Option<bool>| {

@@ -15,9 +15,10 @@ use serde_json::{Map, Value, json};
 
 use crate::catalogue::{DASHBOARD_URI, MCP_APP_MIME, ToolNames, UI_EXTENSION, tools};
 use crate::maybe_send::{MaybeSend, MaybeSync};
+use crate::op::{Op, parse_tool_call};
 use crate::result::{operation_error, validation_error};
 use crate::tasks::{self, TaskMethod};
-use crate::validate::{ToolCall, ValidationError, parse_tool_call};
+use crate::validate::ValidationError;
 
 pub use jsonrpc::{
     Incoming, RAW_ID, codes, error_response, parse_message, parse_value, raw_id_text,
@@ -156,7 +157,7 @@ pub enum TaskAnswer {
 pub trait ToolHost: MaybeSync {
     fn call_tool(
         &self,
-        call: ToolCall,
+        call: Op,
         ctx: &CallContext,
     ) -> impl Future<Output = CallToolResult> + MaybeSend;
 
@@ -164,7 +165,7 @@ pub trait ToolHost: MaybeSync {
     /// with a task. Asked only where [`ServerConfig::tasks`] is set.
     fn call_tool_as_task(
         &self,
-        call: ToolCall,
+        call: Op,
         ctx: &CallContext,
     ) -> impl Future<Output = TaskAnswer> + MaybeSend {
         async move { TaskAnswer::Complete(self.call_tool(call, ctx).await) }
@@ -492,7 +493,7 @@ impl Dispatcher {
                     }
                     Err(ValidationError::Invalid(message)) => validation_error(&message),
                     Ok(call) => {
-                        let inventory = matches!(call, ToolCall::List | ToolCall::Dashboard);
+                        let inventory = matches!(call, Op::List | Op::Dashboard);
                         let progress_token = params
                             .and_then(|p| p.get("_meta"))
                             .and_then(|m| m.get("progressToken"))
@@ -504,7 +505,7 @@ impl Dispatcher {
                         };
                         let as_task = *era == Era::Modern
                             && self.serves_tasks()
-                            && matches!(call, ToolCall::Exec(_))
+                            && matches!(call, Op::Exec(_))
                             && tasks::declared(
                                 params
                                     .and_then(|p| p.get("_meta"))

@@ -1,7 +1,8 @@
-//! Typed operations: the one currency between the edge and the places computers live.
+//! Typed operations: the one currency between the tools, the edge and the places
+//! computers live.
 //!
-//! The gateway's tool host turns a validated tool call into an [`Op`] and hands it to an
-//! [`OpHandler`]: an executor (over its `/v1` REST API, [`Op::encode`] on one side and
+//! A tool call parses into an [`Op`] ([`parse_tool_call`]); a controller picks its target
+//! and hands it on. The gateway's tool host hands it to an [`OpHandler`]: an executor (over its `/v1` REST API, [`Op::encode`] on one side and
 //! [`Op::decode`] on the other) or a provider reached from the Worker itself. Every handler
 //! answers with the `structuredContent` of the matching tool, or an [`ApiError`] whose
 //! code is stable end to end. Ids in an `Op` are the caller's (1–63 characters); the team
@@ -11,27 +12,38 @@
 use std::future::Future;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::capabilities::Capability;
+use crate::catalogue::{ToolKind, ToolNames, tool_kind};
 use crate::executor_api::{ApiError, ErrorCode, Scope};
 use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
 use crate::maybe_send::{MaybeSend, MaybeSync};
-use crate::validate::{ExecRequest, Program, ValidationError, parse_exec, parse_file, parse_job};
+use crate::validate::{
+    Args, ExecRequest, Program, ValidationError, parse_exec, parse_file, parse_job,
+};
 
-/// One operation on a team's computers.
+#[cfg(test)]
+mod tool_tests;
+
+/// One operation on computers: a validated tool call ([`parse_tool_call`]) and an executor
+/// API request ([`Op::decode`]) are the same value. In the tool form the target may be left
+/// to the controller (`None`: the caller's default computer, or a new one); the executor
+/// API always names it, and the gateway names it before forwarding ([`Op::on`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    /// The team's computers (the executor's or provider's view of them).
+    /// The caller's computers (`computer_list`; the executor's or provider's view of them).
     List,
-    /// Create the computer, or attach to it if it exists with the same `temporary`.
+    /// `computer_dashboard`: the list, shown as the dashboard (tool form only).
+    Dashboard,
+    /// Create the computer, or attach to it if it exists. `computer_id` `None`: a new id;
+    /// `temporary` `None`: attach as it is, or create a temporary one.
     Create {
-        computer_id: String,
-        temporary: bool,
+        computer_id: Option<String>,
+        temporary: Option<bool>,
     },
-    /// Run a command; `computer_id` is always set (see [`Op::exec`]). Creates the computer
-    /// on first use, with `temporary` (default true).
+    /// Run a command. Creates the computer on first use, with `temporary` (default true).
     Exec(ExecRequest),
     Restart {
         computer_id: String,
@@ -42,19 +54,60 @@ pub enum Op {
     Delete {
         computer_id: String,
     },
-    /// `terminal_job` on one job; `poll.computer_id` is always set (see [`Op::job`]).
+    /// `terminal_job` on one job.
     Job(JobPoll),
     /// [`Op::Job`] answered as bytes: the read's [`crate::jobs::JobOutput`] itself (its
     /// serde form, output in base64), not the tool's view of it. How a Tasks host keeps a
-    /// task's whole output exactly ([`crate::tasks::Task::absorb`]).
+    /// task's whole output exactly ([`crate::tasks::Task::absorb`]). Not a tool.
     JobRead(JobPoll),
-    /// The jobs computer `computer_id` keeps.
+    /// `terminal_job` with `list: true`: the jobs the computer keeps.
     Jobs {
-        computer_id: String,
+        computer_id: Option<String>,
     },
-    /// A file tool; its `computer_id` is always set (see [`Op::file`]). Creates the
-    /// computer on first use, like an exec.
+    /// A file tool. Creates the computer on first use, like an exec.
     File(FileCall),
+}
+
+/// Validates a `tools/call` for one of the tools in `names` (SPEC §3.2, §3.3): the
+/// operation, or why not (nothing has run).
+pub fn parse_tool_call(
+    names: &ToolNames,
+    name: &str,
+    arguments: Option<&Value>,
+) -> Result<Op, ValidationError> {
+    let kind = tool_kind(names, name).ok_or_else(|| ValidationError::UnknownTool(name.into()))?;
+    match kind {
+        ToolKind::Exec => parse_exec(name, arguments, names.jobs).map(Op::Exec),
+        ToolKind::Job => parse_job(name, arguments).map(Op::from),
+        ToolKind::File => parse_file(name, arguments).map(Op::File),
+        ToolKind::List => Args::new(arguments, &[], name).map(|_| Op::List),
+        ToolKind::Dashboard => Args::new(arguments, &[], name).map(|_| Op::Dashboard),
+        ToolKind::Create => {
+            let args = Args::new(arguments, &["computer_id", "temporary"], name)?;
+            Ok(Op::Create {
+                computer_id: args.computer_id()?,
+                temporary: args.boolean("temporary")?,
+            })
+        }
+        ToolKind::Restart | ToolKind::FactoryReset | ToolKind::Delete => {
+            let args = Args::new(arguments, &["computer_id"], name)?;
+            let computer_id = args.required_computer_id(name)?;
+            Ok(match kind {
+                ToolKind::Restart => Op::Restart { computer_id },
+                ToolKind::FactoryReset => Op::FactoryReset { computer_id },
+                _ => Op::Delete { computer_id },
+            })
+        }
+    }
+}
+
+impl From<JobCall> for Op {
+    fn from(call: JobCall) -> Op {
+        match call {
+            JobCall::List { computer_id } => Op::Jobs { computer_id },
+            JobCall::Poll(poll) => Op::Job(poll),
+        }
+    }
 }
 
 /// An operation as an HTTP request of the executor API (the path is below
@@ -63,7 +116,8 @@ pub enum Op {
 pub struct ApiRequest {
     pub method: &'static str,
     pub path: String,
-    pub body: Option<Value>,
+    /// The JSON body, encoded.
+    pub body: Option<String>,
 }
 
 /// `POST /v1/computers`.
@@ -79,34 +133,210 @@ fn yes() -> bool {
     true
 }
 
+/// `POST /v1/computers/{id}/exec`: `terminal_execute`'s arguments without the id.
+#[derive(Serialize)]
+struct ExecBody<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stdin: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    working_directory: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temporary: Option<bool>,
+    #[serde(skip_serializing_if = "EnvBody::is_empty")]
+    env: EnvBody<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    yield_ms: Option<u64>,
+}
+
+/// `env` as an object, in the order given.
+struct EnvBody<'a>(&'a [(String, String)]);
+
+impl EnvBody<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for EnvBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// The body of a job poll ([`Op::Job`], [`Op::JobRead`]): `terminal_job`'s arguments
+/// without the ids, which are in the path. A peek waits for nothing.
+#[derive(Serialize)]
+struct PollBody {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stdin_base64: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    close_stdin: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<i32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    peek: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wait_ms: Option<u64>,
+}
+
+impl PollBody {
+    fn of(p: &JobPoll) -> Self {
+        Self {
+            stdin_base64: p.stdin.as_deref().map(base64_of),
+            close_stdin: p.close_stdin,
+            signal: p.signal,
+            peek: p.peek,
+            wait_ms: (!p.peek).then_some(p.wait_ms),
+        }
+    }
+}
+
+/// The body of a file route: the file tool's arguments without the id.
+#[derive(Serialize)]
+struct FileBody<'a> {
+    path: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temporary: Option<bool>,
+    #[serde(flatten)]
+    verb: FileVerb<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum FileVerb<'a> {
+    Read {
+        offset: u64,
+        length: u64,
+    },
+    Write {
+        content_base64: String,
+        append: bool,
+        create_only: bool,
+        make_dirs: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
+    },
+    Edit {
+        old_text: &'a str,
+        new_text: &'a str,
+        expected_replacements: u64,
+    },
+}
+
+impl<'a> FileBody<'a> {
+    /// The route's verb and its body.
+    fn of(f: &'a FileCall) -> (&'static str, Self) {
+        let (verb, body) = match f {
+            FileCall::Read(r) => (
+                "read",
+                FileVerb::Read {
+                    offset: r.offset,
+                    length: r.length,
+                },
+            ),
+            FileCall::Write(w) => (
+                "write",
+                FileVerb::Write {
+                    content_base64: base64_of(&w.content),
+                    append: w.append,
+                    create_only: w.create_only,
+                    make_dirs: w.make_dirs,
+                    mode: w.mode.map(crate::files::mode_string),
+                },
+            ),
+            FileCall::Edit(e) => (
+                "edit",
+                FileVerb::Edit {
+                    old_text: &e.old_text,
+                    new_text: &e.new_text,
+                    expected_replacements: e.expected_replacements,
+                },
+            ),
+        };
+        let path = f.path();
+        let temporary = f.temporary();
+        (
+            verb,
+            FileBody {
+                path,
+                temporary,
+                verb: body,
+            },
+        )
+    }
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A body's JSON text: these bodies are plain data, so encoding cannot fail.
+fn to_json<T: Serialize>(body: &T) -> String {
+    serde_json::to_string(body).unwrap_or_else(|_| "{}".to_owned())
+}
+
 fn bad(message: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::BadRequest, message)
 }
 
 impl Op {
-    /// An exec on `computer_id` (which replaces any id in `request`).
-    pub fn exec(computer_id: &str, mut request: ExecRequest) -> Op {
-        request.computer_id = Some(computer_id.to_owned());
-        Op::Exec(request)
-    }
-
-    /// A `terminal_job` call on `computer_id` (which replaces any id in `call`).
-    pub fn job(computer_id: &str, call: JobCall) -> Op {
-        match call {
-            JobCall::List { .. } => Op::Jobs {
+    /// The same operation on computer `computer_id`, which replaces any id it names (how
+    /// a controller hands on a call after picking its target). [`Op::List`] and
+    /// [`Op::Dashboard`] name no computer and stay as they are.
+    pub fn on(self, computer_id: &str) -> Op {
+        let id = Some(computer_id.to_owned());
+        match self {
+            Op::List => Op::List,
+            Op::Dashboard => Op::Dashboard,
+            Op::Create { temporary, .. } => Op::Create {
+                computer_id: id,
+                temporary,
+            },
+            Op::Exec(mut r) => {
+                r.computer_id = id;
+                Op::Exec(r)
+            }
+            Op::Job(mut p) => {
+                p.computer_id = id;
+                Op::Job(p)
+            }
+            Op::JobRead(mut p) => {
+                p.computer_id = id;
+                Op::JobRead(p)
+            }
+            Op::Jobs { .. } => Op::Jobs { computer_id: id },
+            Op::File(f) => {
+                let temporary = f.temporary();
+                Op::File(f.on(computer_id, temporary))
+            }
+            Op::Restart { .. } => Op::Restart {
                 computer_id: computer_id.to_owned(),
             },
-            JobCall::Poll(mut poll) => {
-                poll.computer_id = Some(computer_id.to_owned());
-                Op::Job(poll)
-            }
+            Op::FactoryReset { .. } => Op::FactoryReset {
+                computer_id: computer_id.to_owned(),
+            },
+            Op::Delete { .. } => Op::Delete {
+                computer_id: computer_id.to_owned(),
+            },
         }
     }
 
-    /// A file tool call on `computer_id` (which replaces any id in `call`).
-    pub fn file(computer_id: &str, call: FileCall) -> Op {
-        let temporary = call.temporary();
-        Op::File(call.on(computer_id, temporary))
+    /// `temporary` as the call asked it (`None`: not given), for the calls that may create
+    /// their computer (create, exec, files); `None` for the rest.
+    pub fn temporary(&self) -> Option<bool> {
+        match self {
+            Op::Create { temporary, .. } => *temporary,
+            Op::Exec(r) => r.temporary,
+            Op::File(f) => f.temporary(),
+            _ => None,
+        }
     }
 
     /// The scope a caller needs for it (SPEC §5): commands, jobs, files and the list need
@@ -117,6 +347,7 @@ impl Op {
     pub fn scope(&self) -> Scope {
         match self {
             Op::List
+            | Op::Dashboard
             | Op::Exec(_)
             | Op::Job(_)
             | Op::JobRead(_)
@@ -136,6 +367,7 @@ impl Op {
             Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. } => Some(Capability::Jobs),
             Op::File(_) => Some(Capability::Files),
             Op::List
+            | Op::Dashboard
             | Op::Create { .. }
             | Op::Exec(_)
             | Op::Restart { .. }
@@ -144,18 +376,28 @@ impl Op {
         }
     }
 
-    /// The computer the operation is about (`None` for [`Op::List`]).
+    /// The computer the operation names (`None`: the list, or a target left to the
+    /// controller).
     pub fn computer_id(&self) -> Option<&str> {
         match self {
-            Op::List => None,
+            Op::List | Op::Dashboard => None,
             Op::Exec(r) => r.computer_id.as_deref(),
             Op::Job(p) | Op::JobRead(p) => p.computer_id.as_deref(),
             Op::File(f) => f.computer_id(),
-            Op::Create { computer_id, .. }
-            | Op::Restart { computer_id }
+            Op::Create { computer_id, .. } | Op::Jobs { computer_id } => computer_id.as_deref(),
+            Op::Restart { computer_id }
             | Op::FactoryReset { computer_id }
-            | Op::Delete { computer_id }
-            | Op::Jobs { computer_id } => Some(computer_id),
+            | Op::Delete { computer_id } => Some(computer_id),
+        }
+    }
+
+    /// Refuses an operation that leaves its target to a controller: every operation but
+    /// the list must name its computer where it is handed to a place (the executor API's
+    /// paths always do; [`Op::on`] names it).
+    pub fn named(&self) -> Result<(), ApiError> {
+        match (self, self.computer_id()) {
+            (Op::List | Op::Dashboard, _) | (_, Some(_)) => Ok(()),
+            (op, None) => Err(bad(format!("{} needs a computer_id", op.name()))),
         }
     }
 
@@ -163,6 +405,7 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::List => "list",
+            Op::Dashboard => "dashboard",
             Op::Create { .. } => "create",
             Op::Exec(_) => "exec",
             Op::Restart { .. } => "restart",
@@ -177,104 +420,53 @@ impl Op {
         }
     }
 
-    /// The executor API request for this operation.
+    /// The executor API request for this operation, which must name its computer ([`Op::on`]);
+    /// [`Op::Dashboard`] asks for the list.
     pub fn encode(&self) -> ApiRequest {
         let id = self.computer_id().unwrap_or_default();
         let (method, path, body) = match self {
-            Op::List => ("GET", "/computers".to_owned(), None),
-            Op::Create {
-                computer_id,
-                temporary,
-            } => (
-                "POST",
-                "/computers".to_owned(),
-                Some(json!({"computer_id": computer_id, "temporary": temporary})),
-            ),
-            Op::Exec(r) => {
-                let mut b = Map::new();
-                match &r.program {
-                    Program::Shell(c) => b.insert("command".into(), json!(c)),
-                    Program::Argv(a) => b.insert("args".into(), json!(a)),
+            Op::List | Op::Dashboard => ("GET", "/computers".to_owned(), None),
+            Op::Create { temporary, .. } => {
+                let body = CreateBody {
+                    computer_id: id.to_owned(),
+                    temporary: temporary.unwrap_or(true),
                 };
-                if let Some(s) = &r.stdin {
-                    b.insert("stdin".into(), json!(s));
-                }
-                if let Some(d) = &r.working_directory {
-                    b.insert("working_directory".into(), json!(d));
-                }
-                if let Some(t) = r.timeout_secs {
-                    b.insert("timeout".into(), json!(t));
-                }
-                if let Some(t) = r.temporary {
-                    b.insert("temporary".into(), json!(t));
-                }
-                if !r.env.is_empty() {
-                    let env: Map<String, Value> =
-                        r.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-                    b.insert("env".into(), Value::Object(env));
-                }
-                if let Some(y) = r.yield_ms {
-                    b.insert("yield_ms".into(), json!(y));
-                }
-                (
-                    "POST",
-                    format!("/computers/{id}/exec"),
-                    Some(Value::Object(b)),
-                )
+                ("POST", "/computers".to_owned(), Some(to_json(&body)))
+            }
+            Op::Exec(r) => {
+                let (command, args) = match &r.program {
+                    Program::Shell(c) => (Some(c.as_str()), None),
+                    Program::Argv(a) => (None, Some(a.as_slice())),
+                };
+                let body = ExecBody {
+                    command,
+                    args,
+                    stdin: r.stdin.as_deref(),
+                    working_directory: r.working_directory.as_deref(),
+                    timeout: r.timeout_secs,
+                    temporary: r.temporary,
+                    env: EnvBody(&r.env),
+                    yield_ms: r.yield_ms,
+                };
+                let path = format!("/computers/{id}/exec");
+                ("POST", path, Some(to_json(&body)))
             }
             Op::Restart { .. } => ("POST", format!("/computers/{id}/restart"), None),
             Op::FactoryReset { .. } => ("POST", format!("/computers/{id}/factory-reset"), None),
             Op::Delete { .. } => ("DELETE", format!("/computers/{id}"), None),
-            Op::Job(p) => (
-                "POST",
-                format!("/computers/{id}/jobs/{}", p.job_id),
-                Some(poll_body(p)),
-            ),
-            Op::JobRead(p) => (
-                "POST",
-                format!("/computers/{id}/jobs/{}/read", p.job_id),
-                Some(poll_body(p)),
-            ),
+            Op::Job(p) => {
+                let path = format!("/computers/{id}/jobs/{}", p.job_id);
+                ("POST", path, Some(to_json(&PollBody::of(p))))
+            }
+            Op::JobRead(p) => {
+                let path = format!("/computers/{id}/jobs/{}/read", p.job_id);
+                ("POST", path, Some(to_json(&PollBody::of(p))))
+            }
             Op::Jobs { .. } => ("GET", format!("/computers/{id}/jobs"), None),
             Op::File(f) => {
-                let mut b = Map::new();
-                b.insert("path".into(), json!(f.path()));
-                if let Some(t) = f.temporary() {
-                    b.insert("temporary".into(), json!(t));
-                }
-                let verb = match f {
-                    FileCall::Read(r) => {
-                        b.insert("offset".into(), json!(r.offset));
-                        b.insert("length".into(), json!(r.length));
-                        "read"
-                    }
-                    FileCall::Write(w) => {
-                        use base64::Engine;
-                        let b64 = base64::engine::general_purpose::STANDARD.encode(&w.content);
-                        b.insert("content_base64".into(), json!(b64));
-                        b.insert("append".into(), json!(w.append));
-                        b.insert("create_only".into(), json!(w.create_only));
-                        b.insert("make_dirs".into(), json!(w.make_dirs));
-                        if let Some(m) = w.mode {
-                            b.insert("mode".into(), json!(crate::files::mode_string(m)));
-                        }
-                        "write"
-                    }
-                    FileCall::Edit(e) => {
-                        b.insert("old_text".into(), json!(e.old_text));
-                        b.insert("new_text".into(), json!(e.new_text));
-                        b.insert(
-                            "expected_replacements".into(),
-                            json!(e.expected_replacements),
-                        );
-                        "edit"
-                    }
-                };
-                (
-                    "POST",
-                    format!("/computers/{id}/files/{verb}"),
-                    Some(Value::Object(b)),
-                )
+                let (verb, body) = FileBody::of(f);
+                let path = format!("/computers/{id}/files/{verb}");
+                ("POST", path, Some(to_json(&body)))
             }
         };
         ApiRequest { method, path, body }
@@ -302,8 +494,8 @@ impl Op {
                 let b: CreateBody =
                     serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))?;
                 Ok(Op::Create {
-                    computer_id: id(&b.computer_id)?,
-                    temporary: b.temporary,
+                    computer_id: Some(id(&b.computer_id)?),
+                    temporary: Some(b.temporary),
                 })
             }
             ("POST", ["computers", raw, "exec"]) => {
@@ -325,7 +517,7 @@ impl Op {
                         ValidationError::Invalid(m) => bad(m),
                         other => ApiError::new(ErrorCode::Internal, other.to_string()),
                     })?;
-                Ok(Op::exec(&computer_id, request))
+                Ok(Op::Exec(request).on(&computer_id))
             }
             ("POST", ["computers", raw, "restart"]) => {
                 no_body()?;
@@ -342,7 +534,7 @@ impl Op {
             ("GET", ["computers", raw, "jobs"]) => {
                 no_body()?;
                 Ok(Op::Jobs {
-                    computer_id: id(raw)?,
+                    computer_id: Some(id(raw)?),
                 })
             }
             ("POST", ["computers", raw, "jobs", job_id]) => {
@@ -375,7 +567,7 @@ impl Op {
                     ValidationError::Invalid(m) => bad(m),
                     other => ApiError::new(ErrorCode::Internal, other.to_string()),
                 })?;
-                Ok(Op::file(&computer_id, call))
+                Ok(Op::File(call).on(&computer_id))
             }
             ("DELETE", ["computers", raw]) => {
                 no_body()?;
@@ -389,29 +581,6 @@ impl Op {
             )),
         }
     }
-}
-
-/// The body of a job poll ([`Op::Job`], [`Op::JobRead`]): `terminal_job`'s arguments
-/// without the ids, which are in the path.
-fn poll_body(p: &JobPoll) -> Value {
-    let mut b = Map::new();
-    if let Some(bytes) = &p.stdin {
-        use base64::Engine;
-        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-        b.insert("stdin_base64".into(), json!(b64));
-    }
-    if p.close_stdin {
-        b.insert("close_stdin".into(), json!(true));
-    }
-    if let Some(sig) = p.signal {
-        b.insert("signal".into(), json!(sig));
-    }
-    if p.peek {
-        b.insert("peek".into(), json!(true));
-    } else {
-        b.insert("wait_ms".into(), json!(p.wait_ms));
-    }
-    Value::Object(b)
 }
 
 /// A job poll from its path's ids and its body, by `terminal_job`'s rules.
@@ -436,7 +605,7 @@ fn decode_poll(computer_id: &str, job_id: &str, body: &[u8]) -> Result<JobPoll, 
         ValidationError::Invalid(m) => bad(m),
         other => ApiError::new(ErrorCode::Internal, other.to_string()),
     })?;
-    match Op::job(computer_id, call) {
+    match Op::from(call).on(computer_id) {
         Op::Job(poll) => Ok(poll),
         _ => Err(bad("request body: a job poll names one job")),
     }
@@ -459,12 +628,24 @@ mod tests {
 
     fn round_trip(op: Op) {
         let r = op.encode();
-        let body = r.body.as_ref().map(Value::to_string).unwrap_or_default();
+        let body = r.body.clone().unwrap_or_default();
         assert_eq!(
             Op::decode(r.method, &r.path, body.as_bytes()),
             Ok(op.clone()),
             "{r:?}"
         );
+    }
+
+    fn exec_on(id: &str, r: ExecRequest) -> Op {
+        Op::Exec(r).on(id)
+    }
+
+    fn job_on(id: &str, call: JobCall) -> Op {
+        Op::from(call).on(id)
+    }
+
+    fn file_on(id: &str, call: FileCall) -> Op {
+        Op::File(call).on(id)
     }
 
     fn exec(program: Program) -> ExecRequest {
@@ -481,14 +662,53 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_call_handed_on_names_its_computer_and_keeps_the_rest() {
+        let n = crate::catalogue::ToolNames::with_groups(
+            "terminal_execute",
+            crate::catalogue::Groups::ALL,
+        );
+        let parse = |tool: &str, args: Value| parse_tool_call(&n, tool, Some(&args)).unwrap();
+        let calls = [
+            parse(
+                "terminal_execute",
+                json!({"command": "ls", "temporary": false}),
+            ),
+            parse("computer_create", json!({"temporary": true})),
+            parse("terminal_job", json!({"job_id": "j1", "wait_ms": 5})),
+            parse("terminal_job", json!({"list": true})),
+            parse("computer_file_read", json!({"path": "/a"})),
+            parse("computer_restart", json!({"computer_id": "old"})),
+        ];
+        for call in calls {
+            // Left to the controller in the tool form: refused where handed to a place.
+            if !matches!(call, Op::Restart { .. }) {
+                assert_eq!(call.computer_id(), None, "{call:?}");
+                let e = call.named().unwrap_err();
+                assert!(e.error.message.contains("needs a computer_id"), "{e:?}");
+            }
+            let temporary = call.temporary();
+            let on = call.clone().on("box");
+            assert_eq!(on.computer_id(), Some("box"));
+            assert_eq!(on.temporary(), temporary, "{call:?}");
+            assert_eq!(
+                (on.name(), on.scope(), on.needs()),
+                (call.name(), call.scope(), call.needs())
+            );
+            assert!(on.named().is_ok());
+        }
+        assert!(Op::List.named().is_ok() && Op::Dashboard.on("x") == Op::Dashboard);
+        assert_eq!(Op::Dashboard.encode(), Op::List.encode());
+    }
+
+    #[test]
     fn every_op_round_trips() {
         let long = "x".repeat(63);
         round_trip(Op::List);
         round_trip(Op::Create {
-            computer_id: long.clone(),
-            temporary: false,
+            computer_id: Some(long.clone()),
+            temporary: Some(false),
         });
-        round_trip(Op::exec(&long, exec(Program::Shell("echo hi".into()))));
+        round_trip(exec_on(&long, exec(Program::Shell("echo hi".into()))));
         let mut full = exec(Program::Argv(vec!["ls".into(), "-l".into()]));
         full.stdin = Some("in\0put".replace('\0', ""));
         full.working_directory = Some("/tmp".into());
@@ -496,11 +716,11 @@ mod tests {
         full.temporary = Some(false);
         full.env = vec![("B".into(), "2".into()), ("A".into(), "1".into())];
         full.yield_ms = Some(0);
-        round_trip(Op::exec("box", full));
+        round_trip(exec_on("box", full));
         round_trip(Op::Jobs {
-            computer_id: "box".into(),
+            computer_id: Some("box".into()),
         });
-        round_trip(Op::job(
+        round_trip(job_on(
             "box",
             JobCall::Poll(JobPoll {
                 job_id: "job-1".into(),
@@ -512,7 +732,7 @@ mod tests {
                 peek: false,
             }),
         ));
-        round_trip(Op::job(
+        round_trip(job_on(
             "box",
             JobCall::Poll(JobPoll {
                 job_id: "job-4".into(),
@@ -533,7 +753,7 @@ mod tests {
             wait_ms: 2000,
             peek: false,
         }));
-        round_trip(Op::job(
+        round_trip(job_on(
             "box",
             JobCall::Poll(JobPoll {
                 job_id: "job-2".into(),
@@ -545,7 +765,7 @@ mod tests {
                 peek: false,
             }),
         ));
-        round_trip(Op::file(
+        round_trip(file_on(
             "box",
             FileCall::Read(crate::files::FileRead {
                 computer_id: None,
@@ -555,7 +775,7 @@ mod tests {
                 length: 9,
             }),
         ));
-        round_trip(Op::file(
+        round_trip(file_on(
             "box",
             FileCall::Write(crate::files::FileWrite {
                 computer_id: None,
@@ -568,7 +788,7 @@ mod tests {
                 make_dirs: true,
             }),
         ));
-        round_trip(Op::file(
+        round_trip(file_on(
             "box",
             FileCall::Write(crate::files::FileWrite {
                 computer_id: None,
@@ -581,7 +801,7 @@ mod tests {
                 make_dirs: false,
             }),
         ));
-        round_trip(Op::file(
+        round_trip(file_on(
             "box",
             FileCall::Edit(crate::files::FileEdit {
                 computer_id: None,
@@ -706,8 +926,8 @@ mod tests {
         assert_eq!(
             Op::decode("POST", "/computers", br#"{"computer_id":"a"}"#),
             Ok(Op::Create {
-                computer_id: "a".into(),
-                temporary: true
+                computer_id: Some("a".into()),
+                temporary: Some(true)
             })
         );
     }

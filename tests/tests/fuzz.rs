@@ -20,8 +20,8 @@ use shared::mcp::{
     CallContext, Dispatcher, Era, Incoming, LATEST_LEGACY, ServerConfig, ToolHost, parse_message,
 };
 use shared::op::Op;
+use shared::op::parse_tool_call;
 use shared::result::structured_result;
-use shared::validate::{ToolCall, parse_tool_call};
 use supervisor::frame::{FileControl, Frame, FrameError, JobControl, StartSpec};
 
 /// Argument and field names the parsers know, so generated objects reach deep branches.
@@ -151,7 +151,7 @@ fn names() -> ToolNames {
 
 struct Echo;
 impl ToolHost for Echo {
-    async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> rmcp::model::CallToolResult {
+    async fn call_tool(&self, call: Op, ctx: &CallContext) -> rmcp::model::CallToolResult {
         structured_result(json!({ "call": format!("{call:?}"), "id": ctx.request_id }))
     }
 }

@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use shared::CallToolResult;
+use shared::jobs::JobCall;
 use shared::mcp::{CallContext, TaskAnswer, ToolHost};
 use shared::op::Op;
 use shared::registry::{Claimant, Target};
 use shared::result::{Created, Deleted, inventory, operation_error, structured_result};
 use shared::tasks::TaskMethod;
-use shared::validate::{ExecRequest, ToolCall};
+use shared::validate::ExecRequest;
 use tracing::Instrument;
 
 use super::{Attached, ComputerError, Computers, DefaultSlot, mark_created};
@@ -125,54 +125,10 @@ impl SessionHost {
             .await
     }
 
-    /// Runs a validated tool call: the structured result, or why not.
+    /// Runs an operation (a validated tool call, or a request of the executor API): the
+    /// structured result, or why not. A call that names a computer and succeeds counts as
+    /// a use of it (the idle reaper's clock).
     pub async fn run(
-        &self,
-        call: ToolCall,
-        progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
-        if let Some(cap) = call.needs() {
-            self.computers.backend.require(cap)?;
-        }
-        match call {
-            ToolCall::Exec(req) => self.exec(req, progress).await,
-            ToolCall::Job(call) => {
-                let span = tracing::info_span!("job", computer_id = call.computer_id());
-                self.job(call).instrument(span).await
-            }
-            ToolCall::File(call) => {
-                let span = tracing::info_span!(
-                    "file",
-                    tool = call.tool(),
-                    computer_id = call.computer_id()
-                );
-                self.file(call, progress).instrument(span).await
-            }
-            other => {
-                let span = tracing::info_span!("lifecycle", tool = ?other);
-                async {
-                    match other {
-                        ToolCall::List | ToolCall::Dashboard => self.list().await,
-                        ToolCall::Create {
-                            computer_id,
-                            temporary,
-                        } => self.create(computer_id, temporary, progress).await,
-                        ToolCall::Restart { computer_id } => self.restart(&computer_id).await,
-                        ToolCall::FactoryReset { computer_id } => {
-                            self.factory_reset(&computer_id, progress).await
-                        }
-                        ToolCall::Delete { computer_id } => self.delete(&computer_id).await,
-                        ToolCall::Exec(_) | ToolCall::Job(_) | ToolCall::File(_) => Ok(json!({})),
-                    }
-                }
-                .instrument(span)
-                .await
-            }
-        }
-    }
-
-    /// Runs an operation of the executor API (the same methods as the tools).
-    pub async fn run_op(
         &self,
         op: Op,
         progress: &Progress,
@@ -190,27 +146,19 @@ impl SessionHost {
         let answer = async {
             match op {
                 Op::Exec(req) => self.exec(req, progress).await,
-                Op::List => self.list().await,
+                Op::List | Op::Dashboard => self.list().await,
                 Op::Create {
                     computer_id,
                     temporary,
-                } => {
-                    self.create(Some(computer_id), Some(temporary), progress)
-                        .await
-                }
+                } => self.create(computer_id, temporary, progress).await,
                 Op::Restart { computer_id } => self.restart(&computer_id).await,
                 Op::FactoryReset { computer_id } => {
                     self.factory_reset(&computer_id, progress).await
                 }
                 Op::Delete { computer_id } => self.delete(&computer_id).await,
-                Op::Job(poll) => self.job(shared::jobs::JobCall::Poll(poll)).await,
+                Op::Job(poll) => self.job(JobCall::Poll(poll)).await,
                 Op::JobRead(poll) => self.job_read(poll).await,
-                Op::Jobs { computer_id } => {
-                    self.job(shared::jobs::JobCall::List {
-                        computer_id: Some(computer_id),
-                    })
-                    .await
-                }
+                Op::Jobs { computer_id } => self.job(JobCall::List { computer_id }).await,
                 Op::File(call) => self.file(call, progress).await,
             }
         }
@@ -356,7 +304,7 @@ impl SessionHost {
 }
 
 impl ToolHost for SessionHost {
-    async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
+    async fn call_tool(&self, call: Op, ctx: &CallContext) -> CallToolResult {
         let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
         match self.run(call, &progress).await {
             Ok(v) => structured_result(v),
@@ -364,8 +312,8 @@ impl ToolHost for SessionHost {
         }
     }
 
-    async fn call_tool_as_task(&self, call: ToolCall, ctx: &CallContext) -> TaskAnswer {
-        let ToolCall::Exec(req) = call else {
+    async fn call_tool_as_task(&self, call: Op, ctx: &CallContext) -> TaskAnswer {
+        let Op::Exec(req) = call else {
             return TaskAnswer::Complete(self.call_tool(call, ctx).await);
         };
         let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());

@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use shared::capabilities::{Capabilities, Capability};
 use shared::catalogue::{Groups, ToolNames};
 use shared::mcp::{CallContext, Era, ToolHost};
-use shared::validate::{ValidationError, parse_tool_call};
+use shared::op::parse_tool_call;
+use shared::validate::ValidationError;
 
 use super::{Computers, SessionHost};
 use crate::fake::Fake;

@@ -154,6 +154,7 @@ impl Gateway {
         scope: &str,
         op: Op,
     ) -> std::result::Result<Value, GatewayError> {
+        op.named().map_err(GatewayError::Api)?;
         let answer = match EdgePlace::of(place) {
             EdgePlace::Fly => slot(&self.fly, place)?.handle(team, op).await,
             EdgePlace::E2b => slot(&self.e2b, place)?.handle(team, op).await,
@@ -253,7 +254,7 @@ impl Gateway {
         init.with_method(Method::from(request.method.to_owned()))
             .with_headers(headers);
         if let Some(b) = &request.body {
-            init.with_body(Some(b.to_string().into()));
+            init.with_body(Some(b.as_str().into()));
         }
         let url = format!(
             "{}{}{}",

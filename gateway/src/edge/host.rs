@@ -372,10 +372,12 @@ impl Host {
         Ok((id, rec))
     }
 
-    pub(crate) async fn run(&self, call: ToolCall) -> std::result::Result<Value, GatewayError> {
+    /// Runs `op` for this caller: picks and claims its target in the team's object (or
+    /// the isolate's cache), then hands it to the place the computer lives.
+    pub(crate) async fn run(&self, op: Op) -> std::result::Result<Value, GatewayError> {
         let team = self.caller.team.clone();
-        match call {
-            ToolCall::Exec(req) => {
+        match op {
+            Op::Exec(req) => {
                 if !self.caller.can_exec {
                     return Err(GatewayError::Scope {
                         action: "run commands",
@@ -393,7 +395,7 @@ impl Host {
                 // running (a command left running as a job is recorded below).
                 let mark = self.mark_busy(&id, timeout_ms).await;
                 let v = self
-                    .fail_over(&id, rec, || Op::exec(&id, req.clone()))
+                    .fail_over(&id, rec, || Op::Exec(req.clone()).on(&id))
                     .await;
                 self.end_busy(&id, mark).await;
                 let (_, v) = v?;
@@ -417,7 +419,7 @@ impl Host {
                 }
                 Ok(v)
             }
-            ToolCall::File(call) => {
+            Op::File(call) => {
                 if !self.caller.can_exec {
                     return Err(GatewayError::Scope {
                         action: "read and write files",
@@ -433,18 +435,18 @@ impl Host {
                 self.end_busy(&id, mark).await;
                 v.map(|(_, v)| v)
             }
-            ToolCall::Job(call) => {
+            op @ (Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. }) => {
                 if !self.caller.can_exec {
                     return Err(GatewayError::Scope {
                         action: "follow jobs",
                         scope: "exec",
                     });
                 }
-                let job_id = match &call {
-                    shared::jobs::JobCall::Poll(p) => Some(p.job_id.clone()),
-                    shared::jobs::JobCall::List { .. } => None,
+                let job_id = match &op {
+                    Op::Job(p) | Op::JobRead(p) => Some(p.job_id.clone()),
+                    _ => None,
                 };
-                let id = match (call.computer_id(), &job_id) {
+                let id = match (op.computer_id(), &job_id) {
                     (Some(id), _) => id.to_owned(),
                     (None, Some(job_id)) => {
                         let get = inventory::Request::JobGet {
@@ -477,13 +479,7 @@ impl Host {
                 };
                 let v = self
                     .gw
-                    .op(
-                        &rec.executor,
-                        &team,
-                        &self.owner,
-                        &self.scope(),
-                        Op::job(&id, call),
-                    )
+                    .op(&rec.executor, &team, &self.owner, &self.scope(), op.on(&id))
                     .await?;
                 // A peek of an ended job leaves it for the read that takes its output.
                 if v["running"] == false
@@ -497,7 +493,7 @@ impl Host {
                 }
                 Ok(v)
             }
-            ToolCall::List | ToolCall::Dashboard => {
+            Op::List | Op::Dashboard => {
                 let list = inventory::Request::List {
                     owner: self.owner.clone(),
                 };
@@ -543,29 +539,25 @@ impl Host {
                 let n = items.len();
                 Ok(json!({"computers": items, "count": n}))
             }
-            ToolCall::Create {
+            Op::Create {
                 computer_id,
                 temporary,
             } => {
                 self.manage()?;
                 let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
                 let rec = self.claim(&id, temporary).await?;
-                let temporary = rec.temporary;
+                let temporary = Some(rec.temporary);
                 let op = || Op::Create {
-                    computer_id: id.clone(),
+                    computer_id: Some(id.clone()),
                     temporary,
                 };
                 Ok(self.fail_over(&id, rec, op).await?.1)
             }
-            ToolCall::Restart { computer_id } => {
+            op @ (Op::Restart { .. } | Op::FactoryReset { .. }) => {
                 self.manage()?;
-                Ok(self.on_computer(Op::Restart { computer_id }).await?.1)
+                Ok(self.on_computer(op).await?.1)
             }
-            ToolCall::FactoryReset { computer_id } => {
-                self.manage()?;
-                Ok(self.on_computer(Op::FactoryReset { computer_id }).await?.1)
-            }
-            ToolCall::Delete { computer_id } => {
+            Op::Delete { computer_id } => {
                 self.manage()?;
                 let id = computer_id.clone();
                 let v = match self.on_computer(Op::Delete { computer_id }).await {
@@ -599,21 +591,6 @@ fn no_job(job_id: &str) -> GatewayError {
     }
 }
 
-/// The tool's kind and the computer it names, for the log (never the arguments).
-fn describe(call: &ToolCall) -> (&'static str, Option<&str>) {
-    match call {
-        ToolCall::Exec(r) => ("exec", r.computer_id.as_deref()),
-        ToolCall::List => ("list", None),
-        ToolCall::Dashboard => ("dashboard", None),
-        ToolCall::Create { computer_id, .. } => ("create", computer_id.as_deref()),
-        ToolCall::Restart { computer_id } => ("restart", Some(computer_id)),
-        ToolCall::FactoryReset { computer_id } => ("factory_reset", Some(computer_id)),
-        ToolCall::Delete { computer_id } => ("delete", Some(computer_id)),
-        ToolCall::Job(j) => ("job", j.computer_id()),
-        ToolCall::File(f) => (f.tool(), f.computer_id()),
-    }
-}
-
 /// Runs one tool call's work in its span and logs how long it took and how it ended
 /// (never the arguments); a failure becomes the tool's error result.
 async fn logged<T>(
@@ -639,12 +616,12 @@ async fn logged<T>(
 }
 
 impl ToolHost for Host {
-    async fn call_tool_as_task(&self, call: ToolCall, ctx: &CallContext) -> TaskAnswer {
-        let ToolCall::Exec(req) = call else {
+    async fn call_tool_as_task(&self, call: Op, ctx: &CallContext) -> TaskAnswer {
+        let Op::Exec(req) = call else {
             return TaskAnswer::Complete(self.call_tool(call, ctx).await);
         };
         if !self.caller.can_exec {
-            return TaskAnswer::Complete(self.call_tool(ToolCall::Exec(req), ctx).await);
+            return TaskAnswer::Complete(self.call_tool(Op::Exec(req), ctx).await);
         }
         let computer_id = req.computer_id.clone();
         logged("exec_task", computer_id.as_deref(), self.exec_as_task(req))
@@ -662,9 +639,9 @@ impl ToolHost for Host {
         self.task_call(method, task_id).instrument(span).await
     }
 
-    async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
-        let (tool, computer_id) = describe(&call);
-        let computer_id = computer_id.map(str::to_owned);
+    async fn call_tool(&self, call: Op, _ctx: &CallContext) -> CallToolResult {
+        let tool = call.name();
+        let computer_id = call.computer_id().map(str::to_owned);
         match logged(tool, computer_id.as_deref(), self.run(call)).await {
             Ok(v) => structured_result(v),
             Err(failed) => failed,

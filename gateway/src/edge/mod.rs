@@ -31,7 +31,6 @@ use shared::op::{Op, OpHandler};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use shared::result::{operation_error, structured_result};
 use shared::transport::modern_status;
-use shared::validate::ToolCall;
 use worker::{
     Context, Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response,
     Result, SqlStorageValue, State, durable_object, event,

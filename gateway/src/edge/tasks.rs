@@ -53,7 +53,7 @@ impl Host {
     ) -> std::result::Result<TaskAnswer, GatewayError> {
         req.yield_ms = Some(req.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
         let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
-        let v = self.run(ToolCall::Exec(req)).await?;
+        let v = self.run(Op::Exec(req)).await?;
         let Some(first) = JobOutput::of_running(&v) else {
             return Ok(TaskAnswer::Complete(structured_result(v)));
         };

@@ -6,7 +6,7 @@ use crate::result::structured_result;
 
 struct Echo;
 impl ToolHost for Echo {
-    async fn call_tool(&self, call: ToolCall, ctx: &CallContext) -> CallToolResult {
+    async fn call_tool(&self, call: Op, ctx: &CallContext) -> CallToolResult {
         structured_result(json!({ "call": format!("{call:?}"), "id": ctx.request_id }))
     }
 }
@@ -355,10 +355,10 @@ fn ids_are_echoed_exactly() {
 /// A host that answers every task-capable exec with a task and knows task `job-1`.
 struct Tasker;
 impl ToolHost for Tasker {
-    async fn call_tool(&self, call: ToolCall, _ctx: &CallContext) -> CallToolResult {
+    async fn call_tool(&self, call: Op, _ctx: &CallContext) -> CallToolResult {
         structured_result(json!({ "plain": format!("{call:?}") }))
     }
-    async fn call_tool_as_task(&self, _call: ToolCall, _ctx: &CallContext) -> TaskAnswer {
+    async fn call_tool_as_task(&self, _call: Op, _ctx: &CallContext) -> TaskAnswer {
         TaskAnswer::Task(json!({"resultType": "task", "taskId": "job-1", "status": "working"}))
     }
     async fn task(
