@@ -16,7 +16,7 @@ use shared::history::{HistoryEntry, describe, rfc3339_utc};
 use shared::ids::slug_from_random;
 use shared::jobs::yielded_structured;
 use shared::registry::{Claimant, MemoryStore, Registry};
-use shared::result::{ComputerInfo, exec_structured};
+use shared::result::{ComputerInfo, ExecAnswer, exec_structured};
 use shared::validate::{ExecRequest, Program};
 use tracing::Instrument;
 
@@ -75,14 +75,6 @@ pub(crate) struct Attached {
     pub(crate) temporary: bool,
     /// This call made it (it did not exist before): the result says `created: true`.
     pub(crate) created: bool,
-}
-
-/// `created: true` in `answer` when the call made its computer (SPEC §3.2).
-fn mark_created(mut answer: serde_json::Value, created: bool) -> serde_json::Value {
-    if created && let Some(o) = answer.as_object_mut() {
-        o.insert("created".into(), serde_json::Value::Bool(true));
-    }
-    answer
 }
 
 /// Counts a running command on a computer for as long as it lives.
@@ -333,7 +325,7 @@ impl Computers {
         temporary: bool,
         req: &ExecRequest,
         progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    ) -> Result<ExecAnswer, ComputerError> {
         let (spec, command) = self.spec_of(req, progress);
         // Held across the command, also when the call is cancelled and this future dropped.
         let _in_use = InUse::new(self, key);
@@ -414,6 +406,7 @@ impl Computers {
             created_at: r.created_at.clone(),
             history: self.registry().history(&r.computer_id),
             jobs: None,
+            error: None,
         }
     }
 

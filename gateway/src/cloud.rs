@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use serde_json::{Value, json};
+use shared::answer::Answer;
 use shared::executor_api::{ApiError, ErrorCode};
 use shared::files::over_exec::{self, OverExec, PathInfo, Shell, WriteHow};
 use shared::files::{self, FileCall};
@@ -32,7 +32,9 @@ use shared::providers::computers::{
 };
 use shared::providers::e2b::E2bClient;
 use shared::providers::fly::FlyClient;
-use shared::result::{ComputerInfo, exec_structured, inventory};
+use shared::result::{
+    ComputerInfo, Created, Deleted, ExecAnswer, Listed, exec_structured, inventory,
+};
 use shared::teams;
 use shared::validate::{ExecRequest, Program as ValidProgram};
 
@@ -220,69 +222,77 @@ impl<C: CloudComputers> Cloud<C> {
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Does `op` for `team` on keys of the team's id space ([`shared::teams`]); answers
-    /// name computers by the caller's ids.
-    async fn run(&self, team: &str, op: Op) -> Result<Value, ComputersError> {
+    /// The team's computers, named by the caller's ids.
+    async fn list(&self, team: &str) -> Result<Listed, ComputersError> {
+        self.computers.prepare().await?;
+        let list = self.computers.list(&teams::prefix(team)).await?;
+        let items: Vec<ComputerInfo> = list
+            .iter()
+            .filter_map(|r| Some(self.info(teams::id_of(Some(team), &r.computer_id)?, r)))
+            .collect();
+        Ok(inventory(items))
+    }
+
+    /// Creates computer `id` of `team`, or attaches to it if it exists.
+    async fn create(
+        &self,
+        team: &str,
+        id: &str,
+        temporary: bool,
+    ) -> Result<Created, ComputersError> {
+        self.computers.prepare().await?;
         let c = &self.computers;
-        c.prepare().await?;
-        let key = |id: &str| teams::key(Some(team), id);
-        match op {
-            Op::List | Op::Dashboard => {
-                let list = c.list(&teams::prefix(team)).await?;
-                let items: Vec<ComputerInfo> = list
-                    .iter()
-                    .filter_map(|r| Some(self.info(teams::id_of(Some(team), &r.computer_id)?, r)))
-                    .collect();
-                Ok(inventory(&items))
-            }
-            Op::Create {
-                computer_id,
-                temporary,
-            } => {
-                let computer_id = computer_id.unwrap_or_default();
-                let k = key(&computer_id);
-                let made = match c.find(&k).await? {
-                    Some(found) => found,
-                    None => c.create(&k, temporary.unwrap_or(true), Some(team)).await?,
-                };
-                self.ready().insert(k, made.temporary);
-                Ok(created(&computer_id, &made))
-            }
-            Op::Exec(req) => {
-                let id = req.computer_id.clone().unwrap_or_default();
-                let k = key(&id);
-                let temporary = self.ensure(&k, req.temporary.unwrap_or(true), team).await?;
-                let out = c.exec(&k, &provider_exec(&req)).await;
-                if out.is_err() {
-                    // Gone, stopped, paused…: look again before the next command.
-                    self.ready().remove(&k);
-                }
-                Ok(exec_structured(&id, temporary, out?))
-            }
-            Op::Restart { computer_id } => {
-                let k = key(&computer_id);
-                self.get(&k, &computer_id).await?;
-                c.restart(&k).await?;
-                Ok(created(&computer_id, &self.get(&k, &computer_id).await?))
-            }
-            Op::FactoryReset { computer_id } => {
-                let k = key(&computer_id);
-                let old = self.get(&k, &computer_id).await?;
-                self.ready().remove(&k);
-                let fresh = c.factory_reset(&k, old.temporary, Some(team)).await?;
-                self.ready().insert(k, fresh.temporary);
-                Ok(created(&computer_id, &fresh))
-            }
-            Op::Delete { computer_id } => {
-                let k = key(&computer_id);
-                self.get(&k, &computer_id).await?;
-                self.ready().remove(&k);
-                c.remove(&k).await?;
-                Ok(shared::result::Deleted::new(&computer_id).to_value())
-            }
-            // Served in `handle`.
-            Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. } | Op::File(_) => Ok(json!({})),
+        let k = teams::key(Some(team), id);
+        let made = match c.find(&k).await? {
+            Some(found) => found,
+            None => c.create(&k, temporary, Some(team)).await?,
+        };
+        self.ready().insert(k, made.temporary);
+        Ok(created(id, &made))
+    }
+
+    /// A command in the foreground (made on first use).
+    async fn exec(&self, team: &str, req: &ExecRequest) -> Result<ExecAnswer, ComputersError> {
+        self.computers.prepare().await?;
+        let id = req.computer_id.clone().unwrap_or_default();
+        let k = teams::key(Some(team), &id);
+        let temporary = self.ensure(&k, req.temporary.unwrap_or(true), team).await?;
+        let out = self.computers.exec(&k, &provider_exec(req)).await;
+        if out.is_err() {
+            // Gone, stopped, paused…: look again before the next command.
+            self.ready().remove(&k);
         }
+        Ok(exec_structured(&id, temporary, out?))
+    }
+
+    async fn restart(&self, team: &str, id: &str) -> Result<Created, ComputersError> {
+        self.computers.prepare().await?;
+        let k = teams::key(Some(team), id);
+        self.get(&k, id).await?;
+        self.computers.restart(&k).await?;
+        Ok(created(id, &self.get(&k, id).await?))
+    }
+
+    async fn factory_reset(&self, team: &str, id: &str) -> Result<Created, ComputersError> {
+        self.computers.prepare().await?;
+        let k = teams::key(Some(team), id);
+        let old = self.get(&k, id).await?;
+        self.ready().remove(&k);
+        let fresh = self
+            .computers
+            .factory_reset(&k, old.temporary, Some(team))
+            .await?;
+        self.ready().insert(k, fresh.temporary);
+        Ok(created(id, &fresh))
+    }
+
+    async fn delete(&self, team: &str, id: &str) -> Result<Deleted, ComputersError> {
+        self.computers.prepare().await?;
+        let k = teams::key(Some(team), id);
+        self.get(&k, id).await?;
+        self.ready().remove(&k);
+        self.computers.remove(&k).await?;
+        Ok(Deleted::new(id))
     }
 
     /// Makes sure `key` exists and runs (creating it on first use); its temporary flag.
@@ -321,30 +331,53 @@ impl<C: CloudComputers> Cloud<C> {
             created_at: c.created_at.clone(),
             history: Vec::new(),
             jobs: None,
+            error: None,
         }
     }
 }
 
 impl<C: CloudComputers> OpHandler for Cloud<C> {
-    async fn handle(&self, team: &str, op: Op) -> Result<Value, ApiError> {
+    /// Does `op` for `team` on keys of the team's id space ([`shared::teams`]); answers
+    /// name computers by the caller's ids.
+    async fn handle(&self, team: &str, op: Op) -> Result<Answer, ApiError> {
         op.named()?;
+        let answer = |r: Result<Answer, ComputersError>| r.map_err(computers_error);
         match op {
             Op::File(call) => self.file(team, call).await,
-            Op::Exec(req) if req.yield_ms.is_some() => self.start_job(team, req).await,
+            Op::Exec(req) if req.yield_ms.is_some() => Ok(self.start_job(team, req).await?.into()),
             Op::Job(poll) => {
                 let id = poll.computer_id.clone().unwrap_or_default();
-                Ok(job_structured(&id, self.job(team, poll).await?))
+                Ok(job_structured(&id, self.job(team, poll).await?).into())
             }
             // The read itself, for the team's task record (see `edge::tasks`).
-            Op::JobRead(poll) => serde_json::to_value(self.job(team, poll).await?)
-                .map_err(|e| ApiError::new(ErrorCode::Internal, format!("a job's read: {e}"))),
+            Op::JobRead(poll) => Ok(self.job(team, poll).await?.into()),
             Op::Jobs { computer_id } => {
                 let computer_id = computer_id.unwrap_or_default();
                 let k = teams::key(Some(team), &computer_id);
                 let jobs = over_jobs::list(&self.shell(&k)).await.map_err(job_error)?;
-                Ok(job_list_structured(&computer_id, &jobs))
+                Ok(job_list_structured(&computer_id, jobs).into())
             }
-            op => self.run(team, op).await.map_err(computers_error),
+            Op::List | Op::Dashboard => answer(self.list(team).await.map(Answer::from)),
+            Op::Create {
+                computer_id,
+                temporary,
+            } => {
+                let id = computer_id.unwrap_or_default();
+                let made = self.create(team, &id, temporary.unwrap_or(true)).await;
+                answer(made.map(Answer::from))
+            }
+            Op::Exec(req) => answer(self.exec(team, &req).await.map(Answer::from)),
+            Op::Restart { computer_id } => {
+                answer(self.restart(team, &computer_id).await.map(Answer::from))
+            }
+            Op::FactoryReset { computer_id } => answer(
+                self.factory_reset(team, &computer_id)
+                    .await
+                    .map(Answer::from),
+            ),
+            Op::Delete { computer_id } => {
+                answer(self.delete(team, &computer_id).await.map(Answer::from))
+            }
         }
     }
 }
@@ -428,7 +461,7 @@ impl<C: CloudComputers> Cloud<C> {
 
     /// A `yield_ms` exec: the command starts as a job (through the computer's exec, kept by
     /// the runner on the computer) and the first read waits up to `yield_ms` for its end.
-    async fn start_job(&self, team: &str, req: ExecRequest) -> Result<Value, ApiError> {
+    async fn start_job(&self, team: &str, req: ExecRequest) -> Result<ExecAnswer, ApiError> {
         let id = req.computer_id.clone().unwrap_or_default();
         let k = teams::key(Some(team), &id);
         self.computers.prepare().await.map_err(computers_error)?;
@@ -494,7 +527,7 @@ impl<C: CloudComputers> Cloud<C> {
     }
 
     /// A file tool through the computer's exec (created on first use, like an exec).
-    async fn file(&self, team: &str, call: FileCall) -> Result<Value, ApiError> {
+    async fn file(&self, team: &str, call: FileCall) -> Result<Answer, ApiError> {
         let id = call.computer_id().unwrap_or_default().to_owned();
         let k = teams::key(Some(team), &id);
         self.computers.prepare().await.map_err(computers_error)?;
@@ -512,14 +545,14 @@ impl<C: CloudComputers> Cloud<C> {
         let result = match &call {
             FileCall::Read(r) => over_exec::read(&sh, &r.path, r.offset, r.length)
                 .await
-                .map(|slice| files::read_structured(&id, &r.path, &slice)),
+                .map(|slice| files::read_structured(&id, &r.path, &slice).into()),
             FileCall::Write(w) => over_exec::write(
                 &sh,
                 how(&w.path, w.append, w.create_only, w.mode, w.make_dirs),
                 &w.content,
             )
             .await
-            .map(|written| files::write_structured(&id, &w.path, &written)),
+            .map(|written| files::write_structured(&id, &w.path, &written).into()),
             FileCall::Edit(e) => {
                 let file = over_exec::read(&sh, &e.path, 0, files::MAX_EDIT_BYTES)
                     .await
@@ -532,7 +565,7 @@ impl<C: CloudComputers> Cloud<C> {
                     &edited,
                 )
                 .await
-                .map(|written| files::edit_structured(&id, &e.path, n, written.size))
+                .map(|written| files::edit_structured(&id, &e.path, n, written.size).into())
             }
         };
         if result.is_err() {
@@ -577,7 +610,7 @@ impl<C: CloudComputers> Cloud<C> {
         path: &str,
         how: files::PutQuery,
         mut body: S,
-    ) -> Result<Value, ApiError>
+    ) -> Result<files::WriteAnswer, ApiError>
     where
         S: futures_util::Stream<Item = Result<Vec<u8>, files::BrokenStream>> + Unpin,
     {
@@ -623,8 +656,8 @@ impl<C: CloudComputers> Cloud<C> {
 }
 
 /// The answer to create, restart and factory reset.
-fn created(id: &str, c: &Computer) -> Value {
-    shared::result::Created::new(id, &c.provider_id, c.temporary).to_value()
+fn created(id: &str, c: &Computer) -> Created {
+    Created::new(id, &c.provider_id, c.temporary)
 }
 
 /// The provider command of a validated exec request.
@@ -690,6 +723,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     #[test]
     fn places_are_read_once_into_a_closed_set() {
@@ -1010,12 +1044,14 @@ mod tests {
         async fn kill(&self, _id: &str, _ex: &ProviderExec) {}
     }
 
+    /// The answer in its JSON form (the shape the tests check).
     fn handle(cloud: &Cloud<Fake>, team: &str, op: Op) -> Result<Value, ApiError> {
         use futures_util::FutureExt as _;
         cloud
             .handle(team, op)
             .now_or_never()
             .expect("the fake answers at once")
+            .map(|a| a.to_value())
     }
 
     fn calls(cloud: &Cloud<Fake>) -> Vec<String> {
@@ -1089,6 +1125,28 @@ mod tests {
             calls(&cloud).is_empty(),
             "nothing removed, restarted or made"
         );
+    }
+
+    #[test]
+    fn an_operation_that_names_no_computer_is_refused_before_any_call() {
+        let cloud = Cloud::new(Fake::default());
+        let mut req = request(ValidProgram::Shell("echo hi".into()));
+        req.computer_id = None;
+        let unnamed = [
+            Op::Exec(req),
+            Op::Create {
+                computer_id: None,
+                temporary: Some(true),
+            },
+            Op::Jobs { computer_id: None },
+        ];
+        for op in unnamed {
+            let e = handle(&cloud, "a", op).unwrap_err();
+            assert_eq!(e.error.code, ErrorCode::BadRequest, "{e}");
+            assert!(e.error.message.contains("needs a computer_id"), "{e}");
+        }
+        assert!(calls(&cloud).is_empty(), "nothing made or run");
+        assert_eq!(handle(&cloud, "a", Op::Dashboard).unwrap()["count"], 0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (an exact, counted replacement) are decided here once, so the local server, the
 //! executor API and the gateway answer alike.
 
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
 /// The hash of `Written::sha256`, for backends that hash as they go.
 pub use sha2::{Digest, Sha256};
 
@@ -224,39 +224,75 @@ pub fn hex(digest: &[u8]) -> String {
     s
 }
 
+/// The answer of `computer_file_read`: built by [`read_structured`] only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadAnswer {
+    pub computer_id: String,
+    pub path: String,
+    pub size: u64,
+    pub offset: u64,
+    /// The slice when it is UTF-8 ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// ... else its bytes in base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
+    #[serde(default, skip_serializing_if = "crate::result::is_false")]
+    pub eof: bool,
+    pub mode: String,
+    pub mtime: String,
+    /// This call made the computer (SPEC §3.2).
+    #[serde(default, skip_serializing_if = "crate::result::is_false")]
+    pub created: bool,
+}
+
 /// `structuredContent` of `computer_file_read`.
-pub fn read_structured(computer_id: &str, path: &str, slice: &Slice) -> Value {
-    let mut m = Map::new();
-    m.insert("computer_id".into(), json!(computer_id));
-    m.insert("path".into(), json!(path));
-    m.insert("size".into(), json!(slice.size));
-    m.insert("offset".into(), json!(slice.offset));
-    match std::str::from_utf8(&slice.data) {
-        Ok(text) => m.insert("content".into(), json!(text)),
+pub fn read_structured(computer_id: &str, path: &str, slice: &Slice) -> ReadAnswer {
+    let (content, content_base64) = match std::str::from_utf8(&slice.data) {
+        Ok(text) => (Some(text.to_owned()), None),
         Err(_) => {
             use base64::Engine;
             let b64 = base64::engine::general_purpose::STANDARD.encode(&slice.data);
-            m.insert("content_base64".into(), json!(b64))
+            (None, Some(b64))
         }
     };
-    if slice.eof() {
-        m.insert("eof".into(), json!(true));
+    let mtime_ms = u64::try_from(slice.mtime_secs)
+        .unwrap_or(0)
+        .saturating_mul(1000);
+    ReadAnswer {
+        computer_id: computer_id.to_owned(),
+        path: path.to_owned(),
+        size: slice.size,
+        offset: slice.offset,
+        content,
+        content_base64,
+        eof: slice.eof(),
+        mode: mode_string(slice.mode),
+        mtime: crate::history::rfc3339_utc(mtime_ms),
+        created: false,
     }
-    m.insert("mode".into(), json!(mode_string(slice.mode)));
-    m.insert(
-        "mtime".into(),
-        json!(crate::history::rfc3339_utc(
-            u64::try_from(slice.mtime_secs)
-                .unwrap_or(0)
-                .saturating_mul(1000)
-        )),
-    );
-    Value::Object(m)
+}
+
+/// The answer of `computer_file_write`: built by [`write_structured`] only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteAnswer {
+    pub computer_id: String,
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "crate::result::is_false")]
+    pub created: bool,
 }
 
 /// `structuredContent` of `computer_file_write`.
-pub fn write_structured(computer_id: &str, path: &str, w: &Written) -> Value {
-    json!({"computer_id": computer_id, "path": path, "size": w.size, "sha256": w.sha256})
+pub fn write_structured(computer_id: &str, path: &str, w: &Written) -> WriteAnswer {
+    WriteAnswer {
+        computer_id: computer_id.to_owned(),
+        path: path.to_owned(),
+        size: w.size,
+        sha256: w.sha256.clone(),
+        created: false,
+    }
 }
 
 /// The route's path with its `%XX` escapes decoded (as an executor's router decodes it);
@@ -342,9 +378,26 @@ impl PutQuery {
     }
 }
 
+/// The answer of `computer_file_edit`: built by [`edit_structured`] only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditAnswer {
+    pub computer_id: String,
+    pub path: String,
+    pub replacements: u64,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "crate::result::is_false")]
+    pub created: bool,
+}
+
 /// `structuredContent` of `computer_file_edit`.
-pub fn edit_structured(computer_id: &str, path: &str, replacements: u64, size: u64) -> Value {
-    json!({"computer_id": computer_id, "path": path, "replacements": replacements, "size": size})
+pub fn edit_structured(computer_id: &str, path: &str, replacements: u64, size: u64) -> EditAnswer {
+    EditAnswer {
+        computer_id: computer_id.to_owned(),
+        path: path.to_owned(),
+        replacements,
+        size,
+        created: false,
+    }
 }
 
 /// Why an edit changes nothing.
@@ -444,6 +497,11 @@ pub fn apply_edit(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    fn read_structured(id: &str, path: &str, slice: &Slice) -> Value {
+        serde_json::to_value(super::read_structured(id, path, slice)).unwrap()
+    }
 
     #[test]
     fn route_paths_are_percent_decoded() {

@@ -8,10 +8,10 @@
 //! reach its jobs. Every backend and the gateway use these rules and shapes.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 pub use crate::result::JobInfo;
-use crate::result::{ExecOutcome, exec_structured, put_stream};
+use crate::result::{ExecAnswer, ExecOutcome, exec_structured, shown};
 
 pub mod over_exec;
 
@@ -176,28 +176,25 @@ impl JobOutput {
     /// yielded, or a `terminal_job` read of a job still running): exact, since a running
     /// answer carries no notices. `None` for an ended answer (its stderr may hold notices:
     /// read it with [`crate::op::Op::JobRead`]) or one that is not a job's.
-    pub fn of_running(v: &Value) -> Option<JobOutput> {
-        if v.get("running") != Some(&Value::Bool(true)) {
+    pub fn of_running(a: &ExecAnswer) -> Option<JobOutput> {
+        if a.running != Some(true) {
             return None;
         }
-        let stream = |key: &str| -> Option<Vec<u8>> {
+        let stream = |text: &str, b64: &Option<String>| -> Option<Vec<u8>> {
             use base64::Engine as _;
-            match v.get(format!("{key}_base64")).and_then(Value::as_str) {
+            match b64 {
                 Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
-                None => Some(v.get(key)?.as_str()?.as_bytes().to_vec()),
+                None => Some(text.as_bytes().to_vec()),
             }
         };
         Some(JobOutput {
-            job_id: v.get("job_id")?.as_str()?.to_owned(),
-            stdout: stream("stdout")?,
-            stderr: stream("stderr")?,
+            job_id: a.job_id.clone()?,
+            stdout: stream(&a.stdout, &a.stdout_base64)?,
+            stderr: stream(&a.stderr, &a.stderr_base64)?,
             running: true,
             exit_code: None,
-            duration_ms: v
-                .get("exec_duration_ms")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            dropped_bytes: v.get("dropped_bytes").and_then(Value::as_u64).unwrap_or(0),
+            duration_ms: a.exec_duration_ms.unwrap_or(0),
+            dropped_bytes: a.dropped_bytes,
             timed_out_after: None,
             oom_killed: false,
             peek: false,
@@ -254,65 +251,45 @@ fn as_outcome(out: &JobOutput) -> ExecOutcome {
     }
 }
 
-/// A stream as the exec result renders it (text, and `<key>_base64` when not UTF-8).
-fn put(out: &mut Map<String, Value>, key: &str, bytes: &[u8]) {
-    let mut extra = Map::new();
-    put_stream(out, key, bytes, &mut extra);
-    out.extend(extra);
-}
-
 /// The structured result of `terminal_job` (SPEC §3.8): only what is new since the
 /// previous read; `exit_code` and `exec_duration_ms` once the job ended.
-pub fn job_structured(computer_id: &str, out: JobOutput) -> Value {
-    let mut m = Map::new();
-    m.insert("computer_id".into(), json!(computer_id));
-    m.insert("job_id".into(), json!(out.job_id));
-    m.insert("running".into(), json!(out.running));
-    if out.running {
-        put(&mut m, "stdout", &out.stdout);
-        put(&mut m, "stderr", &out.stderr);
+pub fn job_structured(computer_id: &str, out: JobOutput) -> ExecAnswer {
+    let mut a = if out.running {
+        let (stdout, stdout_base64) = shown(&out.stdout);
+        let (stderr, stderr_base64) = shown(&out.stderr);
+        ExecAnswer {
+            computer_id: computer_id.to_owned(),
+            stdout,
+            stderr,
+            stdout_base64,
+            stderr_base64,
+            ..ExecAnswer::default()
+        }
     } else {
         // The ended shape, notices included, is the exec result's.
-        let Value::Object(ended) = exec_structured(computer_id, false, as_outcome(&out)) else {
-            return Value::Object(m);
-        };
-        for (k, v) in ended {
-            if k != "computer_id" && k != "temporary" {
-                m.insert(k, v);
-            }
-        }
-    }
-    if out.dropped_bytes > 0 {
-        m.insert("dropped_bytes".into(), json!(out.dropped_bytes));
-    }
-    if out.peek {
-        m.insert("peek".into(), json!(true));
-    }
-    Value::Object(m)
+        let mut ended = exec_structured(computer_id, false, as_outcome(&out));
+        ended.temporary = None;
+        ended
+    };
+    a.job_id = Some(out.job_id);
+    a.running = Some(out.running);
+    a.dropped_bytes = out.dropped_bytes;
+    a.peek = out.peek;
+    a
 }
 
 /// The structured result of a `terminal_execute` with `yield_ms`: the exec result when the
 /// command ended in time, else what it printed so far with `running: true` and `job_id`.
-pub fn yielded_structured(computer_id: &str, temporary: bool, out: JobOutput) -> Value {
-    if !out.running {
-        let mut v = exec_structured(computer_id, temporary, as_outcome(&out));
-        if out.dropped_bytes > 0 {
-            v["dropped_bytes"] = json!(out.dropped_bytes);
-        }
-        return v;
+pub fn yielded_structured(computer_id: &str, temporary: bool, out: JobOutput) -> ExecAnswer {
+    let mut a = exec_structured(computer_id, temporary, as_outcome(&out));
+    a.dropped_bytes = out.dropped_bytes;
+    if out.running {
+        // Nothing ended: no exit code and no notices.
+        a.exit_code = None;
+        a.running = Some(true);
+        a.job_id = Some(out.job_id);
     }
-    let mut m = Map::new();
-    m.insert("computer_id".into(), json!(computer_id));
-    m.insert("temporary".into(), json!(temporary));
-    put(&mut m, "stdout", &out.stdout);
-    put(&mut m, "stderr", &out.stderr);
-    m.insert("exec_duration_ms".into(), json!(out.duration_ms));
-    m.insert("running".into(), json!(true));
-    m.insert("job_id".into(), json!(out.job_id));
-    if out.dropped_bytes > 0 {
-        m.insert("dropped_bytes".into(), json!(out.dropped_bytes));
-    }
-    Value::Object(m)
+    a
 }
 
 /// The words every "this job ended with the server process that ran it" message holds
@@ -340,14 +317,46 @@ pub fn tells_server_stopped(message: &str) -> bool {
     message.contains(SERVER_STOPPED)
 }
 
+/// The answer of `terminal_job` with `list`: built here only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobList {
+    pub computer_id: String,
+    pub jobs: Vec<JobInfo>,
+    pub count: usize,
+}
+
 /// The structured result of `terminal_job` with `list`.
-pub fn job_list_structured(computer_id: &str, jobs: &[JobInfo]) -> Value {
-    json!({"computer_id": computer_id, "jobs": jobs, "count": jobs.len()})
+pub fn job_list_structured(computer_id: &str, jobs: Vec<JobInfo>) -> JobList {
+    let count = jobs.len();
+    JobList {
+        computer_id: computer_id.to_owned(),
+        jobs,
+        count,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// The answers as JSON (the shapes the tests check).
+    fn job_structured(id: &str, out: JobOutput) -> Value {
+        serde_json::to_value(super::job_structured(id, out)).unwrap()
+    }
+
+    fn yielded_structured(id: &str, temporary: bool, out: JobOutput) -> Value {
+        serde_json::to_value(super::yielded_structured(id, temporary, out)).unwrap()
+    }
+
+    fn job_list_structured(id: &str, jobs: &[JobInfo]) -> Value {
+        serde_json::to_value(super::job_list_structured(id, jobs.to_vec())).unwrap()
+    }
+
+    /// [`JobOutput::of_running`] of an answer in its JSON form (`None`: not an answer).
+    fn of_running(v: &Value) -> Option<JobOutput> {
+        JobOutput::of_running(&serde_json::from_value(v.clone()).ok()?)
+    }
 
     #[test]
     fn a_peek_shows_whole_characters() {
@@ -433,16 +442,16 @@ mod tests {
             ..JobOutput::default()
         };
         let y = yielded_structured("box", false, read.clone());
-        assert_eq!(JobOutput::of_running(&y), Some(read.clone()));
+        assert_eq!(of_running(&y), Some(read.clone()));
         let mut polled = read.clone();
         polled.duration_ms = 0;
         let j = job_structured("box", read.clone());
-        assert_eq!(JobOutput::of_running(&j), Some(polled));
+        assert_eq!(of_running(&j), Some(polled));
         // Ended, or not a job's answer at all: not read from it.
         let mut ended = read.clone();
         ended.running = false;
         ended.exit_code = Some(0);
-        assert_eq!(JobOutput::of_running(&job_structured("box", ended)), None);
+        assert_eq!(of_running(&job_structured("box", ended)), None);
         for junk in [
             json!({}),
             json!({"running": true}),
@@ -450,7 +459,7 @@ mod tests {
             json!({"running": true, "job_id": "j", "stdout": "", "stderr": "", "stdout_base64": "!"}),
             json!("running"),
         ] {
-            assert_eq!(JobOutput::of_running(&junk), None, "{junk}");
+            assert_eq!(of_running(&junk), None, "{junk}");
         }
         // The serde form (Op::JobRead's answer) is exact, with the output as base64.
         let wire = serde_json::to_value(&read).unwrap();

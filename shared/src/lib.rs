@@ -24,6 +24,7 @@ macro_rules! message_error_from {
     )+ };
 }
 
+pub mod answer;
 pub mod capabilities;
 pub mod catalogue;
 pub mod dashboard;

@@ -14,6 +14,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::answer::{Answer, AnswerKind};
 use crate::capabilities::Capability;
 use crate::catalogue::{ToolKind, ToolNames, tool_kind};
 use crate::executor_api::{ApiError, ErrorCode, Scope};
@@ -401,6 +402,21 @@ impl Op {
         }
     }
 
+    /// The kind of answer it gets (how an executor's body for it is read back).
+    pub fn answer_kind(&self) -> AnswerKind {
+        match self {
+            Op::List | Op::Dashboard => AnswerKind::Listed,
+            Op::Create { .. } | Op::Restart { .. } | Op::FactoryReset { .. } => AnswerKind::Created,
+            Op::Delete { .. } => AnswerKind::Deleted,
+            Op::Exec(_) | Op::Job(_) => AnswerKind::Exec,
+            Op::JobRead(_) => AnswerKind::JobRead,
+            Op::Jobs { .. } => AnswerKind::Jobs,
+            Op::File(FileCall::Read(_)) => AnswerKind::Read,
+            Op::File(FileCall::Write(_)) => AnswerKind::Written,
+            Op::File(FileCall::Edit(_)) => AnswerKind::Edited,
+        }
+    }
+
     /// A short name for logs and spans.
     pub fn name(&self) -> &'static str {
         match self {
@@ -614,12 +630,12 @@ fn decode_poll(computer_id: &str, job_id: &str, body: &[u8]) -> Result<JobPoll, 
 /// Something that carries out operations for a team: an executor's registry, the Worker's
 /// client of an executor, or a provider the Worker reaches itself.
 pub trait OpHandler: MaybeSync {
-    /// Does `op` for `team`: the tool's `structuredContent`, or a coded error.
+    /// Does `op` for `team`: its answer, or a coded error.
     fn handle(
         &self,
         team: &str,
         op: Op,
-    ) -> impl Future<Output = Result<Value, ApiError>> + MaybeSend;
+    ) -> impl Future<Output = Result<Answer, ApiError>> + MaybeSend;
 }
 
 #[cfg(test)]

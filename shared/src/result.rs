@@ -7,7 +7,7 @@
 use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock as Content};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// Which output stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,31 +112,70 @@ fn append_notice(stderr: &mut Vec<u8>, notice: &str) {
     stderr.push(b'\n');
 }
 
-pub(crate) fn put_stream(
-    out: &mut Map<String, Value>,
-    key: &str,
-    bytes: &[u8],
-    extra: &mut Map<String, Value>,
-) {
+/// A stream as results show it: the text, and the bytes in base64 when they are not UTF-8
+/// (the text then has U+FFFD for what is not).
+pub(crate) fn shown(bytes: &[u8]) -> (String, Option<String>) {
     match std::str::from_utf8(bytes) {
-        Ok(s) => {
-            out.insert(key.into(), Value::String(s.to_owned()));
-        }
-        Err(_) => {
-            out.insert(
-                key.into(),
-                Value::String(String::from_utf8_lossy(bytes).into_owned()),
-            );
-            extra.insert(
-                format!("{key}_base64"),
-                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            );
-        }
+        Ok(s) => (s.to_owned(), None),
+        Err(_) => (
+            String::from_utf8_lossy(bytes).into_owned(),
+            Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        ),
     }
 }
 
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a command answers (SPEC §3.5, §3.8): `terminal_execute`'s result, and
+/// `terminal_job`'s, which adds the job's fields. Built by [`exec_structured`],
+/// [`crate::jobs::job_structured`] and [`crate::jobs::yielded_structured`] only.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExecAnswer {
+    pub computer_id: String,
+    /// Absent in `terminal_job`'s answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary: Option<bool>,
+    /// A job's (`terminal_job`, or a `terminal_execute` that left its command running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<bool>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Absent while a job runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub truncated: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub timed_out: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub oom_killed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_base64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_base64: Option<String>,
+    /// A job's output dropped (the oldest) since the previous read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped_bytes: u64,
+    /// A job's peek: nothing was taken.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub peek: bool,
+    /// This call made the computer (SPEC §3.2).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub created: bool,
+}
+
 /// The structured exec result of SPEC §3.5.
-pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome) -> Value {
+pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome) -> ExecAnswer {
     let ExecOutcome {
         stdout,
         mut stderr,
@@ -147,8 +186,9 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
         oom_killed,
     } = outcome;
     // Notices go after the captured bytes, and base64 covers the captured bytes only.
-    let stderr_raw_is_utf8 = std::str::from_utf8(&stderr).is_ok();
-    let stderr_raw = (!stderr_raw_is_utf8).then(|| stderr.clone());
+    let stderr_raw = std::str::from_utf8(&stderr)
+        .is_err()
+        .then(|| stderr.clone());
     if let Some(secs) = timed_out_after {
         exit_code = TIMEOUT_EXIT_CODE;
         append_notice(
@@ -172,37 +212,28 @@ pub fn exec_structured(computer_id: &str, temporary: bool, outcome: ExecOutcome)
             "[killed by the out-of-memory killer: the computer's memory limit was reached. Use less memory (smaller inputs, fewer parallel jobs) or give computers more (--memory)]",
         );
     }
-    let mut out = Map::new();
-    let mut extra = Map::new();
-    out.insert("computer_id".into(), json!(computer_id));
-    out.insert("temporary".into(), json!(temporary));
-    put_stream(&mut out, "stdout", &stdout, &mut extra);
-    match stderr_raw {
-        None => put_stream(&mut out, "stderr", &stderr, &mut extra),
-        Some(raw) => {
-            out.insert(
-                "stderr".into(),
-                Value::String(String::from_utf8_lossy(&stderr).into_owned()),
-            );
-            extra.insert(
-                "stderr_base64".into(),
-                Value::String(base64::engine::general_purpose::STANDARD.encode(raw)),
-            );
-        }
+    let (stdout, stdout_base64) = shown(&stdout);
+    let (stderr, stderr_base64) = match stderr_raw {
+        None => shown(&stderr),
+        Some(raw) => (
+            String::from_utf8_lossy(&stderr).into_owned(),
+            Some(base64::engine::general_purpose::STANDARD.encode(raw)),
+        ),
+    };
+    ExecAnswer {
+        computer_id: computer_id.to_owned(),
+        temporary: Some(temporary),
+        stdout,
+        stderr,
+        exit_code: Some(exit_code),
+        exec_duration_ms: Some(duration_ms),
+        truncated: truncated_at.is_some(),
+        timed_out: timed_out_after.is_some(),
+        oom_killed,
+        stdout_base64,
+        stderr_base64,
+        ..ExecAnswer::default()
     }
-    out.insert("exit_code".into(), json!(exit_code));
-    out.insert("exec_duration_ms".into(), json!(duration_ms));
-    if truncated_at.is_some() {
-        out.insert("truncated".into(), json!(true));
-    }
-    if timed_out_after.is_some() {
-        out.insert("timed_out".into(), json!(true));
-    }
-    if oom_killed {
-        out.insert("oom_killed".into(), json!(true));
-    }
-    out.extend(extra);
-    Value::Object(out)
 }
 
 /// A successful tool result: structured content plus the same JSON as one text block.
@@ -247,6 +278,10 @@ pub struct ComputerInfo {
     /// Its jobs, running and recently ended (with the `jobs` group; SPEC §3.8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<Vec<JobInfo>>,
+    /// Why its place could not be asked (the gateway lists a computer whose executor is
+    /// unreachable with state `unreachable` and this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A job as lists show it (`terminal_job` with `list`, and `computer_list` items).
@@ -300,16 +335,6 @@ impl Created {
             temporary,
         }
     }
-
-    /// Its `structuredContent`.
-    pub fn to_value(&self) -> Value {
-        json!({
-            "ok": self.ok,
-            "computer_id": self.computer_id,
-            "sandbox_id": self.sandbox_id,
-            "temporary": self.temporary,
-        })
-    }
 }
 
 /// The answer of `computer_delete` (SPEC §3.5): built here only.
@@ -328,25 +353,37 @@ impl Deleted {
             deleted: true,
         }
     }
+}
 
-    /// Its `structuredContent`.
-    pub fn to_value(&self) -> Value {
-        json!({"ok": self.ok, "computer_id": self.computer_id, "deleted": self.deleted})
-    }
+/// The answer of `computer_list` (and the dashboard's data): built here only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listed {
+    pub computers: Vec<ComputerInfo>,
+    pub count: usize,
 }
 
 /// `{"computers": [...], "count": n}`.
-pub fn inventory(computers: &[ComputerInfo]) -> Value {
-    json!({ "computers": computers, "count": computers.len() })
+pub fn inventory(computers: Vec<ComputerInfo>) -> Listed {
+    let count = computers.len();
+    Listed { computers, count }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The answer as JSON (the shape the tests check).
+    fn exec_structured(id: &str, temporary: bool, outcome: ExecOutcome) -> Value {
+        serde_json::to_value(super::exec_structured(id, temporary, outcome)).unwrap()
+    }
+
+    fn inventory(computers: &[ComputerInfo]) -> Value {
+        serde_json::to_value(super::inventory(computers.to_vec())).unwrap()
+    }
+
     #[test]
     fn lifecycle_answers_have_the_spec_shapes() {
-        let c = Created::new("box", "0123456789abcdef", false).to_value();
+        let c = serde_json::to_value(Created::new("box", "0123456789abcdef", false)).unwrap();
         assert_eq!(
             c.to_string(),
             r#"{"ok":true,"computer_id":"box","sandbox_id":"0123456789ab","temporary":false}"#
@@ -357,7 +394,7 @@ mod tests {
         );
         let c = Created::new("ü", "äö", true);
         assert_eq!(c.sandbox_id, "äö");
-        let d = Deleted::new("box").to_value();
+        let d = serde_json::to_value(Deleted::new("box")).unwrap();
         assert_eq!(
             d.to_string(),
             r#"{"ok":true,"computer_id":"box","deleted":true}"#
@@ -527,6 +564,7 @@ mod tests {
             created_at: "1970-01-01T00:00:00.000Z".into(),
             history: Vec::new(),
             jobs: None,
+            error: None,
         };
         let mut wire = serde_json::to_value(&info).unwrap();
         assert!(wire.get("jobs").is_none(), "{wire}");

@@ -15,9 +15,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::answer::Answer;
 use crate::history::rfc3339_utc;
 use crate::jobs::JobOutput;
-use crate::result::{ExecOutcome, exec_structured, structured_result};
+use crate::result::{ExecOutcome, exec_structured};
 
 /// The extension's identifier.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -250,11 +251,9 @@ impl Task {
             timed_out_after: *timed_out_after,
             oom_killed: *oom_killed,
         };
-        let mut v = exec_structured(&self.computer_id, self.temporary, outcome);
-        if self.dropped_bytes > 0 {
-            v["dropped_bytes"] = json!(self.dropped_bytes);
-        }
-        serde_json::to_value(structured_result(v)).ok()
+        let mut a = exec_structured(&self.computer_id, self.temporary, outcome);
+        a.dropped_bytes = self.dropped_bytes;
+        serde_json::to_value(Answer::Exec(a).into_result()).ok()
     }
 
     /// The newest non-empty output line, for `statusMessage` while it works.

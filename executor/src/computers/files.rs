@@ -6,10 +6,10 @@
 //! done here once for every backend: read the whole file, replace exactly, write it back
 //! atomically with its own mode.
 
-use serde_json::Value;
+use shared::answer::Answer;
 use shared::files::{
-    FileCall, FileEdit, FileRead, FileWrite, MAX_EDIT_BYTES, MAX_SLICE, edit_file, edit_structured,
-    read_structured, write_structured,
+    FileCall, FileEdit, FileRead, FileWrite, MAX_EDIT_BYTES, MAX_SLICE, WriteAnswer, edit_file,
+    edit_structured, read_structured, write_structured,
 };
 
 use super::{Computers, InUse, SessionHost};
@@ -24,12 +24,12 @@ impl SessionHost {
         &self,
         call: FileCall,
         progress: &Progress,
-    ) -> Result<Value, ComputerError> {
+    ) -> Result<Answer, ComputerError> {
         let (id, at) = self
             .target(call.computer_id(), call.temporary(), progress)
             .await?;
         let answer = self.computers.file_on(&self.key(&id), &id, call).await?;
-        Ok(super::mark_created(answer, at.created))
+        Ok(answer.mark_created(at.created))
     }
 }
 
@@ -309,7 +309,7 @@ impl SessionHost {
         temporary: Option<bool>,
         spec: &FilePutSpec<'_>,
         body: UploadStream<'_>,
-    ) -> Result<Value, ComputerError> {
+    ) -> Result<WriteAnswer, ComputerError> {
         let (id, _) = self
             .target(Some(id), temporary, &Progress::default())
             .await?;
@@ -323,7 +323,7 @@ impl SessionHost {
 impl Computers {
     /// Runs `call` on computer `key` (the caller's `id`), starting it once if it was
     /// stopped behind our back, and forgetting it if it vanished.
-    async fn file_on(&self, key: &str, id: &str, call: FileCall) -> Result<Value, ComputerError> {
+    async fn file_on(&self, key: &str, id: &str, call: FileCall) -> Result<Answer, ComputerError> {
         let _in_use = InUse::new(self, key);
         let mut result = self.file_once(key, id, &call).await;
         if matches!(&result, Err(ComputerError::Backend(e)) if e.failure == Failure::NotRunning)
@@ -342,7 +342,7 @@ impl Computers {
         key: &str,
         id: &str,
         call: &FileCall,
-    ) -> Result<Value, ComputerError> {
+    ) -> Result<Answer, ComputerError> {
         match call {
             FileCall::Read(FileRead {
                 path,
@@ -351,15 +351,15 @@ impl Computers {
                 ..
             }) => {
                 let slice = self.backend.file_read(key, path, *offset, *length).await?;
-                Ok(read_structured(id, path, &slice))
+                Ok(read_structured(id, path, &slice).into())
             }
             FileCall::Write(w) => {
                 let written = self.backend.file_write(key, &write_spec(w)).await?;
-                Ok(write_structured(id, &w.path, &written))
+                Ok(write_structured(id, &w.path, &written).into())
             }
             FileCall::Edit(e) => {
                 let (replacements, written) = self.edit(key, e).await?;
-                Ok(edit_structured(id, &e.path, replacements, written.size))
+                Ok(edit_structured(id, &e.path, replacements, written.size).into())
             }
         }
     }

@@ -9,7 +9,7 @@
 //! Access is the computer's: whoever may reach the computer may reach its jobs; anyone
 //! else gets "no such job", whatever the id.
 
-use serde_json::Value;
+use shared::answer::Answer;
 use shared::history::{HistoryEntry, rfc3339_utc};
 use shared::jobs::{JobCall, JobOutput, job_id_from, job_list_structured, job_structured};
 use shared::registry::Claimant;
@@ -221,7 +221,7 @@ impl SessionHost {
     }
 
     /// Runs a validated `terminal_job` call.
-    pub(super) async fn job(&self, call: JobCall) -> Result<Value, ComputerError> {
+    pub(super) async fn job(&self, call: JobCall) -> Result<Answer, ComputerError> {
         let job_id = match &call {
             JobCall::Poll(p) => Some(p.job_id.as_str()),
             JobCall::List { .. } => None,
@@ -236,15 +236,18 @@ impl SessionHost {
         match call {
             JobCall::List { .. } => {
                 let jobs = c.backend.job_list(&key).await?;
-                Ok(job_list_structured(&id, &jobs))
+                Ok(job_list_structured(&id, jobs).into())
             }
-            JobCall::Poll(p) => Ok(job_structured(&id, self.poll_job(&key, p).await?)),
+            JobCall::Poll(p) => Ok(job_structured(&id, self.poll_job(&key, p).await?).into()),
         }
     }
 
     /// `Op::JobRead`: a `terminal_job` poll answered as the read itself (the serde form of
     /// `JobOutput`, output in base64), for a gateway that keeps the job's task.
-    pub(super) async fn job_read(&self, p: shared::jobs::JobPoll) -> Result<Value, ComputerError> {
+    pub(super) async fn job_read(
+        &self,
+        p: shared::jobs::JobPoll,
+    ) -> Result<JobOutput, ComputerError> {
         let id = self
             .job_computer(p.computer_id.as_deref(), Some(&p.job_id))
             .await?;
@@ -255,13 +258,7 @@ impl SessionHost {
                 e
             }
         })?;
-        let out = self.poll_job(&key, p).await?;
-        serde_json::to_value(out).map_err(|e| {
-            ComputerError::Backend(BackendError::new(
-                Failure::Failed,
-                format!("a job's read as JSON: {e}"),
-            ))
-        })
+        self.poll_job(&key, p).await
     }
 
     async fn poll_job(

@@ -6,16 +6,17 @@
 use std::sync::Arc;
 
 use shared::CallToolResult;
+use shared::answer::Answer;
 use shared::jobs::JobCall;
 use shared::mcp::{CallContext, TaskAnswer, ToolHost};
 use shared::op::Op;
 use shared::registry::{Claimant, Target};
-use shared::result::{Created, Deleted, inventory, operation_error, structured_result};
+use shared::result::{Created, Deleted, Listed, inventory, operation_error};
 use shared::tasks::TaskMethod;
 use shared::validate::ExecRequest;
 use tracing::Instrument;
 
-use super::{Attached, ComputerError, Computers, DefaultSlot, mark_created};
+use super::{Attached, ComputerError, Computers, DefaultSlot};
 use crate::place::Place;
 use crate::progress::{Notifier, Progress};
 use crate::spec::ContainerRecord;
@@ -128,11 +129,7 @@ impl SessionHost {
     /// Runs an operation (a validated tool call, or a request of the executor API): the
     /// structured result, or why not. A call that names a computer and succeeds counts as
     /// a use of it (the idle reaper's clock).
-    pub async fn run(
-        &self,
-        op: Op,
-        progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    pub async fn run(&self, op: Op, progress: &Progress) -> Result<Answer, ComputerError> {
         let span = tracing::info_span!(
             "op",
             op = op.name(),
@@ -144,23 +141,23 @@ impl SessionHost {
         }
         let named = op.computer_id().map(str::to_owned);
         let answer = async {
-            match op {
-                Op::Exec(req) => self.exec(req, progress).await,
-                Op::List | Op::Dashboard => self.list().await,
+            Ok(match op {
+                Op::Exec(req) => self.exec(req, progress).await?,
+                Op::List | Op::Dashboard => self.list().await?.into(),
                 Op::Create {
                     computer_id,
                     temporary,
-                } => self.create(computer_id, temporary, progress).await,
-                Op::Restart { computer_id } => self.restart(&computer_id).await,
+                } => self.create(computer_id, temporary, progress).await?.into(),
+                Op::Restart { computer_id } => self.restart(&computer_id).await?.into(),
                 Op::FactoryReset { computer_id } => {
-                    self.factory_reset(&computer_id, progress).await
+                    self.factory_reset(&computer_id, progress).await?.into()
                 }
-                Op::Delete { computer_id } => self.delete(&computer_id).await,
-                Op::Job(poll) => self.job(JobCall::Poll(poll)).await,
-                Op::JobRead(poll) => self.job_read(poll).await,
-                Op::Jobs { computer_id } => self.job(JobCall::List { computer_id }).await,
-                Op::File(call) => self.file(call, progress).await,
-            }
+                Op::Delete { computer_id } => self.delete(&computer_id).await?.into(),
+                Op::Job(poll) => self.job(JobCall::Poll(poll)).await?,
+                Op::JobRead(poll) => self.job_read(poll).await?.into(),
+                Op::Jobs { computer_id } => self.job(JobCall::List { computer_id }).await?,
+                Op::File(call) => self.file(call, progress).await?,
+            })
         }
         .instrument(span)
         .await;
@@ -217,7 +214,7 @@ impl SessionHost {
         &self,
         req: ExecRequest,
         progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    ) -> Result<Answer, ComputerError> {
         let (id, at) = self
             .target(req.computer_id.as_deref(), req.temporary, progress)
             .await?;
@@ -225,17 +222,17 @@ impl SessionHost {
             .computers
             .exec_on(&self.key(&id), &id, at.temporary, &req, progress)
             .await?;
-        Ok(mark_created(answer, at.created))
+        Ok(Answer::Exec(answer).mark_created(at.created))
     }
 
-    pub(super) async fn list(&self) -> Result<serde_json::Value, ComputerError> {
+    pub(super) async fn list(&self) -> Result<Listed, ComputerError> {
         Ok(inventory(
-            &self.computers.list(&self.owner, self.team()).await?,
+            self.computers.list(&self.owner, self.team()).await?,
         ))
     }
 
-    pub(super) fn created(&self, id: &str, r: &ContainerRecord) -> serde_json::Value {
-        Created::new(id, &r.provider_id, r.temporary).to_value()
+    pub(super) fn created(&self, id: &str, r: &ContainerRecord) -> Created {
+        Created::new(id, &r.provider_id, r.temporary)
     }
 
     pub(super) async fn create(
@@ -243,7 +240,7 @@ impl SessionHost {
         computer_id: Option<String>,
         temporary: Option<bool>,
         progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    ) -> Result<Created, ComputerError> {
         let c = &self.computers;
         let id = computer_id.unwrap_or_else(|| c.new_slug(temporary.unwrap_or(true), self.team()));
         self.attach(&id, temporary, progress).await?;
@@ -255,7 +252,7 @@ impl SessionHost {
         Ok(self.created(&id, &r))
     }
 
-    pub(super) async fn restart(&self, id: &str) -> Result<serde_json::Value, ComputerError> {
+    pub(super) async fn restart(&self, id: &str) -> Result<Created, ComputerError> {
         let c = &self.computers;
         let r = c.visible_record(id, &self.owner, self.team()).await?;
         c.backend.restart(&self.key(id)).await?;
@@ -267,7 +264,7 @@ impl SessionHost {
         &self,
         id: &str,
         progress: &Progress,
-    ) -> Result<serde_json::Value, ComputerError> {
+    ) -> Result<Created, ComputerError> {
         let c = &self.computers;
         let r = c.visible_record(id, &self.owner, self.team()).await?;
         let key = self.key(id);
@@ -281,7 +278,7 @@ impl SessionHost {
         Ok(self.created(id, &fresh))
     }
 
-    pub(super) async fn delete(&self, id: &str) -> Result<serde_json::Value, ComputerError> {
+    pub(super) async fn delete(&self, id: &str) -> Result<Deleted, ComputerError> {
         let c = &self.computers;
         c.visible_record(id, &self.owner, self.team()).await?;
         let key = self.key(id);
@@ -294,7 +291,7 @@ impl SessionHost {
         if default.as_deref() == Some(id) {
             *default = None;
         }
-        Ok(Deleted::new(id).to_value())
+        Ok(Deleted::new(id))
     }
 
     /// Ends this caller's session: its temporaries go away.
@@ -307,7 +304,7 @@ impl ToolHost for SessionHost {
     async fn call_tool(&self, call: Op, ctx: &CallContext) -> CallToolResult {
         let progress = Progress::new(self.notifier.clone(), ctx.progress_token.clone());
         match self.run(call, &progress).await {
-            Ok(v) => structured_result(v),
+            Ok(answer) => answer.into_result(),
             Err(e) => operation_error(&e.to_string()),
         }
     }

@@ -15,10 +15,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use shared::answer::Answer;
 use shared::capabilities::Capability;
 use shared::jobs::yielded_structured;
 use shared::mcp::TaskAnswer;
-use shared::result::structured_result;
 use shared::tasks::{DEFAULT_YIELD_MS, KEEP_MS, Task, TaskError, TaskMethod, unknown_task};
 use shared::validate::ExecRequest;
 
@@ -92,9 +92,9 @@ impl SessionHost {
         // No jobs on this backend: the foreground answer is a valid one.
         if !c.backend.capabilities().has(Capability::Jobs) {
             req.yield_ms = None;
-            return Ok(TaskAnswer::Complete(structured_result(
-                self.exec(req, progress).await?,
-            )));
+            return Ok(TaskAnswer::Complete(
+                self.exec(req, progress).await?.into_result(),
+            ));
         }
         let (id, at) = self
             .target(req.computer_id.as_deref(), req.temporary, progress)
@@ -112,15 +112,14 @@ impl SessionHost {
             // No jobs on this backend: the foreground answer is a valid one.
             Err(e) if e.failure() == Some(Failure::Unsupported) => {
                 req.yield_ms = None;
-                let v = c.exec_on(&key, &id, temporary, &req, progress).await?;
-                return Ok(TaskAnswer::Complete(structured_result(v)));
+                let a = c.exec_on(&key, &id, temporary, &req, progress).await?;
+                return Ok(TaskAnswer::Complete(Answer::Exec(a).into_result()));
             }
             Err(e) => return Err(e),
         };
         if !out.running {
-            return Ok(TaskAnswer::Complete(structured_result(yielded_structured(
-                &id, temporary, out,
-            ))));
+            let a = yielded_structured(&id, temporary, out);
+            return Ok(TaskAnswer::Complete(Answer::Exec(a).into_result()));
         }
         let now = now_ms();
         let limit = c.defaults.output_limit as u64;

@@ -29,6 +29,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::json;
+use shared::answer::Answer;
 use shared::files::{BrokenStream, PutQuery};
 
 use super::{HttpState, check_auth, check_host_origin, header_str, json_response, principal};
@@ -336,7 +337,7 @@ pub(crate) async fn upload(
     let result = host.upload(id, q.temporary, &spec, &mut stream).await;
     drop(stream);
     match result {
-        Ok(v) => json_response(StatusCode::CREATED, v),
+        Ok(w) => json_response(StatusCode::CREATED, Answer::Written(w).to_value()),
         Err(e) if over => {
             body::linger(raw, 0);
             too_large(e.to_string())

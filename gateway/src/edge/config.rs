@@ -153,7 +153,7 @@ impl Gateway {
         owner: &str,
         scope: &str,
         op: Op,
-    ) -> std::result::Result<Value, GatewayError> {
+    ) -> std::result::Result<Answer, GatewayError> {
         op.named().map_err(GatewayError::Api)?;
         let answer = match EdgePlace::of(place) {
             EdgePlace::Fly => slot(&self.fly, place)?.handle(team, op).await,
@@ -205,7 +205,7 @@ impl Gateway {
         path: &str,
         how: shared::files::PutQuery,
         body: S,
-    ) -> std::result::Result<Value, GatewayError>
+    ) -> std::result::Result<WriteAnswer, GatewayError>
     where
         S: futures_util::Stream<Item = std::result::Result<Vec<u8>, shared::files::BrokenStream>>
             + Unpin,
@@ -232,7 +232,7 @@ impl Gateway {
         &self,
         grant: exec_token::Grant<'_>,
         op: &Op,
-    ) -> std::result::Result<Value, GatewayError> {
+    ) -> std::result::Result<Answer, GatewayError> {
         let executor = grant.executor;
         let ex = self.executor(executor).ok_or_else(|| {
             GatewayError::Config(format!(
@@ -277,7 +277,7 @@ impl Gateway {
         let status = resp.status_code();
         let text = resp.text().await.map_err(transport)?;
         if status == 200 {
-            return serde_json::from_str(&text)
+            return Answer::decode(op.answer_kind(), &text)
                 .map_err(|e| GatewayError::Transport(format!("executor answer: {e}")));
         }
         Err(GatewayError::Api(

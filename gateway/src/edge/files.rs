@@ -292,10 +292,7 @@ async fn direct_put(
             .map(|r| r.map_err(|e| shared::files::BrokenStream(e.to_string()))),
     );
     match gw.direct_file_put(place, team, id, path, how, body).await {
-        Ok(v) => {
-            let resp = json_response(201, &v)?;
-            Ok(resp)
-        }
+        Ok(w) => json_response(201, &Answer::Written(w).to_value()),
         Err(e) => api_error(&e),
     }
 }

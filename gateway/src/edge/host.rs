@@ -4,8 +4,10 @@
 
 use super::*;
 use shared::executor_api::Scope;
+use shared::lifecycle::ComputerState;
 use shared::mcp::TaskAnswer;
 use shared::registry::Target;
+use shared::result::{ComputerInfo, inventory};
 use shared::tasks::TaskMethod;
 use tracing::Instrument;
 
@@ -171,7 +173,7 @@ impl Host {
         id: &str,
         mut rec: Record,
         make: impl Fn() -> Op,
-    ) -> std::result::Result<(Record, Value), GatewayError> {
+    ) -> std::result::Result<(Record, Answer), GatewayError> {
         let team = self.caller.team.clone();
         let mut avoid = Vec::new();
         loop {
@@ -237,7 +239,7 @@ impl Host {
     pub(crate) async fn on_computer(
         &self,
         op: Op,
-    ) -> std::result::Result<(Record, Value), GatewayError> {
+    ) -> std::result::Result<(Record, Answer), GatewayError> {
         let id = op.computer_id().unwrap_or_default().to_owned();
         let rec = self.visible(&id).await?;
         let v = self
@@ -374,7 +376,7 @@ impl Host {
 
     /// Runs `op` for this caller: picks and claims its target in the team's object (or
     /// the isolate's cache), then hands it to the place the computer lives.
-    pub(crate) async fn run(&self, op: Op) -> std::result::Result<Value, GatewayError> {
+    pub(crate) async fn run(&self, op: Op) -> std::result::Result<Answer, GatewayError> {
         let team = self.caller.team.clone();
         match op {
             Op::Exec(req) => {
@@ -401,8 +403,9 @@ impl Host {
                 let (_, v) = v?;
                 // A command left running is a job: the DO keeps where it runs and until
                 // when it may, so terminal_job needs no id and idle reaping waits for it.
-                if v["running"] == true
-                    && let Some(job_id) = v["job_id"].as_str()
+                if let Some(a) = v.as_exec()
+                    && a.running == Some(true)
+                    && let Some(job_id) = &a.job_id
                 {
                     let deadline = now_ms().saturating_add(timeout_ms);
                     let put = inventory::Request::JobPut {
@@ -482,10 +485,12 @@ impl Host {
                     .op(&rec.executor, &team, &self.owner, &self.scope(), op.on(&id))
                     .await?;
                 // A peek of an ended job leaves it for the read that takes its output.
-                if v["running"] == false
-                    && v["peek"] != true
-                    && let Some(job_id) = &job_id
-                {
+                let ended = match &v {
+                    Answer::Exec(a) => a.running == Some(false) && !a.peek,
+                    Answer::JobRead(out) => !out.running && !out.peek,
+                    _ => false,
+                };
+                if ended && let Some(job_id) = &job_id {
                     let done = inventory::Request::JobDone {
                         job_id: job_id.clone(),
                     };
@@ -510,34 +515,32 @@ impl Host {
                         .op(&place, &team, &self.owner, &self.scope(), Op::List)
                         .await;
                     let listed = match listed {
-                        Ok(v) => v,
+                        Ok(Answer::Listed(l)) => l,
+                        Ok(other) => {
+                            let why = format!("{place} answered a list with {other:?}");
+                            return Err(GatewayError::Transport(why));
+                        }
                         // One executor down does not hide the rest: its computers are
                         // listed from the inventory, as unreachable, with why.
                         Err(e @ GatewayError::Unreachable { .. }) => {
                             let why = e.to_string();
                             for r in records.iter().filter(|r| r.executor == place) {
-                                items.push(json!({
-                                    "computer_id": r.id, "sandbox_id": "", "backend": "unknown",
-                                    "state": "unreachable", "temporary": r.temporary,
-                                    "image": "", "created_at": "", "error": why,
-                                }));
+                                items.push(unreachable(r, &why));
                             }
                             continue;
                         }
                         Err(e) => return Err(e),
                     };
-                    for item in listed["computers"].as_array().cloned().unwrap_or_default() {
-                        let id = item["computer_id"].as_str().unwrap_or_default();
-                        // The place shows the team's computers; the DO says which of them
-                        // this caller may see (its own temporaries, every permanent one).
-                        if records.iter().any(|r| r.id == id && r.executor == place) {
-                            items.push(item);
-                        }
-                    }
+                    // The place shows the team's computers; the DO says which of them this
+                    // caller may see (its own temporaries, every permanent one).
+                    items.extend(listed.computers.into_iter().filter(|item| {
+                        records
+                            .iter()
+                            .any(|r| r.id == item.computer_id && r.executor == place)
+                    }));
                 }
-                items.sort_by(|a, b| a["computer_id"].as_str().cmp(&b["computer_id"].as_str()));
-                let n = items.len();
-                Ok(json!({"computers": items, "count": n}))
+                items.sort_by(|a, b| a.computer_id.cmp(&b.computer_id));
+                Ok(inventory(items).into())
             }
             Op::Create {
                 computer_id,
@@ -564,7 +567,7 @@ impl Host {
                     Ok((_, v)) => v,
                     // Gone at its place already (the DO still had it): forget it all the same.
                     Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => {
-                        shared::result::Deleted::new(&id).to_value()
+                        shared::result::Deleted::new(&id).into()
                     }
                     Err(e) => return Err(e),
                 };
@@ -579,6 +582,22 @@ impl Host {
                 Ok(v)
             }
         }
+    }
+}
+
+/// A computer of the inventory whose place could not be asked, as lists show it.
+fn unreachable(r: &Record, why: &str) -> ComputerInfo {
+    ComputerInfo {
+        computer_id: r.id.clone(),
+        sandbox_id: String::new(),
+        backend: "unknown".into(),
+        state: ComputerState::Unreachable,
+        temporary: r.temporary,
+        image: String::new(),
+        created_at: String::new(),
+        history: Vec::new(),
+        jobs: None,
+        error: Some(why.to_owned()),
     }
 }
 
@@ -643,7 +662,7 @@ impl ToolHost for Host {
         let tool = call.name();
         let computer_id = call.computer_id().map(str::to_owned);
         match logged(tool, computer_id.as_deref(), self.run(call)).await {
-            Ok(v) => structured_result(v),
+            Ok(answer) => answer.into_result(),
             Err(failed) => failed,
         }
     }

@@ -21,15 +21,17 @@ use std::rc::Rc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use shared::CallToolResult;
+use shared::answer::Answer;
 use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
 use shared::executor_api::{ApiError, ErrorCode};
+use shared::files::WriteAnswer;
 use shared::ids::slug_from_random;
 use shared::mcp::{
     CallContext, Dispatcher, Era, ServerConfig, ToolHost, codes, error_response, success_response,
 };
 use shared::op::{Op, OpHandler};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use shared::result::{operation_error, structured_result};
+use shared::result::operation_error;
 use shared::transport::modern_status;
 use worker::{
     Context, Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response,

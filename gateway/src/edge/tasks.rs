@@ -53,19 +53,21 @@ impl Host {
     ) -> std::result::Result<TaskAnswer, GatewayError> {
         req.yield_ms = Some(req.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
         let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
-        let v = self.run(Op::Exec(req)).await?;
-        let Some(first) = JobOutput::of_running(&v) else {
-            return Ok(TaskAnswer::Complete(structured_result(v)));
+        let answer = self.run(Op::Exec(req)).await?;
+        let Some((a, first)) = answer
+            .as_exec()
+            .and_then(|a| Some((a, JobOutput::of_running(a)?)))
+        else {
+            return Ok(TaskAnswer::Complete(answer.into_result()));
         };
-        let id = v["computer_id"].as_str().unwrap_or_default();
-        let temporary = v["temporary"].as_bool().unwrap_or(true);
         let now = now_ms();
-        let task = Task::new(id, temporary, TASK_OUTPUT_LIMIT, now, first);
+        let temporary = a.temporary.unwrap_or(true);
+        let task = Task::new(&a.computer_id, temporary, TASK_OUTPUT_LIMIT, now, first);
         let deadline = now.saturating_add(timeout_ms);
         if let Err(e) = self.keep(&task, &self.owner, deadline, None).await {
             // The job runs either way: answer it as a job, which terminal_job follows.
             tracing::warn!(error = %e, "could not record a task in the team inventory");
-            return Ok(TaskAnswer::Complete(structured_result(v)));
+            return Ok(TaskAnswer::Complete(answer.into_result()));
         }
         Ok(TaskAnswer::Task(task.created()))
     }
@@ -231,10 +233,8 @@ impl Host {
             )
             .await;
         match answer {
-            Ok(v) => match serde_json::from_value::<JobOutput>(v) {
-                Ok(out) => task.absorb(out, now_ms()),
-                Err(e) => tracing::warn!(error = %e, "a task's job read was not a job read"),
-            },
+            Ok(Answer::JobRead(out)) => task.absorb(out, now_ms()),
+            Ok(other) => tracing::warn!(answer = ?other, "a task's job read was not a job read"),
             // The job, or its whole computer, is gone (restart, reset, delete; or, on a
             // WebAssembly executor, the executor's process stopped: its answer says so).
             Err(GatewayError::Api(e)) if e.error.code == ErrorCode::NotFound => {
