@@ -149,6 +149,29 @@ pub fn to_string(v: &Value) -> String {
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// What `v` is, for a message that says what was given instead of what was wanted:
+/// `the string "abc"` (cut to 40 characters), `the number 5`, `an array`, ...
+pub fn kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {:?}", cut_for_message(s)),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// `s` cut to its first 40 characters (with `…`), for messages that quote input.
+pub fn cut_for_message(s: &str) -> String {
+    if s.chars().count() <= 40 {
+        s.to_owned()
+    } else {
+        let head: String = s.chars().take(40).collect();
+        format!("{head}…")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,7 @@ pub mod answer;
 pub mod capabilities;
 pub mod catalogue;
 pub mod dashboard;
+pub mod egress;
 pub mod executor_api;
 pub mod files;
 pub mod history;

@@ -150,7 +150,7 @@ pub enum TaskAnswer {
     /// The call's own result.
     Complete(CallToolResult),
     /// A `CreateTaskResult` ([`tasks::Task::created`]).
-    Task(Value),
+    Task(tasks::TaskView),
 }
 
 /// Runs validated tool calls. Implemented by the local server and the Worker.
@@ -178,7 +178,7 @@ pub trait ToolHost: MaybeSync {
         method: TaskMethod,
         task_id: &str,
         ctx: &CallContext,
-    ) -> impl Future<Output = Result<Value, tasks::TaskError>> + MaybeSend {
+    ) -> impl Future<Output = Result<tasks::TaskReply, tasks::TaskError>> + MaybeSend {
         let _ = (method, ctx);
         let unknown = tasks::unknown_task(task_id);
         async move { Err(unknown) }
@@ -259,7 +259,8 @@ impl Dispatcher {
     }
 
     /// Adds the server identity to a `CreateTaskResult` (its `resultType` stays `task`).
-    fn finish_task(&self, mut created: Value) -> Value {
+    fn finish_task(&self, created: tasks::TaskView) -> Value {
+        let mut created = created.to_value();
         created["_meta"] = json!({ META_SERVER_INFO: self.server_info() });
         created
     }
@@ -283,7 +284,7 @@ impl Dispatcher {
             era: era.clone(),
         };
         match host.task(method, task_id, &ctx).await {
-            Ok(result) => success_response(id, self.finish(era, result)),
+            Ok(reply) => success_response(id, self.finish(era, reply.to_value())),
             Err(e) => error_response(
                 id,
                 codes::INVALID_PARAMS,

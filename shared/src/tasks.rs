@@ -12,8 +12,9 @@
 //! [`Task`] is the record a server keeps: the binary in memory, the Worker in its team's
 //! Durable Object (its serde form, output in base64), written once here. No clock, no I/O.
 
+use rmcp::model::CallToolResult;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::answer::Answer;
 use crate::history::rfc3339_utc;
@@ -232,7 +233,7 @@ impl Task {
     }
 
     /// The exec result of the ended command, as `terminal_execute` would have answered.
-    fn result(&self) -> Option<Value> {
+    fn result(&self) -> Option<CallToolResult> {
         let Some(Ended::Exited {
             exit_code,
             duration_ms,
@@ -253,7 +254,7 @@ impl Task {
         };
         let mut a = exec_structured(&self.computer_id, self.temporary, outcome);
         a.dropped_bytes = self.dropped_bytes;
-        serde_json::to_value(Answer::Exec(a).into_result()).ok()
+        Some(Answer::Exec(a).into_result())
     }
 
     /// The newest non-empty output line, for `statusMessage` while it works.
@@ -278,16 +279,8 @@ impl Task {
     }
 
     /// The task's common fields (SPEC's `Task`).
-    fn base(&self) -> Value {
-        let mut v = json!({
-            "taskId": self.task_id,
-            "status": self.status(),
-            "createdAt": rfc3339_utc(self.created_ms),
-            "lastUpdatedAt": rfc3339_utc(self.updated_ms),
-            "ttlMs": Value::Null,
-            "pollIntervalMs": POLL_INTERVAL_MS,
-        });
-        let message = match &self.ended {
+    fn base(&self) -> TaskView {
+        let status_message = match &self.ended {
             None => self
                 .last_line()
                 .map(|l| format!("running on {}: {l}", self.computer_id))
@@ -295,28 +288,87 @@ impl Task {
             Some(Ended::Exited { exit_code, .. }) => format!("exited with code {exit_code}"),
             Some(Ended::Cancelled { reason }) => reason.clone(),
         };
-        v["statusMessage"] = json!(message);
-        if self.ended.is_some() {
+        TaskView {
+            task_id: self.task_id.clone(),
+            status: self.status(),
+            created_at: rfc3339_utc(self.created_ms),
+            last_updated_at: rfc3339_utc(self.updated_ms),
             // Kept this long after it ended.
-            v["ttlMs"] = json!(self.updated_ms.saturating_sub(self.created_ms) + KEEP_MS);
+            ttl_ms: self
+                .ended
+                .as_ref()
+                .map(|_| self.updated_ms.saturating_sub(self.created_ms) + KEEP_MS),
+            poll_interval_ms: POLL_INTERVAL_MS,
+            status_message,
+            result_type: None,
+            result: None,
         }
-        v
     }
 
     /// `CreateTaskResult`: the answer to the `tools/call` that made it.
-    pub fn created(&self) -> Value {
-        let mut v = self.base();
-        v["resultType"] = json!("task");
-        v
+    pub fn created(&self) -> TaskView {
+        TaskView {
+            result_type: Some("task"),
+            ..self.base()
+        }
     }
 
     /// `GetTaskResult` (a `DetailedTask`): with `result` once completed.
-    pub fn detailed(&self) -> Value {
-        let mut v = self.base();
-        if let Some(result) = self.result() {
-            v["result"] = result;
+    pub fn detailed(&self) -> TaskView {
+        TaskView {
+            result: self.result(),
+            ..self.base()
         }
-        v
+    }
+}
+
+/// SPEC's `Task` as a `CreateTaskResult` and `tasks/get` show it: built by
+/// [`Task::created`] and [`Task::detailed`] only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    pub task_id: String,
+    pub status: &'static str,
+    pub created_at: String,
+    pub last_updated_at: String,
+    /// How long it is kept after it ended (`null` while it works).
+    pub ttl_ms: Option<u64>,
+    pub poll_interval_ms: u64,
+    pub status_message: String,
+    /// `"task"` in a `CreateTaskResult`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_type: Option<&'static str>,
+    /// The command's result once it completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<CallToolResult>,
+}
+
+impl TaskView {
+    /// Its JSON form.
+    pub fn to_value(&self) -> Value {
+        // Plain data with string keys: encoding cannot fail.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// What a `tasks/*` request answers: the task (`tasks/get`), or `{}` (`tasks/update`,
+/// `tasks/cancel`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum TaskReply {
+    Task(Box<TaskView>),
+    Done(Done),
+}
+
+/// `{}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Done {}
+
+impl TaskReply {
+    /// Its JSON form.
+    pub fn to_value(&self) -> Value {
+        // Plain data with string keys: encoding cannot fail.
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 

@@ -163,24 +163,8 @@ impl Args {
     }
 }
 
-fn json_type(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {:?}", truncate_for_message(s)),
-        Value::Array(_) => "an array".into(),
-        Value::Object(_) => "an object".into(),
-    }
-}
-
-fn truncate_for_message(s: &str) -> String {
-    if s.chars().count() <= 40 {
-        s.to_owned()
-    } else {
-        let head: String = s.chars().take(40).collect();
-        format!("{head}…")
-    }
+pub(crate) fn json_type(v: &Value) -> String {
+    crate::json::kind(v)
 }
 
 /// The arguments whose values are arrays (an empty one counts as absent, SPEC §3.2).
@@ -276,7 +260,7 @@ fn parse_env(args: &Args) -> Result<Vec<(String, String)>, ValidationError> {
         if !good_name {
             return Err(invalid(format!(
                 "`env` name {:?} is not a variable name: use letters, digits and _, not starting with a digit",
-                truncate_for_message(name)
+                crate::json::cut_for_message(name)
             )));
         }
         let Value::String(value) = value else {
@@ -320,7 +304,7 @@ fn env_item(i: usize, item: &Value) -> Result<(&str, &Value), ValidationError> {
     let shape = || {
         invalid(format!(
             "`env[{i}]` must be {{\"name\": \"MY_VAR\", \"value\": \"1\"}}, got {}",
-            truncate_for_message(&item.to_string())
+            crate::json::cut_for_message(&item.to_string())
         ))
     };
     let Value::Object(map) = item else {
@@ -520,7 +504,7 @@ pub fn parse_exec(
     {
         return Err(invalid(format!(
             "`working_directory` must be an absolute path such as \"/tmp\", got {:?}",
-            truncate_for_message(dir)
+            crate::json::cut_for_message(dir)
         )));
     }
     let timeout_secs = whole(&args, "timeout", 1, MAX_TIMEOUT_SECS, "seconds")?;

@@ -362,4 +362,58 @@ proptest! {
         prop_assert_eq!(&f.payload, &payload);
         prop_assert_eq!(f.encode(), wire);
     }
+
+    /// Network rules (SPEC §3.11): any text parses or is refused with a message, never a
+    /// panic; a rule reads back from its canonical form; a narrowing that is granted lies
+    /// inside the server's policy (every name and address it allows, the server allows).
+    #[test]
+    fn network_rules_and_narrowing(
+        raw in prop::collection::vec(
+            prop_oneof![
+                "[a-z0-9.*:/\\[\\]_-]{0,24}",
+                prop::sample::select(&[
+                    "pypi.org", "*.npmjs.org", "github.com:22", "10.0.0.0/8", "10.1.2.3",
+                    "::1", "fd00::/8", "*.cdn.npmjs.org", "npmjs.org", "a.pypi.org:443",
+                ][..]).prop_map(str::to_owned),
+            ],
+            1..5,
+        ),
+        asked in prop::collection::vec(
+            prop::sample::select(&[
+                "pypi.org", "pypi.org:443", "pypi.org:22", "*.npmjs.org", "x.npmjs.org",
+                "*.a.npmjs.org:80", "npmjs.org", "10.2.0.0/16", "10.0.0.0/7", "11.1.1.1",
+                "github.com:22", "github.com",
+            ][..]),
+            1..4,
+        ),
+        probe in prop::sample::select(&[
+            "pypi.org", "a.npmjs.org", "npmjs.org", "x.a.npmjs.org", "github.com", "10.2.3.4",
+            "11.1.1.1", "example.com",
+        ][..]),
+        port in prop::sample::select(&[22u16, 80, 443, 8080][..]),
+        arg in json_value(),
+    ) {
+        use shared::egress::{Policy, Rule};
+        for r in &raw {
+            match r.parse::<Rule>() {
+                Ok(rule) => {
+                    let again = rule.to_string().parse::<Rule>();
+                    prop_assert_eq!(again.as_ref(), Ok(&rule), "{}", r);
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+        let _ = Policy::of_argument(&arg);
+        let server = match Policy::of_flags(true, &raw) {
+            Ok(p) => p,
+            Err(_) => return Ok(()),
+        };
+        let asked = Policy::allow(asked.iter().copied()).expect("valid rules");
+        if let Ok(granted) = server.narrow(Some(&asked)) {
+            prop_assert_eq!(&granted, &asked);
+            if granted.allows_name(probe, port).is_ok() {
+                prop_assert!(server.allows_name(probe, port).is_ok(), "{} {} {}", granted, probe, port);
+            }
+        }
+    }
 }

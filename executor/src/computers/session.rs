@@ -325,7 +325,7 @@ impl ToolHost for SessionHost {
         method: TaskMethod,
         task_id: &str,
         _ctx: &CallContext,
-    ) -> Result<serde_json::Value, shared::tasks::TaskError> {
+    ) -> Result<shared::tasks::TaskReply, shared::tasks::TaskError> {
         self.task_call(method, task_id).await
     }
 }

@@ -14,12 +14,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
 use shared::answer::Answer;
 use shared::capabilities::Capability;
 use shared::jobs::yielded_structured;
 use shared::mcp::TaskAnswer;
-use shared::tasks::{DEFAULT_YIELD_MS, KEEP_MS, Task, TaskError, TaskMethod, unknown_task};
+use shared::tasks::{
+    DEFAULT_YIELD_MS, Done, KEEP_MS, Task, TaskError, TaskMethod, TaskReply, unknown_task,
+};
 use shared::validate::ExecRequest;
 
 use super::{InUse, SessionHost, now_ms};
@@ -140,7 +141,7 @@ impl SessionHost {
         &self,
         method: TaskMethod,
         task_id: &str,
-    ) -> Result<Value, TaskError> {
+    ) -> Result<TaskReply, TaskError> {
         let c = &self.computers;
         let entry = c.tasks.get(task_id).ok_or_else(|| unknown_task(task_id))?;
         let mut entry = entry.lock().await;
@@ -157,13 +158,13 @@ impl SessionHost {
             return Err(unknown_task(task_id));
         }
         match method {
-            TaskMethod::Update => return Ok(json!({})),
+            TaskMethod::Update => return Ok(TaskReply::Done(Done {})),
             TaskMethod::Cancel => {
                 if entry.task.ended.is_none() {
                     entry.task.cancel_requested = true;
                     self.read_task(&mut entry, Some(9)).await;
                 }
-                return Ok(json!({}));
+                return Ok(TaskReply::Done(Done {}));
             }
             TaskMethod::Get => {}
         }
@@ -174,7 +175,7 @@ impl SessionHost {
                 self.read_task(&mut entry, Some(9)).await;
             }
         }
-        Ok(entry.task.detailed())
+        Ok(TaskReply::Task(Box::new(entry.task.detailed())))
     }
 
     /// Reads the task's job once (sending `signal` first): its news goes into the task.

@@ -16,7 +16,7 @@
 use super::*;
 
 fn error(status: u16, message: impl Into<String>) -> Result<Response> {
-    json_response(status, &json!({"error": message.into()}))
+    refusal(status, &message.into())
 }
 
 fn status_of(e: &GatewayError) -> u16 {

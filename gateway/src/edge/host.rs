@@ -653,7 +653,7 @@ impl ToolHost for Host {
         method: TaskMethod,
         task_id: &str,
         _ctx: &CallContext,
-    ) -> std::result::Result<Value, shared::tasks::TaskError> {
+    ) -> std::result::Result<shared::tasks::TaskReply, shared::tasks::TaskError> {
         let span = tracing::info_span!("task", method = ?method);
         self.task_call(method, task_id).instrument(span).await
     }

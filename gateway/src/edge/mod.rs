@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared::CallToolResult;
 use shared::answer::Answer;
@@ -76,9 +76,37 @@ pub(crate) fn random_u64() -> u64 {
 
 /// A JSON answer, written by `shared::json` (so a JSON-RPC id is echoed exactly as sent).
 pub(crate) fn json_response(status: u16, body: &Value) -> Result<Response> {
+    bytes_response(status, shared::json::to_vec(body))
+}
+
+/// A JSON answer of a typed body, encoded once.
+pub(crate) fn typed_response<T: Serialize>(status: u16, body: &T) -> Result<Response> {
+    let bytes = serde_json::to_vec(body).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    bytes_response(status, bytes)
+}
+
+fn bytes_response(status: u16, bytes: Vec<u8>) -> Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json")?;
-    Ok(Response::from_bytes(shared::json::to_vec(body))?
+    Ok(Response::from_bytes(bytes)?
         .with_status(status)
         .with_headers(headers))
+}
+
+/// `{"error": message}`, the body of every refusal outside JSON-RPC.
+#[derive(Serialize)]
+pub(crate) struct ErrorBody<'a> {
+    pub(crate) error: &'a str,
+    /// What the caller may be told of why (a 401's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) detail: Option<&'a str>,
+}
+
+/// A refusal with `status` and `{"error": message}`.
+pub(crate) fn refusal(status: u16, message: &str) -> Result<Response> {
+    let body = ErrorBody {
+        error: message,
+        detail: None,
+    };
+    typed_response(status, &body)
 }

@@ -14,9 +14,11 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 async fn bounded_body(req: &mut Request) -> Result<std::result::Result<Vec<u8>, Response>> {
     use futures_util::StreamExt;
     let too_large = || {
-        json_response(
+        refusal(
             413,
-            &json!({"error": format!("request body over {MAX_BODY} bytes (16 MiB): send less per request (stdin is at most 2 MiB; move files in slices with computer_file_write or stream them with PUT /v1/files)")}),
+            &format!(
+                "request body over {MAX_BODY} bytes (16 MiB): send less per request (stdin is at most 2 MiB; move files in slices with computer_file_write or stream them with PUT /v1/files)"
+            ),
         )
     };
     let declared = req
@@ -51,7 +53,12 @@ async fn bounded_body(req: &mut Request) -> Result<std::result::Result<Vec<u8>, 
 /// 401 with the `WWW-Authenticate` challenge; `e`'s detail goes to the log only.
 pub(crate) fn unauthorized(origin: &str, e: &crate::auth::AuthError) -> Result<Response> {
     tracing::info!(why = %e, "request refused");
-    let r = json_response(401, &json!({"error": "unauthorized", "detail": e.public()}))?;
+    let detail = e.public();
+    let body = ErrorBody {
+        error: "unauthorized",
+        detail: Some(&detail),
+    };
+    let r = typed_response(401, &body)?;
     r.headers().set(
         "www-authenticate",
         &format!("Bearer resource_metadata=\"{origin}/.well-known/oauth-protected-resource\""),
@@ -69,11 +76,7 @@ fn authenticated(
     let auth = match &gw.auth {
         Ok(a) => a,
         Err(e) => {
-            return json_response(
-                500,
-                &json!({"error": format!("gateway configuration: {e}")}),
-            )
-            .map(Err);
+            return refusal(500, &format!("gateway configuration: {e}")).map(Err);
         }
     };
     let authorization = req.headers().get("authorization")?;
@@ -143,7 +146,7 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             if let Err(why) = crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref())
                 .check(&url, req.headers().get("origin")?.as_deref())
             {
-                return json_response(403, &json!({"error": why.to_string()}));
+                return refusal(403, &why.to_string());
             }
             let caller = match authenticated(&gw, &req, &origin)? {
                 Ok(c) => c,
@@ -162,7 +165,7 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             if let Err(why) = crate::origins::Origins::parse(var(&env, "PUBLIC_ORIGINS").as_deref())
                 .check(&url, req.headers().get("origin")?.as_deref())
             {
-                return json_response(403, &json!({"error": why.to_string()}));
+                return refusal(403, &why.to_string());
             }
             let rest = path.trim_start_matches("/v1/files/").to_owned();
             let query = url.query().map(str::to_owned);
@@ -174,7 +177,7 @@ pub(crate) async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<R
             r.headers().set("allow", route::ALLOW)?;
             Ok(r)
         }
-        _ => json_response(404, &json!({"error": "not found"})),
+        _ => refusal(404, "not found"),
     }
 }
 
@@ -311,7 +314,7 @@ pub(crate) async fn mcp_post(
                     message,
                 } = &e
                 {
-                    let r = json_response(503, &json!({"error": message}))?;
+                    let r = refusal(503, message)?;
                     r.headers()
                         .set("retry-after", &gw.idle_ms.div_ceil(1000).to_string())?;
                     return Ok(r);

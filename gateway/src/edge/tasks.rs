@@ -21,7 +21,7 @@
 use super::*;
 use shared::jobs::{JobOutput, JobPoll};
 use shared::mcp::TaskAnswer;
-use shared::tasks::{DEFAULT_YIELD_MS, Task, TaskError, TaskMethod, unknown_task};
+use shared::tasks::{DEFAULT_YIELD_MS, Done, Task, TaskError, TaskMethod, TaskReply, unknown_task};
 use shared::validate::ExecRequest;
 
 /// The most output (stdout and stderr together) a task at the edge keeps: 1 MiB, about
@@ -78,7 +78,7 @@ impl Host {
         &self,
         method: TaskMethod,
         task_id: &str,
-    ) -> std::result::Result<Value, TaskError> {
+    ) -> std::result::Result<TaskReply, TaskError> {
         if !self.caller.can_exec {
             return Err(TaskError::Refused(
                 GatewayError::Scope {
@@ -95,11 +95,11 @@ impl Host {
             Err(e) => return Err(TaskError::Refused(e.to_string())),
         };
         if method == TaskMethod::Update {
-            return Ok(json!({}));
+            return Ok(TaskReply::Done(Done {}));
         }
         let answer = |task: &Task| match method {
-            TaskMethod::Get => task.detailed(),
-            _ => json!({}),
+            TaskMethod::Get => TaskReply::Task(Box::new(task.detailed())),
+            _ => TaskReply::Done(Done {}),
         };
         // A cancel is never dropped: it waits (a few seconds at most) for another
         // request's read to give the lease back.

@@ -92,7 +92,7 @@ pub(crate) fn bad(status: u16, message: &str) -> Result<Response> {
     let refusal = inventory::Refusal {
         error: message.to_owned(),
     };
-    json_response(status, &json!(refusal))
+    typed_response(status, &refusal)
 }
 
 impl Team {
@@ -228,7 +228,7 @@ impl DurableObject for Team {
                 vec![call.team.as_str().into()],
             )?;
         }
-        let done = || json_response(200, &json!(inventory::Done::OK));
+        let done = || typed_response(200, &inventory::Done::OK);
         match call.request {
             inventory::Request::Claim {
                 id,
@@ -252,7 +252,7 @@ impl DurableObject for Team {
                         if new && e.temporary {
                             self.arm().await?;
                         }
-                        json_response(200, &json!(Self::record(&e, new)))
+                        typed_response(200, &Self::record(&e, new))
                     }
                     // The same policy as the local server, in the same words.
                     Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),
@@ -299,14 +299,14 @@ impl DurableObject for Team {
                             "INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)",
                             vec![key.into(), id.as_str().into()],
                         )?;
-                        json_response(200, &json!(Self::record(&e, new)))
+                        typed_response(200, &Self::record(&e, new))
                     }
                     Err(RegistryError::Policy(e)) => bad(409, &e.to_string()),
                     Err(e) => bad(500, &e.to_string()),
                 }
             }
             inventory::Request::Get { id, owner } => match self.registry().visible(&id, &owner) {
-                Ok(e) => json_response(200, &json!(Self::record(&e, false))),
+                Ok(e) => typed_response(200, &Self::record(&e, false)),
                 Err(e @ RegistryError::Unknown(_)) => bad(404, &e.to_string()),
                 Err(e) => bad(500, &e.to_string()),
             },
@@ -353,7 +353,7 @@ impl DurableObject for Team {
                     .iter()
                     .map(|e| Self::record(e, false))
                     .collect();
-                json_response(200, &json!(inventory::Listed { computers }))
+                typed_response(200, &inventory::Listed { computers })
             }
             inventory::Request::JobPut {
                 job_id,
@@ -374,7 +374,7 @@ impl DurableObject for Team {
                     .to_array()?;
                 match rows.into_iter().next() {
                     Some(r) if self.registry().visible(&r.id, &owner).is_ok() => {
-                        json_response(200, &json!(inventory::JobPlace { id: r.id }))
+                        typed_response(200, &inventory::JobPlace { id: r.id })
                     }
                     _ => bad(404, "no such job"),
                 }
@@ -421,7 +421,7 @@ impl DurableObject for Team {
                             version: r.version,
                             default_id: r.default_id,
                         };
-                        json_response(200, &json!(session))
+                        typed_response(200, &session)
                     }
                     _ => bad(404, "unknown session"),
                 }
@@ -566,7 +566,7 @@ impl Team {
                 record.into(),
             ],
         )?;
-        json_response(200, &json!(inventory::Done::OK))
+        typed_response(200, &inventory::Done::OK)
     }
 
     /// [`inventory::Request::TaskGet`]: a task its starter asks for, or anyone who may
@@ -612,7 +612,7 @@ impl Team {
             place,
             lease: taken,
         };
-        json_response(200, &json!(found))
+        typed_response(200, &found)
     }
 
     /// The team this object belongs to (stored at first use: ids from names are one-way).

@@ -354,22 +354,32 @@ fn ids_are_echoed_exactly() {
 
 /// A host that answers every task-capable exec with a task and knows task `job-1`.
 struct Tasker;
+
+/// Task `job-1`, working.
+fn job_1() -> tasks::Task {
+    let first = crate::jobs::JobOutput {
+        job_id: "job-1".into(),
+        running: true,
+        ..Default::default()
+    };
+    tasks::Task::new("box", true, 1024, 0, first)
+}
 impl ToolHost for Tasker {
     async fn call_tool(&self, call: Op, _ctx: &CallContext) -> CallToolResult {
         structured_result(json!({ "plain": format!("{call:?}") }))
     }
     async fn call_tool_as_task(&self, _call: Op, _ctx: &CallContext) -> TaskAnswer {
-        TaskAnswer::Task(json!({"resultType": "task", "taskId": "job-1", "status": "working"}))
+        TaskAnswer::Task(job_1().created())
     }
     async fn task(
         &self,
         method: TaskMethod,
         task_id: &str,
         _ctx: &CallContext,
-    ) -> Result<Value, tasks::TaskError> {
+    ) -> Result<tasks::TaskReply, tasks::TaskError> {
         match (method, task_id) {
-            (TaskMethod::Get, "job-1") => Ok(json!({"taskId": "job-1", "status": "working"})),
-            (_, "job-1") => Ok(json!({})),
+            (TaskMethod::Get, "job-1") => Ok(tasks::TaskReply::Task(Box::new(job_1().detailed()))),
+            (_, "job-1") => Ok(tasks::TaskReply::Done(tasks::Done {})),
             (_, other) => Err(tasks::unknown_task(other)),
         }
     }

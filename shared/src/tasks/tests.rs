@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::json;
 
 fn read(job: &str, out: &[u8], err: &[u8], running: bool) -> JobOutput {
     JobOutput {
@@ -41,7 +42,7 @@ fn a_task_gathers_output_and_completes_with_the_exec_result() {
         1_000,
         read("job-1", b"one\n", b"", true),
     );
-    let c = t.created();
+    let c = t.created().to_value();
     assert_eq!(c["resultType"], "task");
     assert_eq!(
         (c["taskId"].clone(), c["status"].clone()),
@@ -49,11 +50,14 @@ fn a_task_gathers_output_and_completes_with_the_exec_result() {
     );
     assert_eq!(c["statusMessage"], "running on box: one");
     assert_eq!(c["createdAt"], "1970-01-01T00:00:01.000Z");
-    assert!(t.detailed().get("result").is_none());
+    assert!(t.detailed().to_value().get("result").is_none());
     t.absorb(read("job-1", b"two\n", b"warn\n", true), 2_000);
-    assert_eq!(t.detailed()["lastUpdatedAt"], "1970-01-01T00:00:02.000Z");
+    assert_eq!(
+        t.detailed().to_value()["lastUpdatedAt"],
+        "1970-01-01T00:00:02.000Z"
+    );
     t.absorb(read("job-1", b"three\n", b"", false), 3_000);
-    let d = t.detailed();
+    let d = t.detailed().to_value();
     assert_eq!(d["status"], "completed");
     assert_eq!(d["statusMessage"], "exited with code 3");
     let s = &d["result"]["structuredContent"];
@@ -66,7 +70,7 @@ fn a_task_gathers_output_and_completes_with_the_exec_result() {
     assert_eq!(d["result"]["isError"], false);
     // A read after the end changes nothing.
     t.absorb(read("job-1", b"late", b"", false), 4_000);
-    assert_eq!(t.detailed(), d);
+    assert_eq!(t.detailed().to_value(), d);
     assert!(!t.expired(3_000 + KEEP_MS) && t.expired(3_001 + KEEP_MS));
 }
 
@@ -77,7 +81,7 @@ fn output_past_the_limit_is_cut_and_marked() {
     t.absorb(read("job-1", b"efgh", b"ij", true), 1);
     assert!(t.over_limit());
     t.absorb(read("job-1", b"", b"", false), 2);
-    let s = t.detailed()["result"]["structuredContent"].clone();
+    let s = t.detailed().to_value()["result"]["structuredContent"].clone();
     assert_eq!(s["stdout"], "abcdef");
     assert_eq!(s["truncated"], true);
     assert!(
@@ -93,7 +97,7 @@ fn cancelled_and_lost_tasks_have_no_result() {
     let mut t = Task::new("box", false, 100, 0, read("job-1", b"", b"", true));
     t.cancel_requested = true;
     t.absorb(read("job-1", b"", b"", false), 5);
-    let d = t.detailed();
+    let d = t.detailed().to_value();
     assert_eq!(d["status"], "cancelled");
     assert!(d.get("result").is_none());
     assert!(
@@ -104,9 +108,9 @@ fn cancelled_and_lost_tasks_have_no_result() {
     );
     let mut l = Task::new("box", false, 100, 0, read("job-2", b"x", b"", true));
     l.lost(9, None);
-    assert_eq!(l.detailed()["status"], "cancelled");
+    assert_eq!(l.detailed().to_value()["status"], "cancelled");
     assert!(
-        l.detailed()["statusMessage"]
+        l.detailed().to_value()["statusMessage"]
             .as_str()
             .unwrap()
             .contains("restarted")
@@ -118,8 +122,11 @@ fn issue_46_a_task_whose_server_stopped_says_so_not_restarted() {
     let gone = crate::jobs::gone_with_its_server("job-2", "make all", Some(0));
     let mut t = Task::new("box", false, 100, 0, read("job-2", b"x", b"", true));
     t.lost(9, Some(&gone));
-    let msg = t.detailed()["statusMessage"].as_str().unwrap().to_owned();
-    assert_eq!(t.detailed()["status"], "cancelled");
+    let msg = t.detailed().to_value()["statusMessage"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(t.detailed().to_value()["status"], "cancelled");
     assert!(
         msg.contains("exited with status 0")
             && msg.contains("server process that ran it stopped")
@@ -131,7 +138,10 @@ fn issue_46_a_task_whose_server_stopped_says_so_not_restarted() {
         9,
         Some(&crate::jobs::gone_with_its_server("job-3", "sleep 9", None)),
     );
-    let msg = r.detailed()["statusMessage"].as_str().unwrap().to_owned();
+    let msg = r.detailed().to_value()["statusMessage"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         msg.contains("ended when the server process") && !msg.contains("restarted"),
         "{msg}"
@@ -140,7 +150,7 @@ fn issue_46_a_task_whose_server_stopped_says_so_not_restarted() {
     let mut p = Task::new("box", false, 100, 0, read("job-4", b"", b"", true));
     p.lost(9, Some("no job job-4 on this computer"));
     assert!(
-        p.detailed()["statusMessage"]
+        p.detailed().to_value()["statusMessage"]
             .as_str()
             .unwrap()
             .contains("restarted")
@@ -151,7 +161,7 @@ fn issue_46_a_task_whose_server_stopped_says_so_not_restarted() {
 fn binary_output_is_kept_exactly() {
     let mut t = Task::new("box", false, 100, 0, read("job-1", b"\xff\x00", b"", true));
     t.absorb(read("job-1", b"\x01", b"", false), 1);
-    let s = t.detailed()["result"]["structuredContent"].clone();
+    let s = t.detailed().to_value()["result"]["structuredContent"].clone();
     assert_eq!(s["stdout_base64"], "/wAB");
 }
 
@@ -166,6 +176,6 @@ fn a_task_record_survives_its_serde_form() {
     back.absorb(read("job-9", b"!", b"", false), 9);
     t.absorb(read("job-9", b"!", b"", false), 9);
     let again: Task = serde_json::from_str(&serde_json::to_string(&back).unwrap()).unwrap();
-    assert_eq!(again.detailed(), t.detailed());
+    assert_eq!(again.detailed().to_value(), t.detailed().to_value());
     assert!(serde_json::from_str::<Task>("{\"task_id\": 1}").is_err());
 }
