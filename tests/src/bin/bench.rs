@@ -365,11 +365,17 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         &json!({"iss": "bench", "aud": "bench", "sub": "u1", "team": team, "exp": unix_now() + 3600}),
         GW_JWT,
     )?;
-    let exec_token = hs256(
-        &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": EXECUTOR_NAME,
-                "sub": team, "scope": "exec manage", "iat": unix_now(), "exp": unix_now() + 600}),
-        GW_SECRET,
-    )?;
+    // Executor tokens live at most MAX_TOKEN_LIFETIME_SECS (as the gateway's do): one per
+    // request, as the gateway's cache renews them (an HS256 signature costs microseconds).
+    let exec_token = move || {
+        let now = unix_now();
+        let exp = now + shared::executor_api::MAX_TOKEN_LIFETIME_SECS;
+        hs256(
+            &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": EXECUTOR_NAME,
+                    "sub": team, "scope": "exec manage", "iat": now, "exp": exp}),
+            GW_SECRET,
+        )
+    };
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(512)
         .build()?;
@@ -377,8 +383,9 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     // The executor keeps the team's id space itself (the token's team): the same path.
     let through_pt = |http: reqwest::Client| {
         let url = format!("{}/v1/computers/{id}/exec", pt.base);
-        let tok = exec_token.clone();
+        let tok = exec_token();
         async move {
+            let tok = tok?;
             let r: serde_json::Value = http
                 .post(url)
                 .bearer_auth(tok)
@@ -434,10 +441,11 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
             r.bytes().await?;
             into.push(ms(s.elapsed()));
         }
+        let tok = exec_token()?;
         let s = Instant::now();
         let r: serde_json::Value = http
             .post(format!("{}/v1/computers/{id}/exec", x.base))
-            .bearer_auth(&exec_token)
+            .bearer_auth(&tok)
             .json(&json!({"args": ["true"], "temporary": true}))
             .send()
             .await?
