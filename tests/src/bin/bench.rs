@@ -367,12 +367,15 @@ async fn gateway_rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     )?;
     // Executor tokens live at most MAX_TOKEN_LIFETIME_SECS (as the gateway's do): one per
     // request, as the gateway's cache renews them (an HS256 signature costs microseconds).
+    // The owner is the gateway caller's (stateless `user:<sub>`), so both paths reach the
+    // same temporary computer.
     let exec_token = move || {
         let now = unix_now();
         let exp = now + shared::executor_api::MAX_TOKEN_LIFETIME_SECS;
         hs256(
             &json!({"iss": shared::executor_api::GATEWAY_ISSUER, "aud": EXECUTOR_NAME,
-                    "sub": team, "scope": "exec manage", "iat": now, "exp": exp}),
+                    "sub": team, "owner": "user:u1", "scope": "exec manage", "iat": now,
+                    "exp": exp}),
             GW_SECRET,
         )
     };
