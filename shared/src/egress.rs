@@ -406,7 +406,7 @@ impl Policy {
 
     /// May a connection to `host` (a name as the program gave it: TLS SNI, HTTP Host, a
     /// DNS question) on `port` go out? The address it then reaches is asked of
-    /// [`Policy::allows_addr`] too.
+    /// [`Policy::allows_addr`] too; an address given as the name is judged as one.
     pub fn allows_name(&self, host: &str, port: u16) -> Result<(), Denial> {
         match self {
             Policy::All => Ok(()),
@@ -414,7 +414,7 @@ impl Policy {
             Policy::Allow(rules) => {
                 // An address given as a name (`Host: 10.0.0.5`) is an address.
                 if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
-                    return self.allows_addr(ip, port, Via::Literal, &[]);
+                    return self.allows_addr(ip, Via::Literal, &[]);
                 }
                 let name = normal_name(host).ok_or(Denial::NotListed)?;
                 match rules.iter().any(|r| r.names(&name, port)) {
@@ -425,15 +425,10 @@ impl Policy {
         }
     }
 
-    /// May a connection to `ip`:`port` go out, reached `via` a literal, a resolved allowed
-    /// name or a pinned one? `host`: the server's own addresses.
-    pub fn allows_addr(
-        &self,
-        ip: IpAddr,
-        port: u16,
-        via: Via,
-        host: &[IpAddr],
-    ) -> Result<(), Denial> {
+    /// May a connection to address `ip` go out, reached `via` a literal, a resolved allowed
+    /// name or a pinned one? `host`: the server's own addresses. (An IP or CIDR rule allows
+    /// every port; a name's ports were asked of [`Policy::allows_name`].)
+    pub fn allows_addr(&self, ip: IpAddr, via: Via, host: &[IpAddr]) -> Result<(), Denial> {
         let Policy::Allow(rules) = self else {
             return match self {
                 Policy::None => Err(Denial::NoNetwork),
@@ -449,7 +444,6 @@ impl Policy {
         if let Some(what) = special(ip, host) {
             return Err(Denial::Special(what));
         }
-        let _ = port;
         match via {
             // An allowed name's public address.
             Via::Resolved => Ok(()),

@@ -246,35 +246,32 @@ fn special_addresses_need_a_rule_that_names_them() {
     for (addr, what) in refused {
         for via in [Via::Literal, Via::Resolved] {
             assert_eq!(
-                p.allows_addr(ip(addr), 443, via, &host),
+                p.allows_addr(ip(addr), via, &host),
                 Err(Denial::Special(what)),
                 "{addr} {via:?}"
             );
         }
         // A name pinned to it with --egress-resolve names it exactly.
-        assert_eq!(p.allows_addr(ip(addr), 443, Via::Pinned, &host), Ok(()));
+        assert_eq!(p.allows_addr(ip(addr), Via::Pinned, &host), Ok(()));
     }
     // An IP or CIDR rule names its addresses exactly.
-    assert_eq!(
-        p.allows_addr(ip("10.1.2.3"), 5432, Via::Literal, &host),
-        Ok(())
-    );
+    assert_eq!(p.allows_addr(ip("10.1.2.3"), Via::Literal, &host), Ok(()));
     // A public address: through an allowed name only, never as a literal.
     assert_eq!(
-        p.allows_addr(ip("93.184.216.34"), 443, Via::Resolved, &host),
+        p.allows_addr(ip("93.184.216.34"), Via::Resolved, &host),
         Ok(())
     );
     assert_eq!(
-        p.allows_addr(ip("93.184.216.34"), 443, Via::Literal, &host),
+        p.allows_addr(ip("93.184.216.34"), Via::Literal, &host),
         Err(Denial::NotListed)
     );
     // Without an allow list addresses are not judged (all) or all refused (none).
     assert_eq!(
-        Policy::All.allows_addr(ip("127.0.0.1"), 1, Via::Literal, &host),
+        Policy::All.allows_addr(ip("127.0.0.1"), Via::Literal, &host),
         Ok(())
     );
     assert_eq!(
-        Policy::None.allows_addr(ip("1.1.1.1"), 53, Via::Resolved, &host),
+        Policy::None.allows_addr(ip("1.1.1.1"), Via::Resolved, &host),
         Err(Denial::NoNetwork)
     );
     assert_eq!(special(ip("8.8.8.8"), &host), None);
