@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use shared::mcp::{Dispatcher, Era, codes, error_response, success_response};
+use shared::mcp::{Dispatcher, Era, RequestId, codes};
 use shared::transport::route::{self, Call, InSession, Post};
 use shared::transport::{Refused, constant_time_eq, modern_status};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -41,7 +41,7 @@ struct Session {
     principal: String,
     version: String,
     last_seen: Instant,
-    inflight: HashMap<String, AbortHandle>,
+    inflight: HashMap<RequestId, AbortHandle>,
 }
 
 /// Shared state of the HTTP server.
@@ -140,12 +140,16 @@ fn short(id: &str) -> &str {
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        shared::json::to_vec(&body),
-    )
-        .into_response()
+    bytes_response(status, shared::json::to_vec(&body))
+}
+
+/// A JSON-RPC answer (one response, or a batch's array).
+fn rpc_response(status: StatusCode, resp: &shared::mcp::Response) -> Response {
+    bytes_response(status, resp.to_vec())
+}
+
+fn bytes_response(status: StatusCode, json: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], json).into_response()
 }
 
 /// Why a request is refused before dispatch; the one place such refusals become replies.
@@ -271,16 +275,21 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn run_request(task: JoinHandle<Value>, id: Value) -> Value {
+async fn run_request(
+    task: JoinHandle<shared::mcp::Response>,
+    id: RequestId,
+) -> shared::mcp::Response {
     let _guard = AbortOnDrop(task.abort_handle());
     match task.await {
         Ok(v) => v,
-        Err(_) => error_response(id, codes::INTERNAL_ERROR, "request cancelled", None),
+        Err(_) => {
+            shared::mcp::Response::error(Some(id), codes::INTERNAL_ERROR, "request cancelled")
+        }
     }
 }
 
 fn refused((status, body): Refused) -> Response {
-    json_response(status_code(status), body)
+    rpc_response(status_code(status), &body)
 }
 
 /// The request headers `shared::transport::route` reads.
@@ -325,9 +334,9 @@ async fn mcp_post(
                 );
             }
             tracing::info!(session = %short(&sid), version, "session opened");
-            let mut r = json_response(
+            let mut r = rpc_response(
                 StatusCode::OK,
-                success_response(id, state.dispatcher.initialize_result(version)),
+                &shared::mcp::Response::success(id, state.dispatcher.initialize_result(version)),
             );
             if let Ok(v) = HeaderValue::from_str(&sid) {
                 r.headers_mut().insert("mcp-session-id", v);
@@ -344,19 +353,19 @@ async fn mcp_post(
                 method,
                 params,
                 stream,
-            } = call;
+            } = *call;
             if stream {
                 let (pending, _) = stream::start(host, d, Era::Modern, id, method, params, || {});
                 return pending.respond().await;
             }
             let rid = id.clone();
-            let task = tokio::spawn(async move {
-                d.request(&host, &Era::Modern, rid, &method, params.as_ref())
-                    .await
-            });
+            let task =
+                tokio::spawn(
+                    async move { d.request(&host, &Era::Modern, rid, &method, &params).await },
+                );
             let resp = run_request(task, id).await;
             let status = status_code(modern_status(&resp));
-            json_response(status, resp)
+            rpc_response(status, &resp)
         }
     }
 }
@@ -376,7 +385,7 @@ fn touch_session(state: &HttpState, sid: &str) -> Option<(SessionHost, String)> 
 async fn in_session_batch(
     state: &Arc<HttpState>,
     sid: String,
-    messages: Vec<Result<InSession, Value>>,
+    messages: Vec<Result<InSession, shared::mcp::Response>>,
 ) -> Response {
     let Some((host, version)) = touch_session(state, &sid) else {
         return refused(route::unknown_session());
@@ -391,12 +400,15 @@ async fn in_session_batch(
         async move {
             match m {
                 Err(resp) => Some(resp),
-                Ok(InSession::Call(Call {
-                    id, method, params, ..
-                })) => Some(d.request(&host, &era, id, &method, params.as_ref()).await),
+                Ok(InSession::Call(call)) => {
+                    let Call {
+                        id, method, params, ..
+                    } = *call;
+                    Some(d.request(&host, &era, id, &method, &params).await)
+                }
                 Ok(InSession::Cancel { request_id }) => {
                     if let Some(s) = state.sessions().get_mut(sid)
-                        && let Some(h) = s.inflight.remove(&request_id.to_string())
+                        && let Some(h) = s.inflight.remove(&request_id)
                     {
                         h.abort();
                     }
@@ -406,7 +418,7 @@ async fn in_session_batch(
             }
         }
     });
-    let responses: Vec<Value> = futures_util::future::join_all(answers)
+    let responses: Vec<shared::mcp::Response> = futures_util::future::join_all(answers)
         .await
         .into_iter()
         .flatten()
@@ -416,7 +428,7 @@ async fn in_session_batch(
     }
     match responses.is_empty() {
         true => StatusCode::ACCEPTED.into_response(),
-        false => json_response(StatusCode::OK, Value::Array(responses)),
+        false => bytes_response(StatusCode::OK, shared::mcp::batch_to_vec(&responses)),
     }
 }
 
@@ -428,7 +440,7 @@ async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> 
         InSession::Accept => return StatusCode::ACCEPTED.into_response(),
         InSession::Cancel { request_id } => {
             if let Some(s) = state.sessions().get_mut(&sid)
-                && let Some(h) = s.inflight.remove(&request_id.to_string())
+                && let Some(h) = s.inflight.remove(&request_id)
             {
                 h.abort();
             }
@@ -441,12 +453,12 @@ async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> 
         method,
         params,
         stream,
-    } = call;
+    } = *call;
     let d = state.dispatcher.clone();
     let era = Era::Legacy(version);
     if stream {
         let st = state.clone();
-        let key = id.to_string();
+        let key = id.clone();
         let sid2 = sid.clone();
         let (pending, (key, handle)) = stream::start(host, d, era, id, method, params, move || {
             if let Some(s) = st.sessions().get_mut(&sid2) {
@@ -460,17 +472,16 @@ async fn in_session(state: &Arc<HttpState>, sid: String, message: InSession) -> 
         return pending.respond().await;
     }
     let rid = id.clone();
-    let task =
-        tokio::spawn(async move { d.request(&host, &era, rid, &method, params.as_ref()).await });
+    let task = tokio::spawn(async move { d.request(&host, &era, rid, &method, &params).await });
     if let Some(s) = state.sessions().get_mut(&sid) {
-        s.inflight.insert(id.to_string(), task.abort_handle());
+        s.inflight.insert(id.clone(), task.abort_handle());
     }
     let resp = run_request(task, id.clone()).await;
     if let Some(s) = state.sessions().get_mut(&sid) {
-        s.inflight.remove(&id.to_string());
+        s.inflight.remove(&id);
         s.last_seen = Instant::now();
     }
-    json_response(StatusCode::OK, resp)
+    rpc_response(StatusCode::OK, &resp)
 }
 
 async fn mcp_delete(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {

@@ -10,26 +10,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use shared::mcp::{ProgressNote, ProgressToken};
 
 /// Where a transport takes the notifications that go out beside a pending request: it
 /// sends them in the order they are given, before anything the same task answers later.
 #[derive(Clone)]
-pub struct Notifier(Arc<dyn Fn(Value) + Send + Sync>);
+pub struct Notifier(Arc<dyn Fn(ProgressNote) + Send + Sync>);
 
 impl Notifier {
-    pub fn new(send: impl Fn(Value) + Send + Sync + 'static) -> Self {
+    pub fn new(send: impl Fn(ProgressNote) + Send + Sync + 'static) -> Self {
         Self(Arc::new(send))
     }
 
     /// Sends to a channel (an SSE stream's, a test's).
-    pub fn channel(tx: tokio::sync::mpsc::UnboundedSender<Value>) -> Self {
+    pub fn channel(tx: tokio::sync::mpsc::UnboundedSender<ProgressNote>) -> Self {
         Self::new(move |msg| {
             let _ = tx.send(msg);
         })
     }
 
-    pub fn send(&self, msg: Value) {
+    pub fn send(&self, msg: ProgressNote) {
         (self.0)(msg);
     }
 }
@@ -43,13 +43,13 @@ impl std::fmt::Debug for Notifier {
 /// Where progress goes for one tool call.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
-    sink: Option<(Notifier, Value)>,
+    sink: Option<(Notifier, ProgressToken)>,
     step: Arc<AtomicU64>,
 }
 
 impl Progress {
     /// Progress for a call with `token`, delivered to `tx`.
-    pub fn new(tx: Option<Notifier>, token: Option<Value>) -> Self {
+    pub fn new(tx: Option<Notifier>, token: Option<ProgressToken>) -> Self {
         Self {
             sink: tx.zip(token),
             step: Arc::default(),
@@ -60,11 +60,11 @@ impl Progress {
     pub fn report(&self, message: &str) {
         if let Some((tx, token)) = &self.sink {
             let progress = self.step.fetch_add(1, Ordering::Relaxed) + 1;
-            tx.send(json!({
-                "jsonrpc": "2.0",
-                "method": "notifications/progress",
-                "params": {"progressToken": token, "progress": progress, "message": message},
-            }));
+            tx.send(ProgressNote {
+                token: token.clone(),
+                progress,
+                message: message.to_owned(),
+            });
         }
     }
 }
@@ -154,17 +154,20 @@ mod tests {
     #[test]
     fn output_lines_are_reported_newest_first_and_throttled() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut t = LineTicker::new(Progress::new(Some(Notifier::channel(tx)), Some(json!(7))));
+        let mut t = LineTicker::new(Progress::new(
+            Some(Notifier::channel(tx)),
+            Some(ProgressToken::number(7)),
+        ));
         t.push(b"par");
         t.push(b"tial one\ntwo\r\nthr");
         let first = rx.try_recv().unwrap();
-        assert_eq!(first["params"]["message"], "two");
+        assert_eq!(first.message, "two");
         // Within 250 ms nothing more goes out, however much comes in.
         t.push(b"ee\nfour\n");
         assert!(rx.try_recv().is_err());
         std::thread::sleep(EVERY);
         t.push(b"five\n");
-        assert_eq!(rx.try_recv().unwrap()["params"]["message"], "five");
+        assert_eq!(rx.try_recv().unwrap().message, "five");
         // No token: nothing at all, and no work.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut off = LineTicker::new(Progress::new(Some(Notifier::channel(tx)), None));
@@ -177,14 +180,18 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         Progress::new(Some(Notifier::channel(tx.clone())), None).report("x");
         assert!(rx.try_recv().is_err());
-        let p = Progress::new(Some(Notifier::channel(tx)), Some(json!("t1")));
+        let p = Progress::new(
+            Some(Notifier::channel(tx)),
+            Some(ProgressToken::Text("t1".into())),
+        );
         p.report("a");
         p.report("b");
         let a = rx.try_recv().unwrap();
         let b = rx.try_recv().unwrap();
-        assert_eq!(a["params"]["progressToken"], "t1");
-        assert_eq!(a["params"]["progress"], 1);
-        assert_eq!(b["params"]["progress"], 2);
-        assert_eq!(b["params"]["message"], "b");
+        assert_eq!(
+            a.to_json(),
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t1","progress":1,"message":"a"}}"#
+        );
+        assert_eq!((b.progress, b.message.as_str()), (2, "b"));
     }
 }

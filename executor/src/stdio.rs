@@ -9,10 +9,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use serde_json::Value;
 use shared::mcp::{
-    Dispatcher, Era, Incoming, MODERN_VERSION, codes, error_response, negotiate, parse_message,
-    success_response,
+    Dispatcher, Era, Incoming, MODERN_VERSION, Params, RequestId, Response, codes, negotiate,
+    parse_message,
 };
 use tokio::task::AbortHandle;
 
@@ -21,10 +20,13 @@ use crate::computers::SessionHost;
 /// Longest accepted line (stdin payloads are ≤ 2 MiB, JSON escaping can grow them 6×).
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
-type InFlight = Arc<Mutex<HashMap<String, AbortHandle>>>;
+type InFlight = Arc<Mutex<HashMap<Flight, AbortHandle>>>;
 
-fn key(id: &Value) -> String {
-    id.to_string()
+/// What runs: a request (cancelled by its id), or a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Flight {
+    Request(RequestId),
+    Batch(u64),
 }
 
 /// One line of stdin, as the [`Splitter`] cut it.
@@ -205,9 +207,13 @@ impl Out {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sends one message.
-    fn emit(&self, msg: &Value) {
-        let mut line = shared::json::to_vec(msg);
+    /// Sends one response.
+    fn emit(&self, resp: &Response) {
+        self.send(resp.to_vec());
+    }
+
+    /// Sends one message (a notification, or a batch's answer), as JSON text.
+    fn send(&self, mut line: Vec<u8>) {
         line.push(b'\n');
         let mut st = self.state();
         if st.broken {
@@ -293,11 +299,10 @@ impl Session {
         let line = match line {
             Line::Read(line) => line,
             Line::TooLarge => {
-                return self.out.emit(&error_response(
-                    Value::Null,
+                return self.out.emit(&Response::error(
+                    None,
                     codes::INVALID_REQUEST,
                     "message too large (16 MiB at most)",
-                    None,
                 ));
             }
         };
@@ -314,31 +319,27 @@ impl Session {
             Ok(Incoming::Notification { method, params }) => self.notified(&method, params),
             Ok(Incoming::Request { id, method, params }) => {
                 if method == "initialize" {
-                    let requested = params
-                        .as_ref()
-                        .and_then(|p| p.get("protocolVersion"))
-                        .and_then(Value::as_str);
-                    let version = negotiate(requested);
+                    let version = negotiate(params.protocol_version.as_str());
                     self.era = Some(Era::Legacy(version.to_owned()));
                     let result = self.dispatcher.initialize_result(version);
-                    return self.out.emit(&success_response(id, result));
+                    return self.out.emit(&Response::success(id, result));
                 }
-                let request_era = match (&self.era, requested_modern(params.as_ref())) {
+                let request_era = match (&self.era, requested_modern(&params)) {
                     (_, true) | (None, _) => Era::Modern,
                     (Some(e), false) => e.clone(),
                 };
                 let out = self.out.clone();
                 let d = self.dispatcher.clone();
                 let h = self.host.clone();
-                let k = key(&id);
+                let k = Flight::Request(id.clone());
                 let flight = self.inflight.clone();
                 // Registered before the task can end and remove itself.
                 let mut inflight = lock(&self.inflight);
                 let task = self.runtime.spawn(async move {
                     let resp = d
-                        .request(&h, &request_era, id.clone(), &method, params.as_ref())
+                        .request(&h, &request_era, id.clone(), &method, &params)
                         .await;
-                    lock(&flight).remove(&key(&id));
+                    lock(&flight).remove(&Flight::Request(id));
                     out.emit(&resp);
                 });
                 inflight.insert(k, task.abort_handle());
@@ -347,11 +348,11 @@ impl Session {
     }
 
     /// A notification: only `notifications/cancelled` does anything (it aborts its request).
-    fn notified(&self, method: &str, params: Option<Value>) {
+    fn notified(&self, method: &str, params: Params) {
         if method == "notifications/cancelled"
-            && let Some(id) = params.as_ref().and_then(|p| p.get("requestId"))
+            && let shared::mcp::Field::Is(id) = params.request_id
         {
-            let handle = lock(&self.inflight).remove(&key(id));
+            let handle = lock(&self.inflight).remove(&Flight::Request(id.clone()));
             if let Some(h) = handle {
                 tracing::info!(request_id = %id, "request cancelled by the client");
                 h.abort();
@@ -374,20 +375,18 @@ impl Session {
         let raws: Vec<Box<serde_json::value::RawValue>> = match serde_json::from_slice(line) {
             Ok(r) => r,
             Err(e) => {
-                return self.out.emit(&error_response(
-                    Value::Null,
-                    codes::PARSE_ERROR,
-                    &format!("parse error: {e}"),
+                return self.out.emit(&Response::error(
                     None,
+                    codes::PARSE_ERROR,
+                    format!("parse error: {e}"),
                 ));
             }
         };
         if raws.is_empty() {
-            return self.out.emit(&error_response(
-                Value::Null,
+            return self.out.emit(&Response::error(
+                None,
                 codes::INVALID_REQUEST,
                 "an empty batch: send at least one JSON-RPC message",
-                None,
             ));
         }
         let era = Era::Legacy(version);
@@ -398,15 +397,14 @@ impl Session {
                 Ok(Incoming::Response) => {}
                 Ok(Incoming::Notification { method, params }) => self.notified(&method, params),
                 Ok(Incoming::Request { id, method, .. }) if method == "initialize" => {
-                    answers.push(Answer::Now(error_response(
-                        id,
+                    answers.push(Answer::Now(Response::error(
+                        Some(id),
                         codes::INVALID_REQUEST,
                         "`initialize` cannot be part of a batch: send it alone",
-                        None,
                     )));
                 }
                 Ok(Incoming::Request { id, method, params }) => {
-                    answers.push(Answer::Later(id, method, params));
+                    answers.push(Answer::Later(id, method, Box::new(params)));
                 }
             }
         }
@@ -414,9 +412,8 @@ impl Session {
             return;
         }
         let (out, d, h) = (self.out.clone(), self.dispatcher.clone(), self.host.clone());
-        // Registered like a request (under a key no request id has), so the end of stdin
-        // stops it too.
-        let k = format!("batch\0{:016x}", rand::random::<u64>());
+        // Registered like a request, so the end of stdin stops it too.
+        let k = Flight::Batch(rand::random::<u64>());
         let (flight, done_key) = (self.inflight.clone(), k.clone());
         let mut inflight = lock(&self.inflight);
         let task = self.runtime.spawn(async move {
@@ -426,14 +423,14 @@ impl Session {
                     match a {
                         Answer::Now(resp) => resp,
                         Answer::Later(id, method, params) => {
-                            d.request(&h, &era, id, &method, params.as_ref()).await
+                            d.request(&h, &era, id, &method, &params).await
                         }
                     }
                 }
             });
             let responses = futures_util::future::join_all(responses).await;
             lock(&flight).remove(&done_key);
-            out.emit(&Value::Array(responses));
+            out.send(shared::mcp::batch_to_vec(&responses));
         });
         inflight.insert(k, task.abort_handle());
     }
@@ -441,11 +438,11 @@ impl Session {
 
 /// One element's answer in a batch: known already, or a request to run.
 enum Answer {
-    Now(Value),
-    Later(Value, String, Option<Value>),
+    Now(Response),
+    Later(RequestId, String, Box<Params>),
 }
 
-fn lock(inflight: &InFlight) -> MutexGuard<'_, HashMap<String, AbortHandle>> {
+fn lock(inflight: &InFlight) -> MutexGuard<'_, HashMap<Flight, AbortHandle>> {
     inflight.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -458,7 +455,7 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
     };
     let host = host.with_notifier({
         let out = out.clone();
-        crate::progress::Notifier::new(move |msg| out.emit(&msg))
+        crate::progress::Notifier::new(move |note| out.send(note.to_vec()))
     });
     let inflight: InFlight = Arc::default();
     let mut session = Session {
@@ -494,12 +491,8 @@ pub async fn serve(dispatcher: Arc<Dispatcher>, host: SessionHost) -> std::io::R
     read
 }
 
-fn requested_modern(params: Option<&Value>) -> bool {
-    params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(shared::mcp::META_PROTOCOL_VERSION))
-        .and_then(Value::as_str)
-        == Some(MODERN_VERSION)
+fn requested_modern(params: &Params) -> bool {
+    params.meta_version() == Some(MODERN_VERSION)
 }
 
 #[cfg(test)]

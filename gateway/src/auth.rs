@@ -14,7 +14,8 @@
 
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde_json::Value;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use shared::transport::constant_time_eq;
 
 /// An authenticated caller.
@@ -245,25 +246,19 @@ impl Auth {
         v.validate_nbf = true;
         v.leeway = 30;
         let data =
-            jsonwebtoken::decode::<Value>(token, key, &v).map_err(|e| refused(&e.to_string()))?;
+            jsonwebtoken::decode::<Claims>(token, key, &v).map_err(|e| refused(&e.to_string()))?;
         let claims = data.claims;
         // Also refuse tokens stamped in the future (clock skew beyond the leeway).
-        if claims
-            .get("iat")
-            .and_then(Value::as_u64)
-            .is_some_and(|iat| iat > now + 30)
-        {
+        if matches!(claims.iat, Some(Claim::Is(iat)) if iat > now + 30) {
             return Err(refused("issued in the future (iat)"));
         }
         let subject = claims
-            .get("sub")
-            .and_then(Value::as_str)
+            .text("sub")
             .filter(|s| !s.is_empty())
             .ok_or_else(|| refused("no sub"))?
             .to_owned();
         let team = claims
-            .get(&self.team_claim)
-            .and_then(Value::as_str)
+            .text(&self.team_claim)
             .filter(|s| !s.is_empty())
             .ok_or_else(|| refused(&format!("no {} claim", self.team_claim)))?
             .to_owned();
@@ -277,23 +272,90 @@ impl Auth {
     }
 }
 
+/// The claims of a verified token that the gateway reads (`jsonwebtoken` checks `exp`,
+/// `nbf`, `iss`, `aud` and that `sub` is a string). Any JSON decodes: a claim of another
+/// shape is [`Claim::Other`], so it is refused or grants nothing, never a decoding error.
+#[derive(Deserialize)]
+struct Claims {
+    #[serde(default)]
+    iat: Option<Claim<u64>>,
+    #[serde(default)]
+    sub: Option<Claim<String>>,
+    /// Present even when `null` (which grants nothing).
+    #[serde(default, deserialize_with = "present")]
+    scope: Option<Claim<Scope>>,
+    /// What some identity providers write instead of `scope`.
+    #[serde(default, deserialize_with = "present")]
+    scp: Option<Claim<Scope>>,
+    /// Every other claim, the team claim (its name is configured) among them.
+    #[serde(flatten)]
+    other: std::collections::HashMap<String, Claim<String>>,
+}
+
+/// A claim of the expected shape, or of any other.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Claim<T> {
+    Is(T),
+    Other(IgnoredAny),
+}
+
+/// A scope claim: space-separated names, or an array of names.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Scope {
+    Spaced(String),
+    List(Vec<String>),
+}
+
+impl Claims {
+    /// The string claim `name`, if it is one.
+    fn text(&self, name: &str) -> Option<&str> {
+        let claim = match name {
+            "sub" => self.sub.as_ref(),
+            "scope" | "scp" => {
+                let scope = if name == "scope" {
+                    &self.scope
+                } else {
+                    &self.scp
+                };
+                return match scope {
+                    Some(Claim::Is(Scope::Spaced(s))) => Some(s),
+                    _ => None,
+                };
+            }
+            _ => self.other.get(name),
+        };
+        match claim? {
+            Claim::Is(s) => Some(s),
+            Claim::Other(_) => None,
+        }
+    }
+}
+
+/// A field that is present, whatever its value (`null` included).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 /// What a token's scope claim grants: `(exec, manage)`. The claim is `scope`, or `scp`
 /// where an identity provider writes that instead: a space-separated string, or an array
 /// of strings. A token with neither may do both (the documented default); a claim of any
 /// other shape (`null`, a number, an object, an array holding a non-string) grants
 /// nothing: a claim the gateway cannot read never widens what a token may do (issue 46).
-fn granted(claims: &Value) -> (bool, bool) {
-    let claim = match (claims.get("scope"), claims.get("scp")) {
+fn granted(claims: &Claims) -> (bool, bool) {
+    let claim = match (&claims.scope, &claims.scp) {
         (None, None) => return (true, true),
         (Some(c), _) | (None, Some(c)) => c,
     };
     let names: Vec<&str> = match claim {
-        Value::String(s) => s.split_whitespace().collect(),
-        Value::Array(items) => match items.iter().map(Value::as_str).collect::<Option<_>>() {
-            Some(names) => names,
-            None => return (false, false),
-        },
-        _ => return (false, false),
+        Claim::Is(Scope::Spaced(s)) => s.split_whitespace().collect(),
+        Claim::Is(Scope::List(items)) => items.iter().map(String::as_str).collect(),
+        Claim::Other(_) => return (false, false),
     };
     let has = |s: &str| names.contains(&s);
     (has("exec"), has("manage"))
@@ -303,7 +365,7 @@ fn granted(claims: &Value) -> (bool, bool) {
 mod tests {
     use super::*;
     use jsonwebtoken::{EncodingKey, Header};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const SECRET: &str = "gateway-test-secret-0123456789abcdef";
 

@@ -9,24 +9,6 @@
 
 use serde_json::Value;
 
-/// The key of the one-entry object `crate::mcp::parse_message` puts in place of a request
-/// id number `serde_json` cannot hold exactly: `{RAW_ID: "<the number's text as sent>"}`.
-/// No client can send one (ids are strings or numbers); [`to_vec`] writes it back as the
-/// text.
-pub const RAW_ID: &str = "$msc:raw_id";
-
-/// The number text a marked id stands for (see [`RAW_ID`]).
-pub fn raw_id_text(id: &Value) -> Option<&str> {
-    match id {
-        Value::Object(m) if m.len() == 1 => m.get(RAW_ID)?.as_str().filter(|t| {
-            !t.is_empty()
-                && t.bytes()
-                    .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-        }),
-        _ => None,
-    }
-}
-
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The escape of byte `b` inside a JSON string, if it needs one (`u` = `\u00XX`).
@@ -54,7 +36,8 @@ static ESCAPES: [u8; 256] = {
     t
 };
 
-fn write_str(out: &mut Vec<u8>, s: &str) {
+/// Appends the JSON string literal of `s` to `out`.
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + bytes.len() / 4 + 2);
     out.push(b'"');
@@ -116,29 +99,10 @@ pub fn write(out: &mut Vec<u8>, v: &Value) {
     }
 }
 
-/// The compact JSON text of `v` (what `v.to_string()` gives), except that a JSON-RPC
-/// message's id marked by `crate::mcp::parse_message` is written as the number text the
-/// client sent (see [`RAW_ID`]).
+/// The compact JSON text of `v` (what `v.to_string()` gives).
 pub fn to_vec(v: &Value) -> Vec<u8> {
     let mut out = Vec::new();
-    match v {
-        Value::Object(map) if map.contains_key("jsonrpc") => {
-            out.push(b'{');
-            for (i, (k, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(&mut out, k);
-                out.push(b':');
-                match raw_id_text(item).filter(|_| k == "id") {
-                    Some(text) => out.extend_from_slice(text.as_bytes()),
-                    None => write(&mut out, item),
-                }
-            }
-            out.push(b'}');
-        }
-        _ => write(&mut out, v),
-    }
+    write(&mut out, v);
     out
 }
 

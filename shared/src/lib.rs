@@ -35,6 +35,7 @@ pub mod history;
 pub mod ids;
 pub mod jobs;
 pub mod json;
+pub mod jsonrpc;
 pub mod lifecycle;
 pub mod maybe_send;
 pub mod mcp;

@@ -6,8 +6,6 @@
 //! frame messages, decide the era and own sessions; they all call [`Dispatcher::request`].
 //! No runtime, no I/O: tool calls go to the host.
 
-mod jsonrpc;
-
 use std::future::Future;
 
 use rmcp::model::CallToolResult;
@@ -20,9 +18,9 @@ use crate::result::{operation_error, validation_error};
 use crate::tasks::{self, TaskMethod};
 use crate::validate::ValidationError;
 
-pub use jsonrpc::{
-    Incoming, RAW_ID, codes, error_response, parse_message, parse_value, raw_id_text,
-    success_response,
+pub use crate::jsonrpc::{
+    AnObject, ClientCapabilities, Field, Incoming, Meta, Outcome, Params, ProgressNote,
+    ProgressToken, RequestId, Response, RpcError, batch_to_vec, codes, parse_message,
 };
 
 /// `_meta` key of inventory results naming the exec tool (configurable with --tool-name),
@@ -64,13 +62,13 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
 }
 
 /// The error for a modern request naming a version we do not speak.
-pub fn unsupported_version(id: Value, requested: &str) -> Value {
-    error_response(
+pub fn unsupported_version(id: Option<RequestId>, requested: &str) -> Response {
+    Response::error(
         id,
         codes::UNSUPPORTED_VERSION,
-        &format!("unsupported protocol version {requested:?}"),
-        Some(json!({ "supported": supported_versions(), "requested": requested })),
+        format!("unsupported protocol version {requested:?}"),
     )
+    .with_data(json!({ "supported": supported_versions(), "requested": requested }))
 }
 
 /// Methods of the session revisions that 2026-07-28 removed.
@@ -100,35 +98,30 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 /// Checks the per-request `_meta` a 2026-07-28 request must carry: the protocol version
 /// (a supported one) and the client capabilities. `Err` holds the error response; over
 /// HTTP it goes out with status 400.
-pub fn check_modern_meta(id: &Value, params: Option<&Value>) -> Result<(), Value> {
+pub fn check_modern_meta(id: &RequestId, params: &Params) -> Result<(), Response> {
     let invalid = |message: &str| {
-        Err(error_response(
-            id.clone(),
+        Err(Response::error(
+            Some(id.clone()),
             codes::INVALID_PARAMS,
             message,
-            None,
         ))
     };
-    let Some(meta) = params
-        .and_then(|p| p.get("_meta"))
-        .and_then(Value::as_object)
-    else {
+    let Some(meta) = params.meta() else {
         return invalid(
             "a 2026-07-28 request needs `params._meta` with `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`",
         );
     };
-    match meta.get(META_PROTOCOL_VERSION) {
-        Some(Value::String(v)) if v == MODERN_VERSION => {}
-        Some(Value::String(v)) => return Err(unsupported_version(id.clone(), v)),
-        Some(_) => {
+    match &meta.protocol_version {
+        Field::Is(v) if v == MODERN_VERSION => {}
+        Field::Is(v) => return Err(unsupported_version(Some(id.clone()), v)),
+        Field::Other => {
             return invalid("`_meta.io.modelcontextprotocol/protocolVersion` must be a string");
         }
-        None => return invalid("`_meta.io.modelcontextprotocol/protocolVersion` is required"),
+        Field::Absent => {
+            return invalid("`_meta.io.modelcontextprotocol/protocolVersion` is required");
+        }
     }
-    if !meta
-        .get(META_CLIENT_CAPABILITIES)
-        .is_some_and(Value::is_object)
-    {
+    if meta.client_capabilities.get().is_none() {
         return invalid(
             "`_meta.io.modelcontextprotocol/clientCapabilities` (an object) is required",
         );
@@ -139,8 +132,8 @@ pub fn check_modern_meta(id: &Value, params: Option<&Value>) -> Result<(), Value
 /// Per-call context handed to the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallContext {
-    pub request_id: Value,
-    pub progress_token: Option<Value>,
+    pub request_id: RequestId,
+    pub progress_token: Option<ProgressToken>,
     pub era: Era,
 }
 
@@ -270,13 +263,13 @@ impl Dispatcher {
         &self,
         host: &H,
         era: &Era,
-        id: Value,
+        id: RequestId,
         method: TaskMethod,
-        params: Option<&Value>,
-    ) -> Value {
+        params: &Params,
+    ) -> Response {
         let task_id = match tasks::task_id_param(params) {
             Ok(t) => t,
-            Err(e) => return error_response(id, codes::INVALID_PARAMS, &e.to_string(), None),
+            Err(e) => return Response::error(Some(id), codes::INVALID_PARAMS, e.to_string()),
         };
         let ctx = CallContext {
             request_id: id.clone(),
@@ -284,13 +277,9 @@ impl Dispatcher {
             era: era.clone(),
         };
         match host.task(method, task_id, &ctx).await {
-            Ok(reply) => success_response(id, self.finish(era, reply.to_value())),
-            Err(e) => error_response(
-                id,
-                codes::INVALID_PARAMS,
-                &e.to_string(),
-                Some(json!({ "taskId": task_id })),
-            ),
+            Ok(reply) => Response::success(id, self.finish(era, reply.to_value())),
+            Err(e) => Response::error(Some(id), codes::INVALID_PARAMS, e.to_string())
+                .with_data(json!({ "taskId": task_id })),
         }
     }
 
@@ -323,17 +312,13 @@ impl Dispatcher {
         result
     }
 
-    fn resource_missing(&self, era: &Era, id: Value, uri: &str) -> Value {
+    fn resource_missing(&self, era: &Era, id: RequestId, uri: &str) -> Response {
         let code = match era {
             Era::Legacy(_) => codes::RESOURCE_NOT_FOUND_LEGACY,
             Era::Modern => codes::INVALID_PARAMS,
         };
-        error_response(
-            id,
-            code,
-            &format!("resource not found: {uri}"),
-            Some(json!({ "uri": uri })),
-        )
+        Response::error(Some(id), code, format!("resource not found: {uri}"))
+            .with_data(json!({ "uri": uri }))
     }
 
     /// Handles one request and returns the full JSON-RPC response.
@@ -341,22 +326,21 @@ impl Dispatcher {
         &self,
         host: &H,
         era: &Era,
-        id: Value,
+        id: RequestId,
         method: &str,
-        params: Option<&Value>,
-    ) -> Value {
+        params: &Params,
+    ) -> Response {
         if *era == Era::Modern {
             if let Err(e) = check_modern_meta(&id, params) {
                 return e;
             }
             if REMOVED_IN_MODERN.contains(&method) {
-                return error_response(
-                    id,
+                return Response::error(
+                    Some(id),
                     codes::METHOD_NOT_FOUND,
-                    &format!(
+                    format!(
                         "method not found: {method} does not exist in protocol {MODERN_VERSION}"
                     ),
-                    None,
                 );
             }
         }
@@ -368,20 +352,17 @@ impl Dispatcher {
         }
         let result = match method {
             "initialize" => {
-                let requested = params
-                    .and_then(|p| p.get("protocolVersion"))
-                    .and_then(Value::as_str);
-                return success_response(id, self.initialize_result(negotiate(requested)));
+                let requested = params.protocol_version.as_str();
+                return Response::success(id, self.initialize_result(negotiate(requested)));
             }
             "ping" => json!({}),
             "logging/setLevel" => {
-                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+                let level = params.level.as_str();
                 if !level.is_some_and(|l| LOG_LEVELS.contains(&l)) {
-                    return error_response(
-                        id,
+                    return Response::error(
+                        Some(id),
                         codes::INVALID_PARAMS,
-                        &format!("`level` must be one of {}", LOG_LEVELS.join(", ")),
-                        None,
+                        format!("`level` must be one of {}", LOG_LEVELS.join(", ")),
                     );
                 }
                 // This server sends no log notifications, so every level is honoured.
@@ -389,15 +370,11 @@ impl Dispatcher {
             }
             "prompts/list" => self.cacheable(era, json!({ "prompts": [] })),
             "prompts/get" => {
-                let name = params
-                    .and_then(|p| p.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                return error_response(
-                    id,
+                let name = params.name.as_str().unwrap_or("");
+                return Response::error(
+                    Some(id),
                     codes::INVALID_PARAMS,
-                    &format!("unknown prompt {name:?}: this server offers no prompts"),
-                    None,
+                    format!("unknown prompt {name:?}: this server offers no prompts"),
                 );
             }
             "server/discover" => {
@@ -445,10 +422,7 @@ impl Dispatcher {
             }
             "resources/templates/list" => self.cacheable(era, json!({ "resourceTemplates": [] })),
             "resources/read" => {
-                let uri = params
-                    .and_then(|p| p.get("uri"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let uri = params.uri.as_str().unwrap_or("");
                 match (&self.config.dashboard_html, self.config.names.lifecycle) {
                     (Some(html), true) if uri == DASHBOARD_URI => {
                         let mut r = json!({ "contents": [{
@@ -467,24 +441,22 @@ impl Dispatcher {
                 }
             }
             "tools/call" => {
-                let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-                    return error_response(
-                        id,
+                let Some(name) = params.name.as_str() else {
+                    return Response::error(
+                        Some(id),
                         codes::INVALID_PARAMS,
                         "tools/call needs `name` (a string)",
-                        None,
                     );
                 };
-                let arguments = params.and_then(|p| p.get("arguments"));
+                let arguments = params.arguments.as_ref();
                 let result = match parse_tool_call(&self.config.names, name, arguments) {
                     Err(ValidationError::UnknownTool(n)) => {
-                        return error_response(
-                            id,
+                        return Response::error(
+                            Some(id),
                             codes::INVALID_PARAMS,
-                            &format!(
+                            format!(
                                 "unknown tool {n:?}; call tools/list to see the available tools"
                             ),
-                            None,
                         );
                     }
                     // A `computer_*` tool fails in one shape, validation included (SPEC
@@ -495,10 +467,7 @@ impl Dispatcher {
                     Err(ValidationError::Invalid(message)) => validation_error(&message),
                     Ok(call) => {
                         let inventory = matches!(call, Op::List | Op::Dashboard);
-                        let progress_token = params
-                            .and_then(|p| p.get("_meta"))
-                            .and_then(|m| m.get("progressToken"))
-                            .cloned();
+                        let progress_token = params.progress_token().cloned();
                         let ctx = CallContext {
                             request_id: id.clone(),
                             progress_token,
@@ -507,15 +476,11 @@ impl Dispatcher {
                         let as_task = *era == Era::Modern
                             && self.serves_tasks()
                             && matches!(call, Op::Exec(_))
-                            && tasks::declared(
-                                params
-                                    .and_then(|p| p.get("_meta"))
-                                    .and_then(|m| m.get(META_CLIENT_CAPABILITIES)),
-                            );
+                            && tasks::declared(params);
                         let mut result = if as_task {
                             match host.call_tool_as_task(call, &ctx).await {
                                 TaskAnswer::Task(created) => {
-                                    return success_response(id, self.finish_task(created));
+                                    return Response::success(id, self.finish_task(created));
                                 }
                                 TaskAnswer::Complete(result) => result,
                             }
@@ -536,15 +501,14 @@ impl Dispatcher {
                 serde_json::to_value(result).unwrap_or_else(|_| json!({}))
             }
             other => {
-                return error_response(
-                    id,
+                return Response::error(
+                    Some(id),
                     codes::METHOD_NOT_FOUND,
-                    &format!("method not found: {other}"),
-                    None,
+                    format!("method not found: {other}"),
                 );
             }
         };
-        success_response(id, self.finish(era, result))
+        Response::success(id, self.finish(era, result))
     }
 }
 

@@ -33,11 +33,11 @@ pub const KEEP_MS: u64 = 600_000;
 
 /// Do a request's client capabilities (`_meta["io.modelcontextprotocol/clientCapabilities"]`)
 /// declare the extension?
-pub fn declared(capabilities: Option<&Value>) -> bool {
-    capabilities
-        .and_then(|c| c.get("extensions"))
-        .and_then(|e| e.get(EXTENSION))
-        .is_some_and(Value::is_object)
+pub fn declared(params: &crate::jsonrpc::Params) -> bool {
+    params
+        .meta()
+        .and_then(|m| m.client_capabilities.get())
+        .is_some_and(|c| c.declares(EXTENSION))
 }
 
 /// The three methods of the extension.
@@ -69,11 +69,8 @@ pub enum TaskIdError {
 }
 
 /// The `taskId` of a tasks/* request, checked.
-pub fn task_id_param(params: Option<&Value>) -> Result<&str, TaskIdError> {
-    let id = params
-        .and_then(|p| p.get("taskId"))
-        .and_then(Value::as_str)
-        .ok_or(TaskIdError::Missing)?;
+pub fn task_id_param(params: &crate::jsonrpc::Params) -> Result<&str, TaskIdError> {
+    let id = params.task_id.as_str().ok_or(TaskIdError::Missing)?;
     crate::jobs::validate_job_id(id)
         .map_err(|_| TaskIdError::Malformed(crate::history::cut(id, 40)))?;
     Ok(id)

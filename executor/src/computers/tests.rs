@@ -92,7 +92,7 @@ impl World {
             }
         };
         let ctx = CallContext {
-            request_id: json!(1),
+            request_id: shared::mcp::RequestId::number(1),
             progress_token: None,
             era: Era::Modern,
         };

@@ -19,12 +19,12 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use shared::mcp::{Dispatcher, Era};
+use shared::mcp::{Dispatcher, Era, Outcome, Params, RequestId};
 use shared::transport::modern_status;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::task::AbortHandle;
 
-use super::{AbortOnDrop, json_response, status_code};
+use super::{AbortOnDrop, status_code};
 use crate::computers::SessionHost;
 
 /// How long a request's first notification may wait for its result before the answer
@@ -41,9 +41,9 @@ const EVENT_MAX: usize = 1_000_000;
 /// What the request's task sends.
 enum Out {
     /// A notification (progress) to go out before the result.
-    Note(Value),
+    Note(shared::mcp::ProgressNote),
     /// The JSON-RPC response.
-    Done(Value),
+    Done(shared::mcp::Response),
 }
 
 /// A started request whose answer is not chosen yet.
@@ -53,7 +53,7 @@ pub(super) struct Pending {
     guard: AbortOnDrop,
     modern: bool,
     /// The request's id, for the answer of a request that was cancelled.
-    id: Value,
+    id: RequestId,
 }
 
 /// Starts the request; returns what answers it and, for cancellation by id, its key and
@@ -62,21 +62,21 @@ pub(super) fn start(
     host: SessionHost,
     d: Arc<Dispatcher>,
     era: Era,
-    id: Value,
+    id: RequestId,
     method: String,
-    params: Option<Value>,
+    params: Params,
     on_done: impl FnOnce() + Send + 'static,
-) -> (Pending, (String, AbortHandle)) {
+) -> (Pending, (RequestId, AbortHandle)) {
     let (tx, rx) = unbounded_channel::<Out>();
     let notes = tx.clone();
     let host = host.with_notifier(crate::progress::Notifier::new(move |msg| {
         let _ = notes.send(Out::Note(msg));
     }));
-    let key = id.to_string();
+    let key = id.clone();
     let modern = era == Era::Modern;
     let rid = id.clone();
     let task = tokio::spawn(async move {
-        let resp = d.request(&host, &era, id, &method, params.as_ref()).await;
+        let resp = d.request(&host, &era, id, &method, &params).await;
         let _ = tx.send(Out::Done(resp));
         on_done();
     });
@@ -94,7 +94,7 @@ impl Pending {
     /// The answer: JSON when the result comes first or within [`GRACE`] of the first
     /// notification, else an SSE stream.
     pub(super) async fn respond(mut self) -> Response {
-        let mut held: Vec<Value> = Vec::new();
+        let mut held: Vec<shared::mcp::ProgressNote> = Vec::new();
         let mut window: Option<tokio::time::Instant> = None;
         loop {
             let next = match window {
@@ -115,11 +115,10 @@ impl Pending {
                 }
                 // The task ended without an answer (aborted).
                 None => {
-                    let resp = shared::mcp::error_response(
-                        self.id.clone(),
+                    let resp = shared::mcp::Response::error(
+                        Some(self.id.clone()),
                         shared::mcp::codes::INTERNAL_ERROR,
                         "request cancelled",
-                        None,
                     );
                     return self.json(resp);
                 }
@@ -128,25 +127,24 @@ impl Pending {
         self.stream(held)
     }
 
-    fn json(&self, resp: Value) -> Response {
+    fn json(&self, resp: shared::mcp::Response) -> Response {
         let status = match self.modern {
             true => status_code(modern_status(&resp)),
             false => StatusCode::OK,
         };
-        json_response(status, resp)
+        super::rpc_response(status, &resp)
     }
 
     /// The held notifications, then everything else the request sends, as SSE.
-    fn stream(self, held: Vec<Value>) -> Response {
+    fn stream(self, held: Vec<shared::mcp::ProgressNote>) -> Response {
         let Pending { rx, guard, .. } = self;
-        let event = |msg: &Value| {
-            Ok::<_, Infallible>(
-                Event::default()
-                    .event("message")
-                    .data(shared::json::to_string(msg)),
-            )
-        };
-        let first = futures_util::stream::iter(held.iter().map(event).collect::<Vec<_>>());
+        let event =
+            |text: String| Ok::<_, Infallible>(Event::default().event("message").data(text));
+        let first = futures_util::stream::iter(
+            held.iter()
+                .map(|note| event(note.to_json()))
+                .collect::<Vec<_>>(),
+        );
         let rest = futures_util::stream::unfold(
             (rx, guard, false),
             move |(mut rx, guard, ended)| async move {
@@ -154,8 +152,8 @@ impl Pending {
                     return None;
                 }
                 match rx.recv().await? {
-                    Out::Note(msg) => Some((event(&msg), (rx, guard, false))),
-                    Out::Done(msg) => Some((event(&fit_event(msg)), (rx, guard, true))),
+                    Out::Note(msg) => Some((event(msg.to_json()), (rx, guard, false))),
+                    Out::Done(resp) => Some((event(fit_event(resp).to_json()), (rx, guard, true))),
                 }
             },
         );
@@ -172,8 +170,8 @@ impl Pending {
 /// (`*_base64`) go first. Anything else too big becomes an error that says to call again
 /// (a call streams only while it waited, e.g. for its computer to be made, so the next
 /// one answers as plain JSON) or to ask for less.
-fn fit_event(mut resp: Value) -> Value {
-    let size = |v: &Value| shared::json::to_string(v).len();
+fn fit_event(mut resp: shared::mcp::Response) -> shared::mcp::Response {
+    let size = |r: &shared::mcp::Response| r.to_vec().len();
     let whole = size(&resp);
     if whole <= EVENT_MAX {
         return resp;
@@ -184,8 +182,11 @@ fn fit_event(mut resp: Value) -> Value {
         if over == 0 {
             break;
         }
-        let Some(out) = resp
-            .pointer_mut("/result/structuredContent")
+        let Outcome::Result(result) = &mut resp.outcome else {
+            break;
+        };
+        let Some(out) = result
+            .pointer_mut("/structuredContent")
             .and_then(Value::as_object_mut)
             .filter(|o| o.get("stdout").is_some_and(Value::is_string))
         else {
@@ -224,14 +225,13 @@ fn fit_event(mut resp: Value) -> Value {
         };
         out.insert("stderr".into(), Value::String(stderr));
         let text = shared::json::to_string(&Value::Object(out.clone()));
-        if let Some(block) = resp.pointer_mut("/result/content/0/text") {
+        if let Some(block) = result.pointer_mut("/content/0/text") {
             *block = Value::String(text);
         }
     }
     if size(&resp) <= EVENT_MAX {
         return resp;
     }
-    let id = resp.get("id").cloned().unwrap_or(Value::Null);
     let message = format!(
         "this answer ({whole} bytes) is too big for one streamed event (MCP clients take at most \
          1 MiB): it was streamed because the call waited over 2 s (e.g. for its computer to be \
@@ -239,7 +239,8 @@ fn fit_event(mut resp: Value) -> Value {
     );
     let result =
         serde_json::to_value(shared::result::operation_error(&message)).unwrap_or(Value::Null);
-    shared::mcp::success_response(id, result)
+    resp.outcome = Outcome::Result(result);
+    resp
 }
 
 #[cfg(test)]
@@ -266,16 +267,17 @@ mod tests {
     /// The answer to a call of `command` with a progress token: its content type and body.
     async fn answer(command: &str) -> (String, String) {
         let host = SessionHost::new(Computers::over_fake(Fake::default()), "session:a", false);
-        let params = serde_json::json!({"name": "terminal_execute",
-            "arguments": {"command": command}, "_meta": {"progressToken": "p"}});
+        let params: Params = serde_json::from_value(serde_json::json!({"name": "terminal_execute",
+            "arguments": {"command": command}, "_meta": {"progressToken": "p"}}))
+        .unwrap();
         let era = Era::Legacy("2025-11-25".into());
         let (pending, _) = start(
             host,
             dispatcher(),
             era,
-            serde_json::json!(7),
+            RequestId::number(7),
             "tools/call".into(),
-            Some(params),
+            params,
             || {},
         );
         let resp = pending.respond().await;
@@ -354,12 +356,12 @@ mod tests {
     #[test]
     fn a_streamed_answer_that_is_not_output_and_too_big_says_to_call_again() {
         let big = "x".repeat(EVENT_MAX);
-        let resp = shared::mcp::success_response(
-            serde_json::json!(3),
+        let resp = shared::mcp::Response::success(
+            RequestId::number(3),
             serde_json::json!({"content": [{"type": "text", "text": big}],
                 "structuredContent": {"content": big}}),
         );
-        let fitted = fit_event(resp);
+        let fitted = serde_json::to_value(fit_event(resp)).unwrap();
         assert_eq!(fitted["id"], 3);
         assert_eq!(
             fitted["result"]["isError"], true,
@@ -370,7 +372,7 @@ mod tests {
             .as_str()
             .unwrap();
         assert!(msg.contains("Call again"), "{msg}");
-        let small = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+        let small = shared::mcp::Response::success(RequestId::number(1), serde_json::json!({}));
         assert_eq!(fit_event(small.clone()), small);
     }
 }

@@ -133,7 +133,7 @@ mod tests {
     async fn output_lines_are_live_output_until_the_take() {
         use crate::progress::Notifier;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let token = serde_json::json!("p1");
+        let token = shared::mcp::ProgressToken::Text("p1".into());
         let c = Capture::new(
             1024,
             Progress::new(Some(Notifier::channel(tx)), Some(token)),
@@ -141,10 +141,10 @@ mod tests {
         let mut out = c.writer(Stream::Stdout);
         let mut err = c.writer(Stream::Stderr);
         out.write_all(b"step 1\n").await.unwrap();
-        assert_eq!(rx.try_recv().unwrap()["params"]["message"], "step 1");
+        assert_eq!(rx.try_recv().unwrap().message, "step 1");
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         err.write_all(b"warning 2\n").await.unwrap();
-        assert_eq!(rx.try_recv().unwrap()["params"]["message"], "warning 2");
+        assert_eq!(rx.try_recv().unwrap().message, "warning 2");
         let _ = c.take();
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         out.write_all(b"after the call\n").await.unwrap();

@@ -26,9 +26,7 @@ use shared::catalogue::{DASHBOARD_URI, EXEC_TOOL, ToolNames, usage_text};
 use shared::executor_api::{ApiError, ErrorCode};
 use shared::files::WriteAnswer;
 use shared::ids::slug_from_random;
-use shared::mcp::{
-    CallContext, Dispatcher, Era, ServerConfig, ToolHost, codes, error_response, success_response,
-};
+use shared::mcp::{CallContext, Dispatcher, Era, ServerConfig, ToolHost, codes};
 use shared::op::{Op, OpHandler};
 use shared::providers::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use shared::result::operation_error;
@@ -74,9 +72,22 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(buf)
 }
 
-/// A JSON answer, written by `shared::json` (so a JSON-RPC id is echoed exactly as sent).
+/// A JSON answer, written by `shared::json`.
 pub(crate) fn json_response(status: u16, body: &Value) -> Result<Response> {
     bytes_response(status, shared::json::to_vec(body))
+}
+
+/// A JSON-RPC answer (its id echoed exactly as sent).
+pub(crate) fn rpc_response(status: u16, body: &shared::mcp::Response) -> Result<Response> {
+    bytes_response(status, body.to_vec())
+}
+
+/// A JSON-RPC error answer with no id (the request's could not be read, or never mattered).
+pub(crate) fn rpc_error(status: u16, message: String) -> Result<Response> {
+    rpc_response(
+        status,
+        &shared::mcp::Response::error(None, codes::INTERNAL_ERROR, message),
+    )
 }
 
 /// A JSON answer of a typed body, encoded once.
@@ -85,7 +96,7 @@ pub(crate) fn typed_response<T: Serialize>(status: u16, body: &T) -> Result<Resp
     bytes_response(status, bytes)
 }
 
-fn bytes_response(status: u16, bytes: Vec<u8>) -> Result<Response> {
+pub(crate) fn bytes_response(status: u16, bytes: Vec<u8>) -> Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json")?;
     Ok(Response::from_bytes(bytes)?

@@ -264,7 +264,7 @@ fn route_headers<'a>(copied: &'a [(&'static str, String)]) -> route::Headers<'a>
 }
 
 fn refused((status, body): Refused) -> Result<Response> {
-    json_response(status, &body)
+    rpc_response(status, &body)
 }
 
 pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Result<Response> {
@@ -280,10 +280,7 @@ pub(crate) async fn mcp_delete(req: &Request, env: &Env, caller: &Caller) -> Res
     match team_call::<inventory::Done>(env, &caller.team, close).await {
         Ok(_) => Ok(Response::empty()?.with_status(204)),
         Err(GatewayError::Inventory { status: 404, .. }) => refused(route::unknown_session()),
-        Err(e) => json_response(
-            500,
-            &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
-        ),
+        Err(e) => rpc_error(500, e.to_string()),
     }
 }
 
@@ -319,14 +316,14 @@ pub(crate) async fn mcp_post(
                         .set("retry-after", &gw.idle_ms.div_ceil(1000).to_string())?;
                     return Ok(r);
                 }
-                return json_response(
+                return rpc_response(
                     500,
-                    &error_response(id, codes::INTERNAL_ERROR, &e.to_string(), None),
+                    &shared::mcp::Response::error(Some(id), codes::INTERNAL_ERROR, e.to_string()),
                 );
             }
-            let r = json_response(
+            let r = rpc_response(
                 200,
-                &success_response(id, gw.dispatcher.initialize_result(version)),
+                &shared::mcp::Response::success(id, gw.dispatcher.initialize_result(version)),
             )?;
             r.headers().set("mcp-session-id", &sid)?;
             return Ok(r);
@@ -360,18 +357,18 @@ pub(crate) async fn mcp_post(
     };
     let Call {
         id, method, params, ..
-    } = call;
+    } = *call;
     let span = tracing::info_span!("mcp", team = %team, method = %method);
     let resp = gw
         .dispatcher
-        .request(&host, &era, id, &method, params.as_ref())
+        .request(&host, &era, id, &method, &params)
         .instrument(span)
         .await;
     let status = match era {
         Era::Modern => modern_status(&resp),
         Era::Legacy(_) => 200,
     };
-    json_response(status, &resp)
+    rpc_response(status, &resp)
 }
 
 /// A JSON-RPC batch inside the legacy session `sid` (2025-03-26 sessions only): each
@@ -382,7 +379,7 @@ async fn session_batch(
     gw: Rc<Gateway>,
     caller: Caller,
     sid: String,
-    messages: Vec<std::result::Result<InSession, Value>>,
+    messages: Vec<std::result::Result<InSession, shared::mcp::Response>>,
 ) -> Result<Response> {
     let team = caller.team.clone();
     let (host, version) = match session_host(env, &gw, caller, sid).await? {
@@ -397,13 +394,14 @@ async fn session_batch(
     for m in messages {
         match m {
             Err(resp) => responses.push(resp),
-            Ok(InSession::Call(Call {
-                id, method, params, ..
-            })) => {
+            Ok(InSession::Call(call)) => {
+                let Call {
+                    id, method, params, ..
+                } = *call;
                 let span = tracing::info_span!("mcp", team = %team, method = %method);
                 let resp = gw
                     .dispatcher
-                    .request(&host, &era, id, &method, params.as_ref())
+                    .request(&host, &era, id, &method, &params)
                     .instrument(span)
                     .await;
                 responses.push(resp);
@@ -413,7 +411,7 @@ async fn session_batch(
     }
     match responses.is_empty() {
         true => Ok(Response::empty()?.with_status(202)),
-        false => json_response(200, &Value::Array(responses)),
+        false => bytes_response(200, shared::mcp::batch_to_vec(&responses)),
     }
 }
 
@@ -435,11 +433,7 @@ async fn session_host(
             return refused(route::unknown_session()).map(Err);
         }
         Err(e) => {
-            return json_response(
-                500,
-                &error_response(Value::Null, codes::INTERNAL_ERROR, &e.to_string(), None),
-            )
-            .map(Err);
+            return rpc_error(500, e.to_string()).map(Err);
         }
     };
     let host = Host {

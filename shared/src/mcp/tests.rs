@@ -29,7 +29,22 @@ fn run(d: &Dispatcher, era: Era, method: &str, mut params: Value) -> Value {
         params["_meta"] =
             json!({META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {}});
     }
-    futures_executor::block_on(d.request(&Echo, &era, json!(1), method, Some(&params)))
+    let params = params_of(params);
+    value(&futures_executor::block_on(d.request(
+        &Echo,
+        &era,
+        RequestId::number(1),
+        method,
+        &params,
+    )))
+}
+
+fn params_of(v: Value) -> Params {
+    serde_json::from_value(v).unwrap()
+}
+
+fn value(r: &Response) -> Value {
+    serde_json::to_value(r).unwrap()
 }
 
 #[test]
@@ -45,11 +60,11 @@ fn modern_requests_need_their_meta() {
         let r = futures_executor::block_on(d.request(
             &Echo,
             &Era::Modern,
-            json!(1),
+            RequestId::number(1),
             "tools/list",
-            Some(&params),
+            &params_of(params.clone()),
         ));
-        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS, "{params}");
+        assert_eq!(r.error_code(), Some(codes::INVALID_PARAMS), "{params}");
     }
     for removed in ["initialize", "ping", "logging/setLevel"] {
         let r = run(&d, Era::Modern, removed, json!({}));
@@ -85,13 +100,13 @@ fn parse_rejects_garbage() {
         b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1],\"id\":1}",
     ] {
         let err = parse_message(raw).unwrap_err();
-        assert!(err["error"]["code"].as_i64().unwrap() <= -32600, "{err}");
+        assert!(err.error_code().unwrap() <= -32600, "{err:?}");
     }
     assert_eq!(
         parse_message(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}").unwrap(),
         Incoming::Notification {
             method: "notifications/initialized".into(),
-            params: None
+            params: Params::default()
         }
     );
     assert_eq!(
@@ -274,7 +289,7 @@ fn fuzz_parser_and_dispatcher() {
             }
         }
         match parse_message(&msg) {
-            Err(resp) => assert!(resp["error"]["code"].is_i64()),
+            Err(resp) => assert!(resp.error_code().is_some()),
             Ok(Incoming::Request { id, method, params }) => {
                 for era in [Era::Modern, Era::Legacy(LATEST_LEGACY.into())] {
                     let r = futures_executor::block_on(d.request(
@@ -282,10 +297,11 @@ fn fuzz_parser_and_dispatcher() {
                         &era,
                         id.clone(),
                         &method,
-                        params.as_ref(),
+                        &params,
                     ));
+                    assert_eq!(r.id.as_ref(), Some(&id));
+                    let r = value(&r);
                     assert!(r.get("result").is_some() ^ r.get("error").is_some(), "{r}");
-                    assert_eq!(r["id"], id);
                 }
             }
             Ok(_) => {}
@@ -310,13 +326,13 @@ fn ids_are_echoed_exactly() {
         let Incoming::Request { id, .. } = parse_message(msg.as_bytes()).unwrap() else {
             panic!("not a request: {msg}");
         };
-        let resp = crate::json::to_string(&success_response(id.clone(), json!({})));
+        let resp = Response::success(id.clone(), json!({})).to_json();
         assert_eq!(
             resp,
             format!("{{\"jsonrpc\":\"2.0\",\"id\":{sent},\"result\":{{}}}}"),
             "{sent}"
         );
-        let err = crate::json::to_string(&error_response(id, codes::INTERNAL_ERROR, "x", None));
+        let err = Response::error(Some(id), codes::INTERNAL_ERROR, "x").to_json();
         assert!(err.contains(&format!("\"id\":{sent},")), "{err}");
     }
     // A cancellation names the request by the same key as the request itself.
@@ -330,26 +346,18 @@ fn ids_are_echoed_exactly() {
         b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":18446744073709551618}}",
     )
     .unwrap();
-    let (
-        Incoming::Request { id, .. },
-        Incoming::Notification {
-            params: Some(p), ..
-        },
-    ) = (req, cancel)
+    let (Incoming::Request { id, .. }, Incoming::Notification { params: p, .. }) = (req, cancel)
     else {
         panic!("wrong kinds");
     };
-    assert_eq!(id, p["requestId"]);
-    let Incoming::Notification {
-        params: Some(q), ..
-    } = other
-    else {
+    assert_eq!(p.request_id, Field::Is(id.clone()));
+    let Incoming::Notification { params: q, .. } = other else {
         panic!("not a notification");
     };
-    assert_ne!(id, q["requestId"]);
-    // A client cannot forge the marker: an object id is refused.
-    let forged = format!("{{\"jsonrpc\":\"2.0\",\"id\":{{\"{RAW_ID}\":\"1\"}},\"method\":\"x\"}}");
-    assert!(parse_message(forged.as_bytes()).is_err());
+    assert_ne!(q.request_id, Field::Is(id));
+    // An object id is refused.
+    let object = b"{\"jsonrpc\":\"2.0\",\"id\":{\"n\":\"1\"},\"method\":\"x\"}";
+    assert!(parse_message(object).is_err());
 }
 
 /// A host that answers every task-capable exec with a task and knows task `job-1`.
@@ -414,7 +422,13 @@ fn tasks_are_routed_only_where_served_and_declared() {
         json!({META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {"extensions": extensions}})
     };
     let req = |d: &Dispatcher, era: Era, method: &str, params: Value| {
-        futures_executor::block_on(d.request(&Tasker, &era, json!(1), method, Some(&params)))
+        value(&futures_executor::block_on(d.request(
+            &Tasker,
+            &era,
+            RequestId::number(1),
+            method,
+            &params_of(params),
+        )))
     };
     let exec = |ext| json!({"name": "terminal_execute", "arguments": {"command": "x"}, "_meta": caps(ext)});
     // Advertised where served.

@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::send::{self, Sent, excerpt};
 

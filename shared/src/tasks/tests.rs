@@ -1,5 +1,5 @@
 use super::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn read(job: &str, out: &[u8], err: &[u8], running: bool) -> JobOutput {
     JobOutput {
@@ -15,21 +15,32 @@ fn read(job: &str, out: &[u8], err: &[u8], running: bool) -> JobOutput {
 
 #[test]
 fn declared_only_with_the_extension_object() {
-    let with = |ext: Value| json!({"extensions": {EXTENSION: ext}});
-    assert!(declared(Some(&with(json!({})))));
-    assert!(!declared(Some(&with(json!(true)))));
-    assert!(!declared(Some(&json!({}))));
-    assert!(!declared(None));
+    let params = |meta: Value| -> crate::jsonrpc::Params {
+        serde_json::from_value(json!({ "_meta": meta })).unwrap()
+    };
+    let with = |ext: Value| {
+        params(
+            json!({"io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: ext}}}),
+        )
+    };
+    assert!(declared(&with(json!({}))));
+    assert!(!declared(&with(json!(true))));
+    assert!(!declared(&params(
+        json!({"io.modelcontextprotocol/clientCapabilities": {}})
+    )));
+    assert!(!declared(&params(json!({}))));
+    assert!(!declared(&crate::jsonrpc::Params::default()));
 }
 
 #[test]
 fn task_ids_are_checked() {
+    let params = |v: Value| -> crate::jsonrpc::Params { serde_json::from_value(v).unwrap() };
     assert_eq!(
-        task_id_param(Some(&json!({"taskId": "job-00ff"}))),
+        task_id_param(&params(json!({"taskId": "job-00ff"}))),
         Ok("job-00ff")
     );
     for bad in [json!({}), json!({"taskId": 5}), json!({"taskId": "a/b"})] {
-        assert!(task_id_param(Some(&bad)).is_err(), "{bad}");
+        assert!(task_id_param(&params(bad.clone())).is_err(), "{bad}");
     }
 }
 

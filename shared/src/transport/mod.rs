@@ -3,12 +3,12 @@
 //! encoding, what a stateless request without the right version header gets, and the HTTP
 //! status of a stateless answer. Pure functions over a header lookup.
 
-use serde_json::Value;
-
-use crate::mcp::{LEGACY_VERSIONS, MODERN_VERSION, codes, error_response, unsupported_version};
+use crate::mcp::{
+    LEGACY_VERSIONS, MODERN_VERSION, Params, RequestId, Response, codes, unsupported_version,
+};
 
 /// An HTTP status and a JSON-RPC error body.
-pub type Refused = (u16, Value);
+pub type Refused = (u16, Response);
 
 pub mod route;
 
@@ -56,18 +56,17 @@ pub fn decode_header_value(v: &str) -> String {
 /// up by lower-case name.
 pub fn check_modern_headers<'a>(
     header: impl Fn(&str) -> Option<&'a str>,
-    id: &Value,
+    id: &RequestId,
     method: &str,
-    params: Option<&Value>,
+    params: &Params,
 ) -> Result<(), Refused> {
     let mismatch = |what: &str| {
         (
             400,
-            error_response(
-                id.clone(),
+            Response::error(
+                Some(id.clone()),
                 codes::HEADER_MISMATCH,
-                &format!("header mismatch: {what}"),
-                None,
+                format!("header mismatch: {what}"),
             ),
         )
     };
@@ -77,22 +76,21 @@ pub fn check_modern_headers<'a>(
         None => return Err(mismatch("the Mcp-Method header is required")),
     }
     let name_param = match method {
-        "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
-        "resources/read" => params.and_then(|p| p.get("uri")),
+        "tools/call" | "prompts/get" => params.name.as_str(),
+        "resources/read" => params.uri.as_str(),
         // The Tasks extension routes its requests by task id.
-        "tasks/get" | "tasks/update" | "tasks/cancel" => params.and_then(|p| p.get("taskId")),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params.task_id.as_str(),
         _ => None,
     };
-    if let Some(expected) = name_param.and_then(Value::as_str) {
+    if let Some(expected) = name_param {
         let given = header("mcp-name").map(decode_header_value);
         if given.as_deref() != Some(expected) {
             return Err(mismatch("Mcp-Name does not equal the request's name/uri"));
         }
     }
-    if let Some(meta) = params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(crate::mcp::META_PROTOCOL_VERSION))
-        && meta.as_str() != Some(MODERN_VERSION)
+    if let Some(meta) = params.meta()
+        && meta.protocol_version.is_present()
+        && meta.protocol_version.as_str() != Some(MODERN_VERSION)
     {
         return Err(mismatch(
             "MCP-Protocol-Version does not equal _meta protocolVersion",
@@ -102,38 +100,36 @@ pub fn check_modern_headers<'a>(
 }
 
 /// A request with no session: it must be 2026-07-28 (by `MCP-Protocol-Version`).
-pub fn check_stateless_version(version_header: Option<&str>, id: &Value) -> Result<(), Refused> {
+pub fn check_stateless_version(
+    version_header: Option<&str>,
+    id: Option<&RequestId>,
+) -> Result<(), Refused> {
+    let id = id.cloned();
     match version_header {
         Some(MODERN_VERSION) => Ok(()),
         Some(v) if LEGACY_VERSIONS.contains(&v) => Err((
             400,
-            error_response(
-                id.clone(),
+            Response::error(
+                id,
                 codes::INVALID_REQUEST,
                 "missing Mcp-Session-Id: send initialize first to open a session",
-                None,
             ),
         )),
-        Some(v) => Err((400, unsupported_version(id.clone(), v))),
+        Some(v) => Err((400, unsupported_version(id, v))),
         None => Err((
             400,
-            error_response(
-                id.clone(),
+            Response::error(
+                id,
                 codes::HEADER_MISMATCH,
                 "missing MCP-Protocol-Version header: send initialize to open a session, or use protocol 2026-07-28 with its headers",
-                None,
             ),
         )),
     }
 }
 
 /// The HTTP status of a stateless answer: errors of method or version are HTTP errors too.
-pub fn modern_status(response: &Value) -> u16 {
-    match response
-        .get("error")
-        .and_then(|e| e.get("code"))
-        .and_then(Value::as_i64)
-    {
+pub fn modern_status(response: &Response) -> u16 {
+    match response.error_code() {
         Some(codes::METHOD_NOT_FOUND) => 404,
         Some(codes::UNSUPPORTED_VERSION) | Some(codes::HEADER_MISMATCH) => 400,
         _ => 200,
@@ -181,20 +177,23 @@ mod tests {
 
     #[test]
     fn modern_header_rules() {
-        let params = json!({"name": "é"});
+        let params: Params = serde_json::from_value(json!({"name": "é"})).unwrap();
         let h = |n: &str| match n {
             "mcp-method" => Some("tools/call"),
             "mcp-name" => Some("=?base64?w6k=?="),
             _ => None,
         };
-        assert!(check_modern_headers(h, &json!(1), "tools/call", Some(&params)).is_ok());
+        assert!(check_modern_headers(h, &RequestId::number(1), "tools/call", &params).is_ok());
         let wrong = |n: &str| (n == "mcp-method").then_some("tools/list");
         let (status, body) =
-            check_modern_headers(wrong, &json!(1), "tools/call", Some(&params)).unwrap_err();
+            check_modern_headers(wrong, &RequestId::number(1), "tools/call", &params).unwrap_err();
         assert_eq!(status, 400);
-        assert_eq!(body["error"]["code"], codes::HEADER_MISMATCH);
-        assert!(check_stateless_version(Some(MODERN_VERSION), &json!(1)).is_ok());
-        assert_eq!(check_stateless_version(None, &json!(1)).unwrap_err().0, 400);
-        assert_eq!(modern_status(&json!({"result": {}})), 200);
+        assert_eq!(body.error_code(), Some(codes::HEADER_MISMATCH));
+        assert!(check_stateless_version(Some(MODERN_VERSION), Some(&RequestId::number(1))).is_ok());
+        assert_eq!(check_stateless_version(None, None).unwrap_err().0, 400);
+        assert_eq!(
+            modern_status(&Response::success(RequestId::number(1), json!({}))),
+            200
+        );
     }
 }

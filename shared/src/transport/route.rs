@@ -8,11 +8,10 @@
 //! - Any other POST is stateless 2026-07-28 and must carry its version and headers.
 //! - DELETE with `Mcp-Session-Id` ends the session; other methods are refused with 405.
 
-use serde_json::Value;
-
 use super::{Refused, check_modern_headers, check_stateless_version};
 use crate::mcp::{
-    Incoming, MODERN_VERSION, check_modern_meta, codes, error_response, negotiate, parse_message,
+    Incoming, MODERN_VERSION, Params, RequestId, Response, check_modern_meta, codes, negotiate,
+    parse_message,
 };
 
 /// The request headers the state machine reads (values as sent).
@@ -50,9 +49,9 @@ impl<'a> Headers<'a> {
 /// A request to run: its id, method and params.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
-    pub id: Value,
+    pub id: RequestId,
     pub method: String,
-    pub params: Option<Value>,
+    pub params: Params,
     /// The client reads event streams and asked for progress: answer with SSE.
     pub stream: bool,
 }
@@ -61,9 +60,9 @@ pub struct Call {
 #[derive(Debug, Clone, PartialEq)]
 pub enum InSession {
     /// Run it in the session (answer 200).
-    Call(Call),
+    Call(Box<Call>),
     /// `notifications/cancelled`: stop that request if it runs (answer 202).
-    Cancel { request_id: Value },
+    Cancel { request_id: RequestId },
     /// Another notification, or a response: nothing to do (answer 202).
     Accept,
 }
@@ -77,7 +76,10 @@ pub enum Post {
     Accept,
     /// Open a legacy session at `version`, answer `initialize` (200, with the new
     /// `Mcp-Session-Id`).
-    Initialize { id: Value, version: &'static str },
+    Initialize {
+        id: RequestId,
+        version: &'static str,
+    },
     /// A message of the session `sid`; an unknown `sid` gets [`unknown_session`].
     Session { sid: String, message: InSession },
     /// A JSON-RPC batch inside the session `sid`: each message, or the error response of
@@ -86,26 +88,22 @@ pub enum Post {
     /// of the requests' responses (202 when there is none).
     SessionBatch {
         sid: String,
-        messages: Vec<Result<InSession, Value>>,
+        messages: Vec<Result<InSession, Response>>,
     },
     /// A stateless 2026-07-28 request: run it, answer with [`super::modern_status`].
-    Stateless(Call),
+    Stateless(Box<Call>),
 }
 
 /// Does the client read event streams, and ask for progress?
-fn wants_stream(headers: &Headers<'_>, params: Option<&Value>) -> bool {
+fn wants_stream(headers: &Headers<'_>, params: &Params) -> bool {
     let accepts = headers
         .accept
         .is_some_and(|a| a.contains("text/event-stream"));
-    let token = params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("progressToken"))
-        .is_some();
-    accepts && token
+    accepts && params.progress_token().is_some()
 }
 
-fn call(headers: &Headers<'_>, id: Value, method: String, params: Option<Value>) -> Call {
-    let stream = wants_stream(headers, params.as_ref());
+fn call(headers: &Headers<'_>, id: RequestId, method: String, params: Params) -> Call {
+    let stream = wants_stream(headers, &params);
     Call {
         id,
         method,
@@ -122,13 +120,12 @@ pub fn batch_refused(version: &str) -> Option<Refused> {
     (version != BATCH_VERSION).then(|| {
         (
             400,
-            error_response(
-                Value::Null,
+            Response::error(
+                None,
                 codes::INVALID_REQUEST,
-                &format!(
+                format!(
                     "batches belong to protocol {BATCH_VERSION}; this session speaks {version}: send one JSON-RPC message per request"
                 ),
-                None,
             ),
         )
     })
@@ -140,14 +137,12 @@ fn in_session(headers: &Headers<'_>, msg: Incoming, stream: bool) -> InSession {
         Incoming::Request { id, method, params } => {
             let mut c = call(headers, id, method, params);
             c.stream &= stream;
-            InSession::Call(c)
+            InSession::Call(Box::new(c))
         }
         Incoming::Notification { method, params } if method == "notifications/cancelled" => {
-            match params.as_ref().and_then(|p| p.get("requestId")) {
-                Some(rid) => InSession::Cancel {
-                    request_id: rid.clone(),
-                },
-                None => InSession::Accept,
+            match params.request_id {
+                crate::mcp::Field::Is(request_id) => InSession::Cancel { request_id },
+                _ => InSession::Accept,
             }
         }
         Incoming::Notification { .. } | Incoming::Response => InSession::Accept,
@@ -155,10 +150,10 @@ fn in_session(headers: &Headers<'_>, msg: Incoming, stream: bool) -> InSession {
 }
 
 /// A session's version header: absent, or one of the session revisions (else a 400).
-fn session_version(headers: &Headers<'_>, id: &Value) -> Result<(), Refused> {
+fn session_version(headers: &Headers<'_>, id: Option<&RequestId>) -> Result<(), Refused> {
     match headers.protocol_version {
         Some(v) if !crate::mcp::LEGACY_VERSIONS.contains(&v) => {
-            Err((400, crate::mcp::unsupported_version(id.clone(), v)))
+            Err((400, crate::mcp::unsupported_version(id.cloned(), v)))
         }
         _ => Ok(()),
     }
@@ -169,27 +164,21 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
     if let Some(sid) = headers.session_id
         && body.trim_ascii_start().starts_with(b"[")
     {
-        if let Err(refused) = session_version(headers, &Value::Null) {
+        if let Err(refused) = session_version(headers, None) {
             return Post::Refuse(refused);
         }
         let raws: Vec<Box<serde_json::value::RawValue>> = match serde_json::from_slice(body) {
             Ok(r) => r,
             Err(e) => {
-                let resp = error_response(
-                    Value::Null,
-                    codes::PARSE_ERROR,
-                    &format!("parse error: {e}"),
-                    None,
-                );
+                let resp = Response::error(None, codes::PARSE_ERROR, format!("parse error: {e}"));
                 return Post::Refuse((400, resp));
             }
         };
         if raws.is_empty() {
-            let resp = error_response(
-                Value::Null,
+            let resp = Response::error(
+                None,
                 codes::INVALID_REQUEST,
                 "an empty batch: send at least one JSON-RPC message",
-                None,
             );
             return Post::Refuse((400, resp));
         }
@@ -211,10 +200,7 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
         && method == "initialize"
         && !modern
     {
-        let requested = params
-            .as_ref()
-            .and_then(|p| p.get("protocolVersion"))
-            .and_then(Value::as_str);
+        let requested = params.protocol_version.as_str();
         return Post::Initialize {
             id: id.clone(),
             version: negotiate(requested),
@@ -224,10 +210,10 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
         // Inside a session the header is optional (absent means 2025-03-26), but one this
         // server does not speak is a 400 (Streamable HTTP; issue 45).
         let id = match &msg {
-            Incoming::Request { id, .. } => id.clone(),
-            _ => Value::Null,
+            Incoming::Request { id, .. } => Some(id),
+            _ => None,
         };
-        if let Err(refused) = session_version(headers, &id) {
+        if let Err(refused) = session_version(headers, id) {
             return Post::Refuse(refused);
         }
         return Post::Session {
@@ -236,10 +222,10 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
         };
     }
     let id = match &msg {
-        Incoming::Request { id, .. } => id.clone(),
-        _ => Value::Null,
+        Incoming::Request { id, .. } => Some(id),
+        _ => None,
     };
-    if let Err(refused) = check_stateless_version(headers.protocol_version, &id) {
+    if let Err(refused) = check_stateless_version(headers.protocol_version, id) {
         return Post::Refuse(refused);
     }
     match msg {
@@ -250,13 +236,13 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
                 "mcp-name" => headers.mcp_name,
                 _ => None,
             };
-            if let Err(refused) = check_modern_headers(lookup, &id, &method, params.as_ref()) {
+            if let Err(refused) = check_modern_headers(lookup, &id, &method, &params) {
                 return Post::Refuse(refused);
             }
-            if let Err(body) = check_modern_meta(&id, params.as_ref()) {
+            if let Err(body) = check_modern_meta(&id, &params) {
                 return Post::Refuse((400, body));
             }
-            Post::Stateless(call(headers, id, method, params))
+            Post::Stateless(Box::new(call(headers, id, method, params)))
         }
     }
 }
@@ -266,11 +252,10 @@ pub fn post(headers: &Headers<'_>, body: &[u8]) -> Post {
 pub fn unknown_session() -> Refused {
     (
         404,
-        error_response(
-            Value::Null,
+        Response::error(
+            None,
             codes::INVALID_REQUEST,
             "unknown or expired session: initialize again",
-            None,
         ),
     )
 }
@@ -281,11 +266,10 @@ pub fn delete(headers: &Headers<'_>) -> Result<String, Refused> {
         Some(sid) if !sid.is_empty() => Ok(sid.to_owned()),
         _ => Err((
             400,
-            error_response(
-                Value::Null,
+            Response::error(
+                None,
                 codes::INVALID_REQUEST,
                 "missing Mcp-Session-Id: DELETE ends a legacy session and needs its id",
-                None,
             ),
         )),
     }
@@ -295,7 +279,7 @@ pub fn delete(headers: &Headers<'_>) -> Result<String, Refused> {
 pub const ALLOW: &str = "POST, DELETE";
 
 /// The answer to any other method on `/mcp` (send it with `Allow:` [`ALLOW`]).
-pub fn method_not_allowed(method: &str) -> (u16, Value) {
+pub fn method_not_allowed(method: &str) -> (u16, serde_json::Value) {
     (
         405,
         serde_json::json!({"error": format!(

@@ -116,26 +116,24 @@ impl<T: HttpTransport> E2bClient<T> {
     /// Kills process `pid` in the sandbox (`process.Process/SendSignal`, SIGKILL; a unary
     /// Connect call with a plain JSON body). A process that is already gone is not an error.
     pub async fn kill_process(&self, sandbox: &Sandbox, pid: u32) -> Result<(), E2bError> {
-        self.kill_selected(sandbox, serde_json::json!({"pid": pid}))
-            .await
+        self.kill_selected(sandbox, ProcessSelector::Pid(pid)).await
     }
 
     /// Kills the process started with `tag` ([`E2bClient::run_tagged`]); one that is gone
     /// (or never started) is not an error.
     pub async fn kill_tagged(&self, sandbox: &Sandbox, tag: &str) -> Result<(), E2bError> {
-        self.kill_selected(sandbox, serde_json::json!({"tag": tag}))
-            .await
+        self.kill_selected(sandbox, ProcessSelector::Tag(tag)).await
     }
 
     pub(super) async fn kill_selected(
         &self,
         sandbox: &Sandbox,
-        selector: serde_json::Value,
+        selector: ProcessSelector<'_>,
     ) -> Result<(), E2bError> {
-        let body = serde_json::to_vec(&serde_json::json!({
-            "process": selector,
-            "signal": "SIGNAL_SIGKILL",
-        }))
+        let body = serde_json::to_vec(&SendSignalBody {
+            process: selector,
+            signal: "SIGNAL_SIGKILL",
+        })
         .map_err(|e| E2bError::Decode(e.to_string()))?;
         let mut req = self.start_request(sandbox, body, 0)?;
         req.url = req

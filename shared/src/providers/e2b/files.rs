@@ -9,6 +9,7 @@
 //! answers that with a body naming `sandboxId`).
 
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 use super::*;
 
@@ -43,7 +44,7 @@ struct EntryBody {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(default)]
-    size: Option<Value>,
+    size: Option<IntOrText>,
     #[serde(default)]
     mode: Option<u32>,
     #[serde(rename = "modifiedTime", default)]
@@ -60,8 +61,8 @@ impl EntryBody {
         };
         let size = match self.size {
             None => 0,
-            Some(Value::String(s)) => s.parse::<u64>().map_err(|e| format!("size {s:?}: {e}"))?,
-            Some(Value::Number(n)) => n.as_u64().ok_or(format!("size {n}"))?,
+            Some(IntOrText::Text(s)) => s.parse::<u64>().map_err(|e| format!("size {s:?}: {e}"))?,
+            Some(IntOrText::Number(n)) => n.as_u64().ok_or(format!("size {n}"))?,
             Some(other) => return Err(format!("size {other}").into()),
         };
         let mtime_secs = match self.modified_time.as_deref() {
@@ -197,9 +198,8 @@ impl<T: HttpTransport> E2bClient<T> {
     /// envd's own refusal of a file call ([`E2bError::File`]), else what any envd failure
     /// maps to (a gone sandbox is named by E2B's proxy with `sandboxId`).
     fn file_error(&self, resp: &HttpResponse, id: &str, token: Option<&str>) -> E2bError {
-        let from_proxy = serde_json::from_slice::<Value>(&resp.body)
-            .ok()
-            .is_some_and(|v| v.get("sandboxId").is_some());
+        let from_proxy = serde_json::from_slice::<BTreeMap<String, IgnoredAny>>(&resp.body)
+            .is_ok_and(|body| body.contains_key("sandboxId"));
         if !from_proxy && matches!(resp.status, 400 | 404 | 500 | 507) {
             return E2bError::File {
                 status: resp.status,

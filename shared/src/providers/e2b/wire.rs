@@ -1,6 +1,8 @@
 //! What goes over the wire to E2B: request bodies (only fields of the spec's schemas),
 //! lenient response types, and the Connect framing of envd's command stream.
 
+use serde::de::IgnoredAny;
+
 use super::*;
 
 // ---------------------------------------------------------------------------------------
@@ -49,6 +51,22 @@ pub(super) struct ProcessConfigBody<'a> {
     pub(super) cwd: Option<&'a str>,
 }
 
+/// `process.SendSignalRequest` in proto3 JSON.
+#[derive(Serialize)]
+pub(super) struct SendSignalBody<'a> {
+    pub(super) process: ProcessSelector<'a>,
+    /// A `process.Signal` name.
+    pub(super) signal: &'static str,
+}
+
+/// `process.ProcessSelector` (a oneof: `{"pid": n}` or `{"tag": "..."}`).
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ProcessSelector<'a> {
+    Pid(u32),
+    Tag(&'a str),
+}
+
 // Response types: every field optional, unknown fields ignored.
 
 /// `Sandbox`, `SandboxDetail` and `ListedSandbox` (the fields we use).
@@ -63,7 +81,8 @@ pub(super) struct RawSandbox {
     pub(super) envd_access_token: Option<String>,
     pub(super) domain: Option<String>,
     pub(super) state: Option<String>,
-    pub(super) metadata: Option<BTreeMap<String, Value>>,
+    /// `SandboxMetadata`: string values (a `null` one is dropped).
+    pub(super) metadata: Option<BTreeMap<String, Option<String>>>,
     #[serde(rename = "startedAt")]
     pub(super) started_at: Option<String>,
     #[serde(rename = "endAt")]
@@ -91,9 +110,20 @@ pub(super) struct RawStartResponse {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub(super) struct RawEvent {
-    pub(super) start: Option<Value>,
+    pub(super) start: Option<RawStart>,
     pub(super) data: Option<RawData>,
     pub(super) end: Option<RawEnd>,
+}
+
+/// `ProcessEvent.StartEvent`; any other shape still says the process started.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawStart {
+    Event {
+        #[serde(default)]
+        pid: Option<IntOrText>,
+    },
+    Other(IgnoredAny),
 }
 
 /// `ProcessEvent.DataEvent`: base64 bytes.
@@ -109,7 +139,7 @@ pub(super) struct RawData {
 #[serde(default)]
 pub(super) struct RawEnd {
     #[serde(rename = "exitCode", alias = "exit_code")]
-    pub(super) exit_code: Option<Value>,
+    pub(super) exit_code: Option<IntOrText>,
     pub(super) error: Option<String>,
 }
 
@@ -169,14 +199,12 @@ impl RawSandbox {
     }
 }
 
-pub(super) fn metadata_map(raw: Option<BTreeMap<String, Value>>) -> BTreeMap<String, String> {
+pub(super) fn metadata_map(
+    raw: Option<BTreeMap<String, Option<String>>>,
+) -> BTreeMap<String, String> {
     raw.unwrap_or_default()
         .into_iter()
-        .filter_map(|(k, v)| match v {
-            Value::String(s) => Some((k, s)),
-            Value::Null => None,
-            other => Some((k, other.to_string())),
-        })
+        .filter_map(|(k, v)| Some((k, v?)))
         .collect()
 }
 
@@ -253,12 +281,39 @@ pub(super) fn append_limited(out: &mut Vec<u8>, bytes: &[u8], limit: usize) -> b
     take < bytes.len()
 }
 
-/// An integer that proto3 JSON may write as a number or a string.
-pub(super) fn json_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
+/// An integer as proto3 JSON writes one: a number, or a decimal string (64-bit types).
+/// Any other JSON is kept apart, to be refused or ignored by the caller.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub(super) enum IntOrText {
+    Number(serde_json::Number),
+    Text(String),
+    Bool(bool),
+    /// An array or an object.
+    Other(IgnoredAny),
+}
+
+impl IntOrText {
+    /// The integer, if it is one (a string is trimmed first).
+    pub(super) fn as_i64(&self) -> Option<i64> {
+        match self {
+            Self::Number(n) => n.as_i64(),
+            Self::Text(s) => s.trim().parse().ok(),
+            Self::Bool(_) | Self::Other(_) => None,
+        }
+    }
+}
+
+/// The JSON text of a scalar; "an array or object" for the rest.
+impl fmt::Display for IntOrText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let json = match self {
+            Self::Number(n) => serde_json::to_string(n),
+            Self::Text(s) => serde_json::to_string(s),
+            Self::Bool(b) => return write!(f, "{b}"),
+            Self::Other(_) => return f.write_str("an array or object"),
+        };
+        f.write_str(&json.map_err(|_| fmt::Error)?)
     }
 }
 
@@ -321,10 +376,12 @@ pub(super) fn parse_start_stream(
         let Some(event) = msg.event else { continue };
         if let Some(start) = &event.start {
             s.started = true;
-            s.pid = start
-                .get("pid")
-                .and_then(json_int)
-                .and_then(|p| u32::try_from(p).ok());
+            s.pid = match start {
+                RawStart::Event { pid: Some(pid) } => {
+                    pid.as_i64().and_then(|p| u32::try_from(p).ok())
+                }
+                _ => None,
+            };
         }
         if let Some(data) = event.data {
             if let Some(out) = data.stdout {
@@ -338,8 +395,8 @@ pub(super) fn parse_start_stream(
         }
         if let Some(end) = event.end {
             let code = match &end.exit_code {
-                None | Some(Value::Null) => 0,
-                Some(v) => json_int(v).ok_or_else(|| format!("an exitCode of {v}"))?,
+                None => 0,
+                Some(v) => v.as_i64().ok_or_else(|| format!("an exitCode of {v}"))?,
             };
             s.exit_code = Some(code);
             s.end_error = end.error.filter(|e| !e.is_empty());

@@ -88,7 +88,8 @@ pub(super) struct RawMachine {
 #[serde(default)]
 pub(super) struct RawConfig {
     pub(super) image: Option<String>,
-    pub(super) metadata: Option<BTreeMap<String, Value>>,
+    /// String values (the spec's `additionalProperties: string`); a `null` one is dropped.
+    pub(super) metadata: Option<BTreeMap<String, Option<String>>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -147,11 +148,7 @@ impl RawMachine {
             .metadata
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|(k, v)| match v {
-                Value::String(s) => Some((k, s)),
-                Value::Null => None,
-                other => Some((k, other.to_string())),
-            })
+            .filter_map(|(k, v)| Some((k, v?)))
             .collect();
         Ok(Machine {
             id,
