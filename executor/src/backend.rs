@@ -58,6 +58,10 @@ impl Place for Backend {
         each!(self, p => p.name())
     }
 
+    fn blocked_since(&self, id: &str, t: std::time::Instant) -> Vec<shared::egress::Blocked> {
+        each!(self, p => p.blocked_since(id, t))
+    }
+
     fn capabilities(&self) -> Capabilities {
         each!(self, p => p.capabilities())
     }
@@ -103,9 +107,10 @@ impl Place for Backend {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        each!(self, p => Place::create(p, id, temporary, team, progress).await)
+        each!(self, p => Place::create(p, id, temporary, team, network, progress).await)
     }
 
     async fn start(&self, id: &str) -> Result<(), BackendError> {
@@ -125,9 +130,10 @@ impl Place for Backend {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        each!(self, p => Place::factory_reset(p, id, temporary, team, progress).await)
+        each!(self, p => Place::factory_reset(p, id, temporary, team, network, progress).await)
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {

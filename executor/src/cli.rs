@@ -178,6 +178,47 @@ pub struct Cli {
     /// Disable network access in sandboxes.
     #[arg(long, overrides_with = "network", help_heading = "core options")]
     pub no_network: bool,
+
+    // ---- network policy (SPEC §3.11) ----
+    /// Allow-list mode: computers may connect only where a rule says (repeatable, or
+    /// comma-separated). A rule is a host name (pypi.org), `*.` plus a domain (any
+    /// subdomain), either with an optional :port (without one, 80 and 443), an IP address
+    /// or a CIDR. Loopback, link-local, private ranges and this host stay refused unless a
+    /// rule names them exactly. Docker/Podman only.
+    #[arg(
+        long = "egress-allow",
+        value_name = "RULE",
+        env = "MSC_EGRESS_ALLOW",
+        value_delimiter = ',',
+        help_heading = "network policy"
+    )]
+    pub egress_allow: Vec<String>,
+    /// Pins a name to an address for the egress gate, like curl's --resolve (repeatable):
+    /// NAME=IP. A pinned name may reach a private address.
+    #[arg(
+        long = "egress-resolve",
+        value_name = "NAME=IP",
+        help_heading = "network policy"
+    )]
+    pub egress_resolve: Vec<String>,
+    /// The egress gate's upstream DNS resolver: an IP address, or IP:port (port 53 by
+    /// default) [default: the system's].
+    #[arg(long, value_name = "ADDR", help_heading = "network policy")]
+    pub egress_dns: Option<String>,
+    /// A secret computers use without holding it (repeatable): NAME=HOST[,HOST...]. The
+    /// value is read at start from this server's environment variable NAME; inside each
+    /// computer NAME holds a placeholder that the egress gate replaces with the value in
+    /// requests to the listed hosts only. Needs --egress-allow.
+    #[arg(
+        long = "egress-secret",
+        value_name = "NAME=HOST[,HOST...]",
+        help_heading = "network policy"
+    )]
+    pub egress_secret: Vec<String>,
+    /// CA certificates (PEM) the egress gate also trusts when it verifies upstream servers
+    /// (a private CA), besides the system roots.
+    #[arg(long, value_name = "PATH", help_heading = "network policy")]
+    pub egress_ca_file: Option<PathBuf>,
     /// Rename the exec tool (e.g. sandbox_exec, the older project's name).
     #[arg(long, default_value = shared::catalogue::EXEC_TOOL, help_heading = "core options")]
     pub tool_name: String,

@@ -84,8 +84,10 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
+        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
         Ok(self.inner.create(id, temporary, team).await?)
     }
 
@@ -107,8 +109,10 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
+        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
         Ok(self.inner.factory_reset(id, temporary, team).await?)
     }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
+use shared::egress::Policy;
 use shared::history::{HistoryEntry, describe, rfc3339_utc};
 use shared::ids::slug_from_random;
 use shared::jobs::yielded_structured;
@@ -60,6 +61,24 @@ pub struct ExecDefaults {
     pub list_jobs: bool,
     /// `--max-computers-per-principal` ([`quota`]).
     pub max_computers: usize,
+    /// The server's network policy (SPEC §3.11): a new computer's, narrowed by its
+    /// agent's `network`; and the policy of computers whose backend records none.
+    pub network: Policy,
+}
+
+/// A policy as messages show it: its wire form (`"none"`, `{"allow":[...]}`).
+fn policy_text(p: &Policy) -> String {
+    serde_json::to_string(p).unwrap_or_else(|_| p.to_string())
+}
+
+/// Are `a` and `b` the same policy (an allow list's order aside)?
+fn same_policy(a: &Policy, b: &Policy) -> bool {
+    match (a, b) {
+        (Policy::Allow(x), Policy::Allow(y)) => {
+            x.iter().all(|r| y.contains(r)) && y.iter().all(|r| x.contains(r))
+        }
+        _ => a == b,
+    }
 }
 
 fn now_ms() -> u64 {
@@ -158,6 +177,16 @@ impl Computers {
     /// [`Computers::over_fake`] with `--max-computers-per-principal` at `max_computers`.
     #[cfg(test)]
     pub(crate) fn over_fake_capped(fake: crate::fake::Fake, max_computers: usize) -> Arc<Self> {
+        Self::over_fake_with(fake, max_computers, Policy::All)
+    }
+
+    /// [`Computers::over_fake`] whose server's network policy is `network`.
+    #[cfg(test)]
+    pub(crate) fn over_fake_with(
+        fake: crate::fake::Fake,
+        max_computers: usize,
+        network: Policy,
+    ) -> Arc<Self> {
         let defaults = ExecDefaults {
             timeout_secs: 60,
             output_limit: 1 << 20,
@@ -165,6 +194,7 @@ impl Computers {
             session_timeout_secs: 300,
             list_jobs: false,
             max_computers,
+            network,
         };
         Arc::new(Computers::new(
             Backend::Fake(fake),
@@ -191,13 +221,63 @@ impl Computers {
         let Ok(()) = self.registry().running(id, starting, now_ms());
     }
 
-    /// Attaches `claimant` to `id` (creating it if missing). `id` is the backend key
-    /// (`shared::teams::key`).
+    /// The effective network policy of `r`: its own where its backend records one, else
+    /// the server's.
+    fn network_of(&self, r: &ContainerRecord) -> Policy {
+        r.network
+            .clone()
+            .unwrap_or_else(|| self.defaults.network.clone())
+    }
+
+    /// Refuses `asked` (a call's `network`) for `r`, a computer that exists, unless it is
+    /// its effective policy: `network` applies only when a computer is made.
+    fn same_network(
+        &self,
+        r: &ContainerRecord,
+        asked: Option<&Policy>,
+        team: Option<&str>,
+    ) -> Result<(), ComputerError> {
+        let Some(asked) = asked else {
+            return Ok(());
+        };
+        let has = self.network_of(r);
+        match same_policy(&has, asked) {
+            true => Ok(()),
+            false => Err(ComputerError::NetworkMismatch {
+                id: shared::teams::id_of(team, &r.computer_id)
+                    .unwrap_or(&r.computer_id)
+                    .to_owned(),
+                has: policy_text(&has),
+                asked: policy_text(asked),
+            }),
+        }
+    }
+
+    /// [`Computers::same_network`] for computer `id` (a backend key) the registry knows
+    /// (one engine round trip, only when a `network` was asked).
+    async fn same_network_of(
+        &self,
+        id: &str,
+        asked: Option<&Policy>,
+        team: Option<&str>,
+    ) -> Result<(), ComputerError> {
+        if asked.is_none() {
+            return Ok(());
+        }
+        match self.backend.find(id).await? {
+            Some(r) => self.same_network(&r, asked, team),
+            None => Ok(()),
+        }
+    }
+
+    /// Attaches `claimant` to `id` (creating it if missing, with the server's network
+    /// policy narrowed by `network`). `id` is the backend key (`shared::teams::key`).
     async fn attach(
         &self,
         id: &str,
         claimant: &Claimant<'_>,
         team: Option<&str>,
+        network: Option<&Policy>,
         progress: &Progress,
     ) -> Result<Attached, ComputerError> {
         let known = |temporary| Attached {
@@ -205,12 +285,16 @@ impl Computers {
             created: false,
         };
         // Fast path: a computer the registry knows needs no engine round trip.
-        if let Some(e) = self.registry().check(id, claimant)? {
+        let entry = self.registry().check(id, claimant)?;
+        if let Some(e) = entry {
+            self.same_network_of(id, network, team).await?;
             return Ok(known(e.temporary));
         }
         let lock = self.id_lock(id);
         let _held = lock.lock().await;
-        if let Some(e) = self.registry().check(id, claimant)? {
+        let entry = self.registry().check(id, claimant)?;
+        if let Some(e) = entry {
+            self.same_network_of(id, network, team).await?;
             return Ok(known(e.temporary));
         }
         let place = self.backend.name();
@@ -221,16 +305,24 @@ impl Computers {
         };
         let mut created = false;
         let record = match found {
-            Some(r) => r,
+            Some(r) => {
+                self.same_network(&r, network, team)?;
+                r
+            }
             None => {
                 // A new permanent computer needs `manage` where scopes apply (executor
-                // mode): refused before anything is made or recorded.
+                // mode), and its `network` must lie inside the server's policy: both
+                // refused before anything is made or recorded.
                 let temporary = claimant.requested.unwrap_or(true);
                 claimant
                     .may_create(temporary)
                     .map_err(shared::registry::RegistryError::from)?;
+                let network = self.defaults.network.narrow(network)?;
                 let _admitted = self.admit_new(team).await?;
-                let r = self.backend.create(id, temporary, team, progress).await?;
+                let r = self
+                    .backend
+                    .create(id, temporary, team, &network, progress)
+                    .await?;
                 if r.temporary && r.instance.as_deref() == Some(self.backend.instance()) {
                     self.registry()
                         .record_new(id, place, true, claimant, now_ms())?;
@@ -334,6 +426,7 @@ impl Computers {
             return Ok(yielded_structured(id, temporary, out));
         }
         let started_ms = now_ms();
+        let started = std::time::Instant::now();
         let timer = crate::metrics::ExecTimer::start(self.backend.name());
         let span = tracing::info_span!("exec", computer_id = key, backend = self.backend.name());
         let mut result = self.backend.exec(key, &spec).instrument(span.clone()).await;
@@ -360,7 +453,8 @@ impl Computers {
                     truncated: outcome.truncated_at.is_some(),
                 };
                 let Ok(()) = self.registry().ran(key, entry);
-                Ok(exec_structured(id, temporary, outcome))
+                let blocked = self.backend.blocked_since(key, started);
+                Ok(exec_structured(id, temporary, outcome).with_blocked(blocked))
             }
             Err(e) => {
                 timer.finish(crate::metrics::Outcome::Error);
@@ -407,6 +501,7 @@ impl Computers {
             history: self.registry().history(&r.computer_id),
             jobs: None,
             error: None,
+            network: Some(self.network_of(r)),
         }
     }
 

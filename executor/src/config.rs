@@ -13,10 +13,12 @@ use shared::catalogue::{DescriptionError, assemble_description, usage_text};
 use crate::cli::{BackendArg, Cli, TransportArg};
 use crate::docker::flags::{FlagError, parse_docker_run_flags};
 
+mod egress;
 mod python;
 pub use crate::docker::settings::{DockerConfig, DockerEndpoint};
 pub use crate::serve::HttpLimits;
 pub use crate::spec::{WasmConfig, parse_size};
+pub use egress::{EgressConfig, EgressError, EgressSecret};
 pub use python::PYTHON_IN_STATE_DIR;
 
 /// The default image, which the built-in description describes.
@@ -119,6 +121,18 @@ pub enum ConfigError {
         "--supervisor {0:?} is not a file; give the path of msc-supervisor (x86_64 musl), or `none` for plain Engine API exec"
     )]
     BadSupervisor(String),
+    #[error(transparent)]
+    Egress(#[from] EgressError),
+    /// A network policy this backend cannot enforce (SPEC §3.11: refused at start, never
+    /// silently unenforced).
+    #[error(
+        "{flag} cannot be enforced on {backend} computers ({why}); only Docker/Podman computers can (their connections go through this server's egress gate): use --backend docker, or drop {flag}"
+    )]
+    EgressBackend {
+        flag: &'static str,
+        backend: &'static str,
+        why: &'static str,
+    },
 }
 
 /// Which backend to start.
@@ -195,6 +209,8 @@ pub struct Config {
     pub docker: DockerConfig,
     /// Where the supervisor binary placed in computers comes from.
     pub supervisor: SupervisorSource,
+    /// The network policy and the egress gate's settings (SPEC §3.11).
+    pub egress: EgressConfig,
 }
 
 /// Reads `ENABLE_LIFECYCLE_TOOLS` (trimmed, case-insensitive `true`).
@@ -349,10 +365,38 @@ fn default_state_dir() -> PathBuf {
     }
 }
 
+/// What the exec tool says about the network of computers under `policy`.
+pub fn network_text(policy: &shared::egress::Policy) -> String {
+    match policy {
+        shared::egress::Policy::All => "network access on".into(),
+        shared::egress::Policy::None => "no network access".into(),
+        shared::egress::Policy::Allow(_) => {
+            format!("network: only {policy} (others are blocked and reported in network_blocked)")
+        }
+    }
+}
+
+/// Why `backend` cannot enforce what `flag` asks (`--no-network`, or the gate's
+/// `--egress-allow`/`--egress-secret`), or `None` where it can: Docker/Podman through the
+/// egress gate, WASM for `--no-network` (its computers have no network anyway).
+fn unenforced(backend: &BackendChoice, flag: &str) -> Option<&'static str> {
+    match backend {
+        BackendChoice::Auto | BackendChoice::Docker => None,
+        BackendChoice::Toolbox | BackendChoice::Custom(_) if flag == "--no-network" => None,
+        BackendChoice::Toolbox | BackendChoice::Custom(_) => {
+            Some("WebAssembly computers have no network at all")
+        }
+        BackendChoice::Fly(_) => Some("Fly Machines have no egress control"),
+        BackendChoice::E2b(_) | BackendChoice::Modal(_) => {
+            Some("this server does not set that provider's network rules")
+        }
+    }
+}
+
 fn backend_description(
     image: &str,
     shell: Option<&str>,
-    network: bool,
+    network: &shared::egress::Policy,
     timeout: u64,
     limit: u64,
 ) -> String {
@@ -360,11 +404,7 @@ fn backend_description(
         None => "bash (/bin/sh when the image has no bash)".to_owned(),
         Some(s) => s.to_owned(),
     };
-    let net = if network {
-        "network access on"
-    } else {
-        "no network access"
-    };
+    let net = network_text(network);
     format!(
         "Run a command on an isolated Linux computer ({image} container: Debian 12 with apt, coreutils, {shell_text}; {net}). \
 Files persist between calls on the same computer; shell state (current directory, variables, background jobs) does not, so use `working_directory` or `cd dir && …`. \
@@ -623,7 +663,21 @@ impl Config {
         {
             return Err(ConfigError::BadShell(shell.clone()));
         }
-        let network = !cli.no_network;
+        let egress = EgressConfig::from_cli(cli, |name| std::env::var(name).ok())?;
+        // What only the egress gate enforces, or `none` where a backend cannot confine
+        // its computers: refused now, never silently unenforced (SPEC §3.11).
+        let flag = egress
+            .needs_gate()
+            .or((egress.policy == shared::egress::Policy::None).then_some("--no-network"));
+        if let Some(flag) = flag
+            && let Some(why) = unenforced(&backend, flag)
+        {
+            return Err(ConfigError::EgressBackend {
+                flag,
+                backend: backend.name(),
+                why,
+            });
+        }
         let image = cli.image.trim().to_owned();
         // Only Docker computers are described by the built-in text about the default image;
         // Modal's description names the image it runs.
@@ -641,7 +695,7 @@ impl Config {
             &backend_description(
                 &image,
                 cli.shell.as_deref(),
-                network,
+                &egress.policy,
                 cli.timeout,
                 cli.output_limit,
             ),
@@ -706,7 +760,9 @@ Files persist between calls on the same computer and across computer_restart (a 
             nano_cpus: cli.cpu.as_deref().map(parse_cpu).transpose()?,
             memory_bytes: cli.memory.as_deref().map(parse_memory).transpose()?,
             disk_bytes: cli.disk.as_deref().map(parse_disk).transpose()?,
-            network,
+            network: egress.policy.clone(),
+            egress_pins: egress.resolve.clone(),
+            egress_dns: egress.dns,
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
             warm_pool: usize::try_from(cli.warm_pool).unwrap_or(0),
         };
@@ -768,6 +824,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             state_dir,
             docker,
             supervisor,
+            egress,
         })
     }
 }
@@ -791,7 +848,8 @@ mod tests {
         assert_eq!(c.output_limit, 2_097_152);
         assert_eq!(c.session_timeout_secs, 300);
         assert_eq!(c.docker.image, DEFAULT_IMAGE);
-        assert!(c.docker.network);
+        assert_eq!(c.docker.network, shared::egress::Policy::All);
+        assert_eq!(c.egress, EgressConfig::default());
         assert_eq!(c.tool_name, "terminal_execute");
         assert!(!c.lifecycle_tools);
         assert_eq!(c.http, HttpLimits::default());
@@ -1225,15 +1283,128 @@ mod tests {
     #[test]
     fn no_network_is_applied_and_described_and_the_last_flag_wins() {
         let c = cfg(&["--no-network"]).unwrap();
-        assert!(!c.docker.network);
+        assert_eq!(c.docker.network, shared::egress::Policy::None);
         assert!(
             c.exec_description.contains("no network access"),
             "{}",
             c.exec_description
         );
         let c = cfg(&["--no-network", "--network"]).unwrap();
-        assert!(c.docker.network);
+        assert_eq!(c.docker.network, shared::egress::Policy::All);
         assert!(c.exec_description.contains("network access on"));
+    }
+
+    #[test]
+    fn issue_38_an_allow_list_is_the_servers_policy_and_the_description_says_it() {
+        let c = cfg(&["--egress-allow=pypi.org, *.npmjs.org"]).unwrap();
+        let policy = shared::egress::Policy::allow(["pypi.org", "*.npmjs.org"]).unwrap();
+        assert_eq!(c.egress.policy, policy);
+        assert_eq!(c.docker.network, policy);
+        assert!(
+            c.exec_description.contains(
+                "network: only pypi.org, *.npmjs.org (others are blocked and reported in network_blocked)"
+            ),
+            "{}",
+            c.exec_description
+        );
+        assert!(matches!(
+            cfg(&["--no-network", "--egress-allow=pypi.org"]),
+            Err(ConfigError::Egress(EgressError::NoNetworkWithAllow))
+        ));
+        // Pins, a resolver and a CA need no allow list; a secret does.
+        let c = cfg(&["--egress-resolve=a.test=10.0.0.1", "--egress-dns=10.0.0.2"]).unwrap();
+        assert_eq!(c.egress.policy, shared::egress::Policy::All);
+        assert_eq!(c.egress.resolve.len(), 1);
+        let e = cfg(&["--egress-secret=PATH=api.github.com"]).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Egress(EgressError::SecretWithoutAllow)),
+            "{e}"
+        );
+        // The value comes from the server's environment (PATH is always set).
+        let c = cfg(&[
+            "--egress-allow=api.github.com",
+            "--egress-secret=PATH=api.github.com",
+        ])
+        .unwrap();
+        assert_eq!(c.egress.secrets[0].value, std::env::var("PATH").unwrap());
+        assert!(!format!("{c:?}").contains(&std::env::var("PATH").unwrap()));
+        let e = cfg(&[
+            "--egress-allow=api.github.com",
+            "--egress-secret=MSC_TEST_SURELY_UNSET_38=api.github.com",
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "--egress-secret MSC_TEST_SURELY_UNSET_38: the environment variable MSC_TEST_SURELY_UNSET_38 is not set"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn issue_38_what_a_backend_cannot_enforce_is_refused_at_start() {
+        let allow = "--egress-allow=pypi.org";
+        // Docker/Podman (or the engine found at start) enforce it all.
+        assert!(cfg(&[allow]).is_ok());
+        assert!(cfg(&["--backend=docker", allow]).is_ok());
+        assert!(cfg(&["--engine=podman", allow]).is_ok());
+        // WASM computers have no network: `none` is fine, an allow list is meaningless.
+        assert!(cfg(&["--backend=go_busybox", "--no-network"]).is_ok());
+        let e = cfg(&["--backend=go_busybox", allow]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::EgressBackend {
+                    flag: "--egress-allow",
+                    backend: "go_busybox",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("no network at all"), "{e}");
+        assert!(e.to_string().contains("use --backend docker"), "{e}");
+        let e = cfg(&[
+            "--backend=go_busybox",
+            allow,
+            "--egress-secret=PATH=pypi.org",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().starts_with("--egress-secret cannot"), "{e}");
+        // Fly has no egress control: neither an allow list nor none.
+        let fly = |extra: &str| cfg(&["--backend=fly", "--fly-token=t", extra]);
+        for flag in [allow, "--no-network"] {
+            let e = fly(flag).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("Fly Machines have no egress control"),
+                "{flag}: {e}"
+            );
+        }
+        assert!(fly("--network").is_ok());
+        let e = cfg(&["--backend=e2b", "--e2b-api-key=k", allow]).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::EgressBackend { backend: "e2b", .. }),
+            "{e}"
+        );
+        let e = cfg(&[
+            "--backend=modal",
+            "--modal-token-id=id",
+            "--modal-token-secret=secret",
+            "--no-network",
+        ])
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::EgressBackend {
+                    flag: "--no-network",
+                    backend: "modal",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]

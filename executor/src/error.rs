@@ -34,6 +34,19 @@ pub enum ComputerError {
     /// The backend cannot do this here (`shared::capabilities`); nothing was changed.
     #[error(transparent)]
     Unsupported(#[from] shared::capabilities::Unsupported),
+    /// `network` asks for more than the server's policy (SPEC §3.11); nothing was made.
+    #[error(transparent)]
+    Widening(#[from] shared::egress::Widening),
+    /// `network` on a call to a computer that exists with another policy: it applies only
+    /// when a computer is made.
+    #[error(
+        "computer {id:?} already exists with network {has}; `network` applies only when a computer is made (this call asked for {asked}): leave `network` out to use it, or pass another computer_id for a new computer"
+    )]
+    NetworkMismatch {
+        id: String,
+        has: String,
+        asked: String,
+    },
 }
 
 impl ComputerError {
@@ -77,6 +90,8 @@ impl ComputerError {
             Some(Failure::Unsupported) => ErrorCode::Unsupported,
             None if matches!(self, ComputerError::Unsupported(_)) => ErrorCode::Unsupported,
             None if matches!(self, ComputerError::Quota { .. }) => ErrorCode::Conflict,
+            None if matches!(self, ComputerError::Widening(_)) => ErrorCode::Forbidden,
+            None if matches!(self, ComputerError::NetworkMismatch { .. }) => ErrorCode::Conflict,
             None if matches!(self, ComputerError::Registry(RegistryError::Forbidden(_))) => {
                 ErrorCode::Forbidden
             }

@@ -89,6 +89,7 @@ impl Fake {
             state: ComputerState::Stopped,
             created_at: String::new(),
             team: team.map(str::to_owned),
+            network: None,
         };
         s.machines.insert(
             key.to_owned(),
@@ -193,6 +194,7 @@ impl Place for Fake {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
         self.called("create", id);
@@ -202,6 +204,8 @@ impl Place for Fake {
         self.plant(id, temporary, Some(&self.instance), team);
         self.with(id, |m| {
             m.record.state = ComputerState::Running;
+            // Recorded like Docker's label.
+            m.record.network = Some(network.clone());
             Ok(m.record.clone())
         })
     }
@@ -236,10 +240,11 @@ impl Place for Fake {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
         self.remove(id).await?;
-        self.create(id, temporary, team, progress).await
+        self.create(id, temporary, team, network, progress).await
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {

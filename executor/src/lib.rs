@@ -18,6 +18,7 @@ pub mod computers;
 pub mod config;
 pub mod docker;
 pub mod e2b;
+pub mod egress;
 pub mod error;
 #[cfg(test)]
 pub mod fake;

@@ -138,6 +138,7 @@ struct Metrics {
     job_output_buffered: Gauge,
     job_output_budget: Gauge,
     resident: Gauge,
+    egress_blocked: Counter,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: Mutex<()>,
 }
@@ -228,8 +229,15 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Resident memory of this process (VmRSS; 0 where /proc cannot tell) (at scrape time)",
         resident.clone(),
     );
+    let egress_blocked = Counter::default();
+    registry.register(
+        "egress_blocked",
+        "Connections and DNS names the egress gate refused (SPEC §3.11: network allow lists)",
+        egress_blocked.clone(),
+    );
     Metrics {
         registry,
+        egress_blocked,
         job_output_buffered,
         job_output_budget,
         resident,
@@ -340,6 +348,11 @@ pub fn supervisor_connection(direct: bool) {
             channel: if direct { "direct" } else { "relay" },
         })
         .inc();
+}
+
+/// The egress gate refused a connection or a name.
+pub fn egress_blocked() {
+    METRICS.egress_blocked.inc();
 }
 
 /// A request to `server` was refused for its token.

@@ -11,6 +11,7 @@
 //! 404 or 409).
 
 use shared::capabilities::{BackendKind, Capabilities, Capability, Unsupported};
+use shared::egress::Policy;
 use shared::files::over_exec::{OverExec, PathInfo, no_file_api};
 use shared::jobs::{JobInfo, JobOutput};
 use shared::result::ExecOutcome;
@@ -68,6 +69,22 @@ impl BackendError {
     }
 }
 
+/// Refuses `network` on a backend whose computers `reach` the network as `reach` says
+/// (`"all"`: they always have it, e.g. Fly; `"none"`: never, WASM) and which has no
+/// egress gate: only the policy it has anyway is accepted (SPEC §3.11: never silently
+/// unenforced).
+pub fn unenforced(backend: &str, network: &Policy, reach: &Policy) -> Result<(), BackendError> {
+    if network == reach || (*network == Policy::All && *reach == Policy::None) {
+        return Ok(());
+    }
+    Err(BackendError::new(
+        Failure::Unsupported,
+        format!(
+            "network {network}: {backend} computers cannot be confined to it (only Docker/Podman computers can, through the server's egress gate); leave `network` out"
+        ),
+    ))
+}
+
 /// One place computers live. Ids are backend keys (`shared::teams::key`).
 #[allow(async_fn_in_trait)] // called on concrete types only (`Backend`), so Send is inferred
 pub trait Place {
@@ -86,6 +103,12 @@ pub trait Place {
     /// that can (or, when its kind can elsewhere, why this one cannot).
     fn require(&self, cap: Capability) -> Result<(), Unsupported> {
         self.capabilities().require(self.name(), cap)
+    }
+    /// What computer `id`'s network policy refused since `t` (SPEC §3.11: a call's
+    /// `network_blocked`). A backend without the egress gate refuses nothing itself.
+    fn blocked_since(&self, id: &str, t: std::time::Instant) -> Vec<shared::egress::Blocked> {
+        let _ = (id, t);
+        Vec::new()
     }
     /// Does `id` name no computer yet for sure (a slug reserved for a warm-pool member),
     /// so attaching to it need not look it up?
@@ -110,25 +133,29 @@ pub trait Place {
     fn instance(&self) -> &str;
     async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError>;
     async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError>;
-    /// Creates computer `id`. Backends that keep labels record `team` (the cloud ones keep
-    /// teams apart by the key alone).
+    /// Creates computer `id` with network policy `network` (its effective one, SPEC
+    /// §3.11: a backend that cannot enforce it refuses, [`unenforced`]). Backends that
+    /// keep labels record `team` (the cloud ones keep teams apart by the key alone).
     async fn create(
         &self,
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError>;
     /// Makes sure computer `id` runs.
     async fn start(&self, id: &str) -> Result<(), BackendError>;
     async fn restart(&self, id: &str) -> Result<(), BackendError>;
     async fn remove(&self, id: &str) -> Result<(), BackendError>;
-    /// A fresh computer under the same id, files gone.
+    /// A fresh computer under the same id, files gone; its network policy stays
+    /// `network`.
     async fn factory_reset(
         &self,
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError>;
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError>;

@@ -49,6 +49,12 @@ pub enum RunError {
     Io(#[from] std::io::Error),
     #[error("executor: {0}")]
     Executor(String),
+    /// No engine answered, and the network flags need one (SPEC §3.11: never silently
+    /// unenforced on the WebAssembly fallback).
+    #[error(
+        "no container engine is reachable ({why}), and {flag} needs Docker/Podman computers (their connections go through this server's egress gate; WebAssembly computers have no network to confine): start Docker or Podman, or drop {flag}"
+    )]
+    EgressNeedsEngine { flag: &'static str, why: String },
 }
 
 /// The dispatcher for a configuration.
@@ -134,19 +140,36 @@ pub async fn run(mut config: Config) -> Result<(), RunError> {
         ),
         BackendChoice::Auto => {
             let probe = tokio::time::timeout(Duration::from_secs(5), docker_backend(&config)).await;
-            match probe {
-                Ok(Ok(docker)) => Backend::Docker(docker),
+            // Without an engine, what only the egress gate enforces stops the start.
+            let gate = config.egress.needs_gate();
+            match (probe, gate) {
+                (Ok(Ok(docker)), _) => Backend::Docker(docker),
                 // The engine is there but cannot hold --disk: say so, not "no engine".
-                Ok(Err(e @ RunError::Docker(crate::docker::DockerError::DiskLimit { .. }))) => {
+                (
+                    Ok(Err(e @ RunError::Docker(crate::docker::DockerError::DiskLimit { .. }))),
+                    _,
+                ) => {
                     return Err(e);
                 }
-                Ok(Err(e)) => {
+                (Ok(Err(e)), Some(flag)) => {
+                    return Err(RunError::EgressNeedsEngine {
+                        flag,
+                        why: e.to_string(),
+                    });
+                }
+                (Err(_), Some(flag)) => {
+                    return Err(RunError::EgressNeedsEngine {
+                        flag,
+                        why: "it did not answer within 5 s".into(),
+                    });
+                }
+                (Ok(Err(e)), None) => {
                     eprintln!(
                         "mcp-sandbox-computer-vm-for-ai: no container engine is reachable ({e}); using the embedded WebAssembly toolbox (--backend go_busybox). Start Docker or Podman for full Linux computers, or pass --backend docker to require them."
                     );
                     wasm_backend(&config, None).await?
                 }
-                Err(_) => {
+                (Err(_), None) => {
                     eprintln!(
                         "mcp-sandbox-computer-vm-for-ai: the container engine did not answer within 5 s; using the embedded WebAssembly toolbox (--backend go_busybox). Pass --backend docker to wait for it instead."
                     );
@@ -208,6 +231,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
                 .map_or(config.session_timeout_secs, |ex| ex.idle_timeout_secs),
             list_jobs: config.jobs_tools,
             max_computers: config.max_computers_per_principal,
+            network: config.egress.policy.clone(),
         },
         host_name(),
     ));

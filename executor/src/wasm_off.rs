@@ -70,6 +70,7 @@ impl Place for Wasm {
         _id: &str,
         _temporary: bool,
         _team: Option<&str>,
+        _network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
         match *self {}
@@ -88,6 +89,7 @@ impl Place for Wasm {
         _id: &str,
         _temporary: bool,
         _team: Option<&str>,
+        _network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
         match *self {}

@@ -332,6 +332,7 @@ impl<C: CloudComputers> Cloud<C> {
             history: Vec::new(),
             jobs: None,
             error: None,
+            network: None,
         }
     }
 }
@@ -342,6 +343,19 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
     async fn handle(&self, team: &str, op: Op) -> Result<Answer, ApiError> {
         op.named()?;
         let answer = |r: Result<Answer, ComputersError>| r.map_err(computers_error);
+        // These providers have no egress control the Worker can set (SPEC §3.11): a
+        // narrower policy asked for a computer is refused, never silently unenforced.
+        if let Some(p) = op.network()
+            && *p != shared::egress::Policy::All
+        {
+            return Err(ApiError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "network {p}: {} computers reached by the gateway cannot confine their network; leave `network` out, or use a team executor with Docker/Podman",
+                    self.computers.kind().name()
+                ),
+            ));
+        }
         match op {
             Op::File(call) => self.file(team, call).await,
             Op::Exec(req) if req.yield_ms.is_some() => Ok(self.start_job(team, req).await?.into()),
@@ -361,6 +375,7 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
             Op::Create {
                 computer_id,
                 temporary,
+                ..
             } => {
                 let id = computer_id.unwrap_or_default();
                 let made = self.create(team, &id, temporary.unwrap_or(true)).await;
@@ -795,6 +810,7 @@ mod tests {
             temporary: None,
             env: Vec::new(),
             yield_ms: None,
+            network: None,
         }
     }
 
@@ -1064,6 +1080,7 @@ mod tests {
         let create = || Op::Create {
             computer_id: Some("build-box".into()),
             temporary: Some(false),
+            network: None,
         };
         for team in ["a", "b"] {
             let v = handle(&cloud, team, create()).unwrap();
@@ -1094,6 +1111,7 @@ mod tests {
         let create = || Op::Create {
             computer_id: Some("web".into()),
             temporary: Some(true),
+            network: None,
         };
         let first = handle(&cloud, "a", create()).unwrap();
         let again = handle(&cloud, "a", create()).unwrap();
@@ -1137,6 +1155,7 @@ mod tests {
             Op::Create {
                 computer_id: None,
                 temporary: Some(true),
+                network: None,
             },
             Op::Jobs { computer_id: None },
         ];
@@ -1197,6 +1216,7 @@ mod tests {
         let create = Op::Create {
             computer_id: Some("box".into()),
             temporary: Some(false),
+            network: None,
         };
         handle(&cloud, "a", create).unwrap();
         let exec = |temporary: Option<bool>| {
@@ -1208,5 +1228,29 @@ mod tests {
             let v = exec(asked);
             assert_eq!(v["temporary"], false, "asked {asked:?}: {v}");
         }
+    }
+
+    /// SPEC §3.11: a provider the Worker reaches itself cannot confine a computer's
+    /// network, so a narrower `network` is refused, and nothing is made.
+    #[test]
+    fn issue_38_a_network_policy_is_refused_where_nothing_enforces_it() {
+        let cloud = Cloud::new(Fake::default());
+        let create = Op::Create {
+            computer_id: Some("box".into()),
+            temporary: Some(false),
+            network: Some(shared::egress::Policy::None),
+        };
+        let e = handle(&cloud, "a", create).unwrap_err();
+        assert_eq!(e.error.code, ErrorCode::Unsupported);
+        assert!(
+            e.error.message.contains("network none"),
+            "{}",
+            e.error.message
+        );
+        let mut req = request(ValidProgram::Shell("true".into()));
+        req.network = Some(shared::egress::Policy::allow(["pypi.org"]).unwrap());
+        let e = handle(&cloud, "a", Op::Exec(req)).unwrap_err();
+        assert_eq!(e.error.code, ErrorCode::Unsupported);
+        assert!(calls(&cloud).is_empty(), "{:?}", calls(&cloud));
     }
 }

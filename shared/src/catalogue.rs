@@ -271,6 +271,33 @@ fn computer_id_schema(what: &str) -> Value {
     })
 }
 
+/// `network` (SPEC §3.11): `"none"` or `{"allow": [rules]}`, narrowing the server's
+/// policy for a computer when the call makes it.
+pub fn network_schema(what: &str) -> Value {
+    json!({
+        "anyOf": [
+            {"type": "string", "enum": ["none"]},
+            {
+                "type": "object",
+                "properties": {
+                    "allow": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "minItems": 1,
+                        "maxItems": crate::egress::MAX_RULES,
+                    },
+                },
+                "required": ["allow"],
+                "additionalProperties": false,
+            },
+        ],
+        "description": what,
+    })
+}
+
+/// What `network` means, for the tools that take it.
+const NETWORK_ARG: &str = "Where a computer made by this call may connect: \"none\", or {\"allow\": [rules]} (host names such as pypi.org, *.npmjs.org for any subdomain, name:port, IPs, CIDRs). Only narrows the server's policy; applies only when the computer is made.";
+
 /// The exec tool's input schema; `yield_ms` only with the `jobs` group.
 pub fn exec_input_schema(jobs: bool) -> Value {
     let mut schema = json!({
@@ -299,6 +326,7 @@ pub fn exec_input_schema(jobs: bool) -> Value {
             },
             "computer_id": computer_id_schema("Computer to run on (1-63 lowercase letters, digits, hyphens). Omit to use your default computer (this session's; without sessions, your user's)."),
             "temporary": {"type": "boolean", "default": true, "description": "true: removed when the session ends. false: kept until deleted, reattachable by id."},
+            "network": network_schema(NETWORK_ARG),
         },
         "additionalProperties": false,
     });
@@ -334,6 +362,20 @@ pub fn exec_output_schema(jobs: bool) -> Value {
             "stdout_base64": {"type": "string", "description": "Exact stdout bytes when they are not valid UTF-8."},
             "stderr_base64": {"type": "string", "description": "Exact stderr bytes when they are not valid UTF-8."},
             "created": {"type": "boolean", "description": CREATED},
+            "network_blocked": {
+                "type": "array",
+                "maxItems": crate::egress::BLOCKED_MAX,
+                "description": "Connections and names the computer's network policy refused during this call (each once).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "host": {"type": "string"},
+                        "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                        "reason": {"type": "string"},
+                    },
+                    "required": ["host", "port", "reason"],
+                },
+            },
         },
         "required": ["computer_id", "temporary", "stdout", "stderr", "exit_code", "exec_duration_ms"],
     });
@@ -426,6 +468,17 @@ fn computer_item_schema() -> Value {
             "temporary": {"type": "boolean"},
             "image": {"type": "string"},
             "created_at": {"type": "string"},
+            "network": {
+                "description": "Where it may connect: \"all\", \"none\" or {\"allow\": [rules]}.",
+                "anyOf": [
+                    {"type": "string", "enum": ["all", "none"]},
+                    {
+                        "type": "object",
+                        "properties": {"allow": {"type": "array", "items": {"type": "string"}}},
+                        "required": ["allow"],
+                    },
+                ],
+            },
             "history": {
                 "type": "array",
                 "description": "The last 50 commands run on this computer through this server, oldest first (no output).",
@@ -541,6 +594,7 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
                     "properties": {
                         "computer_id": computer_id_schema("Id to create or attach; omit for a fresh slug."),
                         "temporary": {"type": "boolean", "default": true},
+                        "network": network_schema(NETWORK_ARG),
                     },
                     "additionalProperties": false,
                 })),

@@ -259,10 +259,20 @@ impl Denial {
     /// would allow it.
     pub fn notice(self, host: &str, port: u16) -> String {
         let rule = match port {
+            // An address rule allows every port; a name rule without one, 80 and 443.
+            _ if host.parse::<IpAddr>().is_ok() => host.to_owned(),
             80 | 443 => host.to_owned(),
-            p if host.contains(':') => format!("[{host}]:{p}"),
+            // A refused DNS question: the name, for the web ports.
+            DNS_PORT => host.to_owned(),
             p => format!("{host}:{p}"),
         };
+        if port == DNS_PORT && host.parse::<IpAddr>().is_err() {
+            let how = match self {
+                Denial::NoNetwork => "an operator can start the server with --network".to_owned(),
+                _ => format!("an operator can add --egress-allow {rule}"),
+            };
+            return format!("blocked the name {host} ({}; {how})", self.reason());
+        }
         let how = match self {
             Denial::NoNetwork => "an operator can start the server with --network".to_owned(),
             Denial::NotListed | Denial::Special(_) => {
@@ -272,6 +282,42 @@ impl Denial {
         format!("blocked {host}:{port} ({}; {how})", self.reason())
     }
 }
+
+/// One refused connection or name, as a result lists it (`network_blocked`, SPEC §3.11).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Blocked {
+    /// The name the program gave (SNI, Host, a DNS question), else the address.
+    pub host: String,
+    pub port: u16,
+    pub reason: String,
+}
+
+impl Blocked {
+    pub fn new(host: &str, port: u16, why: Denial) -> Blocked {
+        Blocked {
+            host: host.to_owned(),
+            port,
+            reason: why.reason().to_owned(),
+        }
+    }
+
+    /// The stderr notice for it ([`Denial::notice`]).
+    pub fn notice(&self) -> String {
+        let why = match self.reason.as_str() {
+            r if r == Denial::NoNetwork.reason() => Denial::NoNetwork,
+            _ => Denial::NotListed,
+        };
+        let line = why.notice(&self.host, self.port);
+        // The reason as it was (a special address says which).
+        line.replacen(why.reason(), &self.reason, 1)
+    }
+}
+
+/// The port a refused DNS question is listed with.
+pub const DNS_PORT: u16 = 53;
+
+/// The most entries one result lists.
+pub const BLOCKED_MAX: usize = 20;
 
 /// How a connection's address was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,6 +464,27 @@ impl Policy {
                 }
                 let name = normal_name(host).ok_or(Denial::NotListed)?;
                 match rules.iter().any(|r| r.names(&name, port)) {
+                    true => Ok(()),
+                    false => Err(Denial::NotListed),
+                }
+            }
+        }
+    }
+
+    /// May the gate answer a DNS question for `host` (a name some rule names, on any
+    /// port; the ports are asked when the program connects)?
+    pub fn allows_lookup(&self, host: &str) -> Result<(), Denial> {
+        match self {
+            Policy::All => Ok(()),
+            Policy::None => Err(Denial::NoNetwork),
+            Policy::Allow(rules) => {
+                let name = normal_name(host).ok_or(Denial::NotListed)?;
+                let named = rules.iter().any(|r| match r {
+                    Rule::Name { name: n, .. } => *n == name,
+                    Rule::Subdomains { suffix, .. } => is_subdomain(&name, suffix),
+                    Rule::Net(_) => false,
+                });
+                match named {
                     true => Ok(()),
                     false => Err(Denial::NotListed),
                 }

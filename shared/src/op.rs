@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::answer::{Answer, AnswerKind};
 use crate::capabilities::Capability;
 use crate::catalogue::{ToolKind, ToolNames, tool_kind};
+use crate::egress::Policy;
 use crate::executor_api::{ApiError, ErrorCode, Scope};
 use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
@@ -39,10 +40,12 @@ pub enum Op {
     /// `computer_dashboard`: the list, shown as the dashboard (tool form only).
     Dashboard,
     /// Create the computer, or attach to it if it exists. `computer_id` `None`: a new id;
-    /// `temporary` `None`: attach as it is, or create a temporary one.
+    /// `temporary` `None`: attach as it is, or create a temporary one. `network`: the
+    /// policy asked for it if this call makes it (SPEC §3.11; `None`: the server's).
     Create {
         computer_id: Option<String>,
         temporary: Option<bool>,
+        network: Option<Policy>,
     },
     /// Run a command. Creates the computer on first use, with `temporary` (default true).
     Exec(ExecRequest),
@@ -84,10 +87,11 @@ pub fn parse_tool_call(
         ToolKind::List => Args::new(arguments, &[], name).map(|_| Op::List),
         ToolKind::Dashboard => Args::new(arguments, &[], name).map(|_| Op::Dashboard),
         ToolKind::Create => {
-            let args = Args::new(arguments, &["computer_id", "temporary"], name)?;
+            let args = Args::new(arguments, &["computer_id", "temporary", "network"], name)?;
             Ok(Op::Create {
                 computer_id: args.computer_id()?,
                 temporary: args.boolean("temporary")?,
+                network: args.network()?,
             })
         }
         ToolKind::Restart | ToolKind::FactoryReset | ToolKind::Delete => {
@@ -128,6 +132,9 @@ struct CreateBody {
     computer_id: String,
     #[serde(default = "yes")]
     temporary: bool,
+    /// SPEC §3.11: `"none"`, `{"allow": [...]}` (or `"all"`); absent: the executor's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    network: Option<Policy>,
 }
 
 fn yes() -> bool {
@@ -153,6 +160,8 @@ struct ExecBody<'a> {
     env: EnvBody<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     yield_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<&'a Policy>,
 }
 
 /// `env` as an object, in the order given.
@@ -296,9 +305,12 @@ impl Op {
         match self {
             Op::List => Op::List,
             Op::Dashboard => Op::Dashboard,
-            Op::Create { temporary, .. } => Op::Create {
+            Op::Create {
+                temporary, network, ..
+            } => Op::Create {
                 computer_id: id,
                 temporary,
+                network,
             },
             Op::Exec(mut r) => {
                 r.computer_id = id;
@@ -336,6 +348,16 @@ impl Op {
             Op::Create { temporary, .. } => *temporary,
             Op::Exec(r) => r.temporary,
             Op::File(f) => f.temporary(),
+            _ => None,
+        }
+    }
+
+    /// The network policy the call asks for the computer it may create (SPEC §3.11;
+    /// `None`: not asked, the server's applies).
+    pub fn network(&self) -> Option<&Policy> {
+        match self {
+            Op::Create { network, .. } => network.as_ref(),
+            Op::Exec(r) => r.network.as_ref(),
             _ => None,
         }
     }
@@ -442,10 +464,13 @@ impl Op {
         let id = self.computer_id().unwrap_or_default();
         let (method, path, body) = match self {
             Op::List | Op::Dashboard => ("GET", "/computers".to_owned(), None),
-            Op::Create { temporary, .. } => {
+            Op::Create {
+                temporary, network, ..
+            } => {
                 let body = CreateBody {
                     computer_id: id.to_owned(),
                     temporary: temporary.unwrap_or(true),
+                    network: network.clone(),
                 };
                 ("POST", "/computers".to_owned(), Some(to_json(&body)))
             }
@@ -463,6 +488,7 @@ impl Op {
                     temporary: r.temporary,
                     env: EnvBody(&r.env),
                     yield_ms: r.yield_ms,
+                    network: r.network.as_ref(),
                 };
                 let path = format!("/computers/{id}/exec");
                 ("POST", path, Some(to_json(&body)))
@@ -512,6 +538,7 @@ impl Op {
                 Ok(Op::Create {
                     computer_id: Some(id(&b.computer_id)?),
                     temporary: Some(b.temporary),
+                    network: b.network,
                 })
             }
             ("POST", ["computers", raw, "exec"]) => {
@@ -674,6 +701,7 @@ mod tests {
             temporary: None,
             env: Vec::new(),
             yield_ms: None,
+            network: None,
         }
     }
 
@@ -723,7 +751,21 @@ mod tests {
         round_trip(Op::Create {
             computer_id: Some(long.clone()),
             temporary: Some(false),
+            network: None,
         });
+        round_trip(Op::Create {
+            computer_id: Some("n".into()),
+            temporary: Some(true),
+            network: Some(crate::egress::Policy::None),
+        });
+        round_trip(Op::Create {
+            computer_id: Some("n".into()),
+            temporary: Some(true),
+            network: Some(crate::egress::Policy::allow(["pypi.org", "*.npmjs.org:8443"]).unwrap()),
+        });
+        let mut narrowed = exec(Program::Shell("echo hi".into()));
+        narrowed.network = Some(crate::egress::Policy::allow(["10.0.0.0/8"]).unwrap());
+        round_trip(exec_on("n", narrowed));
         round_trip(exec_on(&long, exec(Program::Shell("echo hi".into()))));
         let mut full = exec(Program::Argv(vec!["ls".into(), "-l".into()]));
         full.stdin = Some("in\0put".replace('\0', ""));
@@ -943,7 +985,8 @@ mod tests {
             Op::decode("POST", "/computers", br#"{"computer_id":"a"}"#),
             Ok(Op::Create {
                 computer_id: Some("a".into()),
-                temporary: Some(true)
+                temporary: Some(true),
+                network: None
             })
         );
     }

@@ -172,6 +172,27 @@ pub struct ExecAnswer {
     /// This call made the computer (SPEC §3.2).
     #[serde(default, skip_serializing_if = "is_false")]
     pub created: bool,
+    /// What the computer's network policy refused during the call (SPEC §3.11).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_blocked: Vec<crate::egress::Blocked>,
+}
+
+impl ExecAnswer {
+    /// Adds the refusals of the call: listed, and one stderr notice per host.
+    pub fn with_blocked(mut self, blocked: Vec<crate::egress::Blocked>) -> Self {
+        let mut told = std::collections::HashSet::new();
+        for b in &blocked {
+            if told.insert(b.host.clone()) {
+                if !self.stderr.is_empty() && !self.stderr.ends_with('\n') {
+                    self.stderr.push('\n');
+                }
+                self.stderr.push_str(&b.notice());
+                self.stderr.push('\n');
+            }
+        }
+        self.network_blocked = blocked;
+        self
+    }
 }
 
 /// The structured exec result of SPEC §3.5.
@@ -282,6 +303,11 @@ pub struct ComputerInfo {
     /// unreachable with state `unreachable` and this).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where it may connect (SPEC §3.11): its effective network policy, `"all"`, `"none"`
+    /// or `{"allow": [...]}`. `None` where the lister does not know it (a gateway's
+    /// unreachable executor, a provider the gateway reaches itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::egress::Policy>,
 }
 
 /// A job as lists show it (`terminal_job` with `list`, and `computer_list` items).
@@ -565,9 +591,11 @@ mod tests {
             history: Vec::new(),
             jobs: None,
             error: None,
+            network: None,
         };
         let mut wire = serde_json::to_value(&info).unwrap();
         assert!(wire.get("jobs").is_none(), "{wire}");
+        assert!(wire.get("network").is_none(), "{wire}");
         assert_eq!(wire["state"], "running");
         wire.as_object_mut().unwrap().remove("history");
         assert_eq!(serde_json::from_value::<ComputerInfo>(wire).unwrap(), info);

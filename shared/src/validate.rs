@@ -43,6 +43,9 @@ pub struct ExecRequest {
     pub env: Vec<(String, String)>,
     /// `jobs` group: wait at most this long, then leave the command running as a job.
     pub yield_ms: Option<u64>,
+    /// `network` (SPEC §3.11): the policy asked for the computer if this call makes it
+    /// (`None`: not given, the server's).
+    pub network: Option<crate::egress::Policy>,
 }
 
 /// Why a call was refused before anything ran.
@@ -146,6 +149,14 @@ impl Args {
         }
     }
 
+    /// `network`: `"none"` or `{"allow": [rules]}` (SPEC §3.11).
+    pub(crate) fn network(&self) -> Result<Option<crate::egress::Policy>, ValidationError> {
+        self.map
+            .get("network")
+            .map(|v| crate::egress::Policy::of_argument(v).map_err(|e| invalid(e.to_string())))
+            .transpose()
+    }
+
     pub(crate) fn computer_id(&self) -> Result<Option<String>, ValidationError> {
         let Some(id) = self.string("computer_id")? else {
             return Ok(None);
@@ -179,6 +190,7 @@ pub(crate) const EXEC_ARGS: &[&str] = &[
     "env",
     "computer_id",
     "temporary",
+    "network",
     "yield_ms",
 ];
 
@@ -519,5 +531,6 @@ pub fn parse_exec(
         temporary: args.boolean("temporary")?,
         env: parse_env(&args)?,
         yield_ms,
+        network: args.network()?,
     })
 }

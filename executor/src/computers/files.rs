@@ -26,7 +26,7 @@ impl SessionHost {
         progress: &Progress,
     ) -> Result<Answer, ComputerError> {
         let (id, at) = self
-            .target(call.computer_id(), call.temporary(), progress)
+            .target(call.computer_id(), call.temporary(), None, progress)
             .await?;
         let answer = self.computers.file_on(&self.key(&id), &id, call).await?;
         Ok(answer.mark_created(at.created))
@@ -311,7 +311,7 @@ impl SessionHost {
         body: UploadStream<'_>,
     ) -> Result<WriteAnswer, ComputerError> {
         let (id, _) = self
-            .target(Some(id), temporary, &Progress::default())
+            .target(Some(id), temporary, None, &Progress::default())
             .await?;
         let key = self.key(&id);
         let _held = Held::new(self.computers.clone(), key.clone());

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use shared::CallToolResult;
 use shared::answer::Answer;
+use shared::egress::Policy;
 use shared::jobs::JobCall;
 use shared::mcp::{CallContext, TaskAnswer, ToolHost};
 use shared::op::Op;
@@ -109,10 +110,13 @@ impl SessionHost {
         shared::teams::key(self.team(), id)
     }
 
+    /// Attaches to this caller's computer `id`, making it if missing (with `network`
+    /// narrowing the server's policy, SPEC §3.11).
     pub(super) async fn attach(
         &self,
         id: &str,
         requested: Option<bool>,
+        network: Option<&Policy>,
         progress: &Progress,
     ) -> Result<Attached, ComputerError> {
         let claimant = Claimant {
@@ -122,7 +126,7 @@ impl SessionHost {
             scope: self.scope.as_deref(),
         };
         self.computers
-            .attach(&self.key(id), &claimant, self.team(), progress)
+            .attach(&self.key(id), &claimant, self.team(), network, progress)
             .await
     }
 
@@ -147,7 +151,11 @@ impl SessionHost {
                 Op::Create {
                     computer_id,
                     temporary,
-                } => self.create(computer_id, temporary, progress).await?.into(),
+                    network,
+                } => self
+                    .create(computer_id, temporary, network.as_ref(), progress)
+                    .await?
+                    .into(),
                 Op::Restart { computer_id } => self.restart(&computer_id).await?.into(),
                 Op::FactoryReset { computer_id } => {
                     self.factory_reset(&computer_id, progress).await?.into()
@@ -167,12 +175,14 @@ impl SessionHost {
         answer
     }
 
-    /// The computer a call that may create it runs on (`computer_id` and `temporary` as
-    /// the exec tool takes them): its id, and whether it is temporary and was made now.
+    /// The computer a call that may create it runs on (`computer_id`, `temporary` and
+    /// `network` as the exec tool takes them): its id, and whether it is temporary and was
+    /// made now.
     pub(super) async fn target(
         &self,
         computer_id: Option<&str>,
         temporary: Option<bool>,
+        network: Option<&Policy>,
         progress: &Progress,
     ) -> Result<(String, Attached), ComputerError> {
         let c = &self.computers;
@@ -198,7 +208,7 @@ impl SessionHost {
             || c.new_slug(temporary != Some(false), self.team()),
         );
         let attached = self
-            .attach(target.id(), target.requested(temporary), progress)
+            .attach(target.id(), target.requested(temporary), network, progress)
             .await;
         if let Some(default) = slot.as_mut()
             && attached.is_ok()
@@ -216,7 +226,12 @@ impl SessionHost {
         progress: &Progress,
     ) -> Result<Answer, ComputerError> {
         let (id, at) = self
-            .target(req.computer_id.as_deref(), req.temporary, progress)
+            .target(
+                req.computer_id.as_deref(),
+                req.temporary,
+                req.network.as_ref(),
+                progress,
+            )
             .await?;
         let answer = self
             .computers
@@ -239,11 +254,12 @@ impl SessionHost {
         &self,
         computer_id: Option<String>,
         temporary: Option<bool>,
+        network: Option<&Policy>,
         progress: &Progress,
     ) -> Result<Created, ComputerError> {
         let c = &self.computers;
         let id = computer_id.unwrap_or_else(|| c.new_slug(temporary.unwrap_or(true), self.team()));
-        self.attach(&id, temporary, progress).await?;
+        self.attach(&id, temporary, network, progress).await?;
         let r = c
             .backend
             .find(&self.key(&id))
@@ -270,9 +286,11 @@ impl SessionHost {
         let key = self.key(id);
         let lock = c.id_lock(&key);
         let _held = lock.lock().await;
+        // It keeps its network policy.
+        let network = c.network_of(&r);
         let fresh = c
             .backend
-            .factory_reset(&key, r.temporary, self.team(), progress)
+            .factory_reset(&key, r.temporary, self.team(), &network, progress)
             .await?;
         c.forget_jobs_of(&key);
         Ok(self.created(id, &fresh))

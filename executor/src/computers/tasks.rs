@@ -98,7 +98,12 @@ impl SessionHost {
             ));
         }
         let (id, at) = self
-            .target(req.computer_id.as_deref(), req.temporary, progress)
+            .target(
+                req.computer_id.as_deref(),
+                req.temporary,
+                req.network.as_ref(),
+                progress,
+            )
             .await?;
         let temporary = at.temporary;
         let key = self.key(&id);

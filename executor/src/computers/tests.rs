@@ -41,8 +41,13 @@ impl World {
     }
 
     fn with(fake: Fake) -> Self {
+        Self::with_network(fake, shared::egress::Policy::All)
+    }
+
+    /// A world whose server's network policy is `network` (SPEC §3.11).
+    fn with_network(fake: Fake, network: shared::egress::Policy) -> Self {
         Self {
-            computers: Computers::over_fake(fake.clone()),
+            computers: Computers::over_fake_with(fake.clone(), 64, network),
             fake,
             hosts: HashMap::new(),
             bound: HashMap::new(),
@@ -917,4 +922,189 @@ async fn issue_46_an_exec_only_token_makes_no_permanent_computer() {
     ])
     .await;
     assert_eq!(w.fake.keys().len(), 4, "{:?}", w.fake.keys());
+}
+
+/// The `network` of each computer in `who`'s list, by id.
+async fn networks(w: &mut World, who: &str) -> Vec<(String, Value)> {
+    let v = w.call(who, "computer_list", json!({})).await;
+    v["computers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|c| {
+            (
+                c["computer_id"].as_str().unwrap().to_owned(),
+                c["network"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn issue_38_an_agent_narrows_the_network_when_a_computer_is_made() {
+    let mut w = World::new();
+    w.run(&[
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "offline", "network": "none"}),
+            json!({"computer_id": "offline", "temporary": true}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "plain"}),
+            json!({"computer_id": "plain"}),
+        ),
+        // A call's first exec narrows it too.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo hi", "computer_id": "pypi", "network": {"allow": ["pypi.org", "*.pythonhosted.org"]}}),
+            json!({"stdout": "hi\n", "created": true}),
+        ),
+        // The same policy again is fine (the order of an allow list aside)...
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo again", "computer_id": "pypi", "network": {"allow": ["*.pythonhosted.org", "pypi.org"]}}),
+            json!({"stdout": "again\n", "!created": null}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "offline", "network": "none"}),
+            json!({"computer_id": "offline"}),
+        ),
+        // ...another one is an error: `network` applies only when a computer is made.
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo", "computer_id": "offline", "network": {"allow": ["pypi.org"]}}),
+            json!({"error": "~computer \"offline\" already exists with network \"none\"; `network` applies only when a computer is made"}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "plain", "network": "none"}),
+            json!({"error": "~already exists with network \"all\""}),
+        ),
+        // A factory reset keeps the computer's policy.
+        (
+            "a",
+            "computer_factory_reset",
+            json!({"computer_id": "offline"}),
+            json!({"computer_id": "offline"}),
+        ),
+    ])
+    .await;
+    assert_eq!(
+        networks(&mut w, "a").await,
+        [
+            ("offline".to_owned(), json!("none")),
+            ("plain".to_owned(), json!("all")),
+            (
+                "pypi".to_owned(),
+                json!({"allow": ["pypi.org", "*.pythonhosted.org"]})
+            ),
+        ]
+    );
+    // A bad `network` is refused before anything runs.
+    w.run(&[
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo", "computer_id": "bad", "network": "all"}),
+            json!({"error": "~`network` must be \"none\" or {\"allow\": [rules]}"}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "bad", "network": {"allow": ["https://pypi.org/"]}}),
+            json!({"error": "~network rule \"https://pypi.org/\" is not a host name"}),
+        ),
+    ])
+    .await;
+    assert_eq!(w.fake.keys().len(), 3, "{:?}", w.fake.keys());
+}
+
+#[tokio::test]
+async fn issue_38_a_network_wider_than_the_servers_is_refused_and_nothing_is_made() {
+    let server = shared::egress::Policy::allow(["pypi.org", "*.npmjs.org"]).unwrap();
+    let mut w = World::with_network(Fake::default(), server);
+    w.run(&[
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "wide", "network": {"allow": ["pypi.org", "example.com"]}}),
+            json!({"error": "~network rule example.com lies outside this server's allow list (pypi.org, *.npmjs.org)"}),
+        ),
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo", "network": {"allow": ["10.0.0.0/8"]}}),
+            json!({"error": "~an operator can add --egress-allow 10.0.0.0/8"}),
+        ),
+        ("a", "computer_list", json!({}), json!({"count": 0})),
+    ])
+    .await;
+    assert!(w.fake.keys().is_empty(), "{:?}", w.fake.keys());
+    w.run(&[
+        (
+            "a",
+            EXEC,
+            json!({"command": "echo", "computer_id": "npm", "network": {"allow": ["registry.npmjs.org"]}}),
+            json!({"created": true}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "off", "network": "none"}),
+            json!({"computer_id": "off"}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "default"}),
+            json!({"computer_id": "default"}),
+        ),
+    ])
+    .await;
+    assert_eq!(
+        networks(&mut w, "a").await,
+        [
+            (
+                "default".to_owned(),
+                json!({"allow": ["pypi.org", "*.npmjs.org"]})
+            ),
+            ("npm".to_owned(), json!({"allow": ["registry.npmjs.org"]})),
+            ("off".to_owned(), json!("none")),
+        ]
+    );
+    // A server without network gives none, and nothing more.
+    let mut w = World::with_network(Fake::default(), shared::egress::Policy::None);
+    w.run(&[
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "x", "network": {"allow": ["pypi.org"]}}),
+            json!({"error": "~this server allows no network"}),
+        ),
+        (
+            "a",
+            "computer_create",
+            json!({"computer_id": "y", "network": "none"}),
+            json!({"computer_id": "y"}),
+        ),
+    ])
+    .await;
+    assert_eq!(w.fake.keys(), ["y"]);
+    // A computer whose backend records no policy (made before the label) has the server's.
+    let fake = Fake::default();
+    fake.plant("old", false, None, None);
+    let mut w = World::with_network(fake, shared::egress::Policy::None);
+    assert_eq!(
+        networks(&mut w, "a").await,
+        [("old".to_owned(), json!("none"))]
+    );
 }

@@ -15,8 +15,8 @@ use futures_util::StreamExt;
 
 use super::{
     ARM_AT_START, Docker, DockerError, LABEL_HOST, LABEL_ID, LABEL_IMAGE, LABEL_INSTANCE,
-    LABEL_OURS, LABEL_TEAM, LABEL_TEMPORARY, Making, channel, container_name, disk, pool,
-    status_of, supervised,
+    LABEL_NETWORK, LABEL_OURS, LABEL_TEAM, LABEL_TEMPORARY, Making, channel, container_name, disk,
+    pool, status_of, supervised,
 };
 use crate::progress::Progress;
 use crate::spec::ContainerRecord;
@@ -91,9 +91,11 @@ impl Docker {
             computer_id,
             temporary,
             team,
+            network,
             pooled,
             ..
         } = m;
+        let offline = *network == shared::egress::Policy::None;
         let supervised = supervisor_volume.is_some();
         let f = &self.cfg.run_flags;
         let mut labels: HashMap<String, String> = f.labels.iter().cloned().collect();
@@ -121,7 +123,12 @@ impl Docker {
         if pooled {
             labels.insert(pool::LABEL_POOL.into(), "1".into());
         }
-        let network_mode = if !self.cfg.network {
+        // Its policy, for the list, a factory reset and the egress gate.
+        labels.insert(
+            LABEL_NETWORK.into(),
+            serde_json::to_string(network).unwrap_or_default(),
+        );
+        let network_mode = if offline {
             Some("none".to_owned())
         } else {
             f.network_mode.clone()
@@ -135,7 +142,19 @@ impl Docker {
             pids_limit: f.pids_limit,
             readonly_rootfs: Some(f.read_only),
             cap_add: (!f.cap_add.is_empty()).then(|| f.cap_add.clone()),
-            cap_drop: (!f.cap_drop.is_empty()).then(|| f.cap_drop.clone()),
+            cap_drop: {
+                // Behind the egress gate, root inside may neither change the rules
+                // (NET_ADMIN) nor go around them with packet sockets (NET_RAW).
+                let mut drop = f.cap_drop.clone();
+                if matches!(network, shared::egress::Policy::Allow(_)) {
+                    for cap in ["NET_ADMIN", "NET_RAW"] {
+                        if !drop.iter().any(|c| c.trim_start_matches("CAP_") == cap) {
+                            drop.push(cap.to_owned());
+                        }
+                    }
+                }
+                (!drop.is_empty()).then_some(drop)
+            },
             security_opt: (!f.security_opt.is_empty()).then(|| f.security_opt.clone()),
             tmpfs: (!f.tmpfs.is_empty()).then(|| f.tmpfs.iter().cloned().collect()),
             shm_size: f.shm_size,
@@ -226,10 +245,39 @@ impl Docker {
             env: Some(f.env.clone()),
             user: f.user.clone(),
             working_dir: f.workdir.clone(),
-            network_disabled: (!self.cfg.network).then_some(true),
+            network_disabled: offline.then_some(true),
             host_config: Some(host_config),
             ..Default::default()
         }
+    }
+
+    /// An allow list is kept by rules in the computer's own network namespace, which root
+    /// inside must not be able to change: refused with `--privileged`, with NET_ADMIN,
+    /// NET_RAW or ALL added back, and with the host's (or another container's) network.
+    fn gate_allows_flags(&self, network: &shared::egress::Policy) -> Result<(), DockerError> {
+        if !matches!(network, shared::egress::Policy::Allow(_)) {
+            return Ok(());
+        }
+        let f = &self.cfg.run_flags;
+        let added = f.cap_add.iter().find(|c| {
+            matches!(
+                c.trim_start_matches("CAP_").to_ascii_uppercase().as_str(),
+                "NET_ADMIN" | "NET_RAW" | "ALL"
+            )
+        });
+        let shared_net = f
+            .network_mode
+            .as_deref()
+            .filter(|m| *m == "host" || m.starts_with("container:"));
+        let why = match (f.privileged, added, shared_net) {
+            (true, _, _) => "--privileged".to_owned(),
+            (_, Some(cap), _) => format!("--cap-add {cap}"),
+            (_, _, Some(mode)) => format!("--network {mode}"),
+            _ => return Ok(()),
+        };
+        Err(DockerError::Egress(format!(
+            "a computer with a network allow list cannot be made with the docker run flag {why}: root inside could undo the egress gate; drop that flag, or ask for network \"all\" or \"none\""
+        )))
     }
 
     /// Creates and starts a computer. If another process created it first, returns theirs.
@@ -240,11 +288,15 @@ impl Docker {
         computer_id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
+        self.gate_allows_flags(network)?;
         let image_id = self.ensure_image(progress).await?;
         if team.is_none()
-            && let Some(r) = self.hand_out(computer_id, temporary, &image_id).await
+            && let Some(r) = self
+                .hand_out(computer_id, temporary, network, &image_id)
+                .await
         {
             return Ok(r);
         }
@@ -255,6 +307,7 @@ impl Docker {
             computer_id,
             temporary,
             team,
+            network,
             pooled: false,
         };
         self.create_named(m, progress).await
@@ -308,6 +361,7 @@ impl Docker {
             name,
             computer_id,
             pooled,
+            network,
             ..
         } = m;
         let supervised = supervisor_volume.is_some();
@@ -395,7 +449,12 @@ impl Docker {
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
         progress.report(&format!("starting computer {computer_id}"));
-        if let Err(e) = self.start_named(name, computer_id).await {
+        let started = match self.start_named(name, computer_id).await {
+            // An allow list holds before anything of the computer's runs.
+            Ok(_) => self.confine(name, network).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
             // Leave nothing behind for a computer that never ran.
             let _ = self.remove_container(name).await;
             return Err(e);

@@ -283,6 +283,7 @@ impl Docker {
     /// Runs one command: through the supervisor when the computer has one and its relay
     /// opens, else through the Engine API (same results).
     pub async fn exec(&self, container: &str, spec: &ExecSpec) -> Result<ExecOutcome, DockerError> {
+        self.ensure_confined(container).await?;
         if self.is_supervised(container).await {
             match self.exec_supervised(container, spec).await {
                 Err(DockerError::SupervisorUnavailable(why)) => {

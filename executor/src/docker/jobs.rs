@@ -131,6 +131,7 @@ impl Docker {
         spec: &ExecSpec,
         job: &JobStart,
     ) -> Result<(), DockerError> {
+        self.ensure_confined(container).await?;
         let conn = self.job_connection(container).await?;
         let start = JobControl::Start {
             job_id: job.job_id.clone(),

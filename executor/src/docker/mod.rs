@@ -16,6 +16,7 @@ pub mod disk;
 pub mod exec;
 mod files;
 pub mod flags;
+mod gate;
 mod jobs;
 mod place;
 pub mod pool;
@@ -48,6 +49,9 @@ pub const LABEL_INSTANCE: &str = "mcp-sandbox.instance";
 pub const LABEL_HOST: &str = "mcp-sandbox.host";
 /// The team of a computer an executor made for the gateway (absent on a local server's).
 pub const LABEL_TEAM: &str = "mcp-sandbox.team";
+/// A computer's network policy (SPEC §3.11), its serde JSON text (absent on containers
+/// made before it: the server's policy applies).
+pub const LABEL_NETWORK: &str = "msc.network";
 
 /// How long a new (or restarted) computer's supervisor may take to come to its door.
 const ARM_AT_START: Duration = Duration::from_secs(5);
@@ -77,6 +81,9 @@ pub enum DockerError {
     NotRunning(String),
     #[error("the container engine refused the request: {0}")]
     Engine(String),
+    /// The egress gate could not confine a computer with an allow list (it was not used).
+    #[error("{0}")]
+    Egress(String),
     /// `--disk` on an engine whose storage driver cannot limit a container's size.
     #[error(
         "--disk needs a storage driver that limits each container's size, and this engine's ({driver}) cannot: {detail}. Drivers that can: {}. Move the engine's data root to such a filesystem, or start without --disk (a computer can then fill the engine's disk)",
@@ -159,6 +166,8 @@ pub struct Docker {
     channel_learnt: Arc<channel::Learnt>,
     /// Each container's host directory of the direct channel, by container name.
     channels: Arc<std::sync::Mutex<HashMap<String, PathBuf>>>,
+    /// The egress gate and the computers it confines ([`gate`]).
+    gatekeeper: Arc<gate::Gatekeeper>,
 }
 
 /// Formats unix seconds as RFC 3339 UTC (no clock crate needed).
@@ -192,6 +201,8 @@ struct Making<'a> {
     computer_id: &'a str,
     temporary: bool,
     team: Option<&'a str>,
+    /// Its network policy (SPEC §3.11).
+    network: &'a shared::egress::Policy,
     /// A warm-pool member ([`pool`]).
     pooled: bool,
 }
@@ -224,6 +235,9 @@ fn record_from_labels(
         state: state.as_str().into(),
         created_at,
         team: labels.get(LABEL_TEAM).cloned(),
+        network: labels
+            .get(LABEL_NETWORK)
+            .and_then(|text| serde_json::from_str(text).ok()),
     })
 }
 
@@ -261,6 +275,7 @@ impl Docker {
             .ping()
             .await
             .map_err(|e| DockerError::Unreachable(e.to_string()))?;
+        let (cfg_pins, cfg_dns) = (cfg.egress_pins.clone(), cfg.egress_dns);
         Ok(Self {
             client,
             cfg,
@@ -275,6 +290,9 @@ impl Docker {
             supervisor_has_channel: false,
             channel_learnt: Arc::default(),
             channels: Arc::default(),
+            gatekeeper: Arc::new(gate::Gatekeeper::new(crate::egress::Gate::new(
+                &cfg_pins, cfg_dns,
+            ))),
         })
     }
 
@@ -471,18 +489,22 @@ impl Docker {
 
     /// Starts a stopped computer (e.g. after the engine restarted).
     pub async fn start(&self, computer_id: &str) -> Result<(), DockerError> {
-        self.start_named(&container_name(computer_id), computer_id)
-            .await
+        let name = container_name(computer_id);
+        if self.start_named(&name, computer_id).await? {
+            self.release(&name);
+        }
+        self.ensure_confined(&name).await
     }
 
-    async fn start_named(&self, name: &str, computer_id: &str) -> Result<(), DockerError> {
+    /// Starts container `name`: `true` when it was stopped (its network namespace is new).
+    async fn start_named(&self, name: &str, computer_id: &str) -> Result<bool, DockerError> {
         match self
             .client
             .start_container(name, None::<StartContainerOptions>)
             .await
         {
-            Ok(()) => Ok(()),
-            Err(e) if status_of(&e) == Some(304) => Ok(()),
+            Ok(()) => Ok(true),
+            Err(e) if status_of(&e) == Some(304) => Ok(false),
             Err(e) if status_of(&e) == Some(404) => Err(DockerError::NotFound(computer_id.into())),
             Err(e) => Err(DockerError::from_bollard(e)),
         }
@@ -503,6 +525,9 @@ impl Docker {
             }
             Err(e) => return Err(DockerError::from_bollard(e)),
         }
+        // A new network namespace: an allow list holds again before anything runs.
+        self.release(&name);
+        self.ensure_confined(&name).await?;
         // The new supervisor waits at its door for a listener (else the next exec arms it).
         if let Some(dir) = self.channel_of(&name)
             && let Err(why) = self.arm_channel(&name, &dir, ARM_AT_START).await
@@ -529,15 +554,21 @@ impl Docker {
             .await
             .map_err(|e| channel::DoorError::Io("open the door", std::io::Error::other(e)))??;
         let pid = self
-            .client
+            .pid_of(container)
+            .await
+            .ok_or(channel::DoorError::NotRunning)?;
+        door.hand_over(pid, within).await
+    }
+
+    /// The host PID of `container`'s first process, while it runs.
+    pub(super) async fn pid_of(&self, container: &str) -> Option<i32> {
+        self.client
             .inspect_container(container, None)
             .await
             .ok()
             .and_then(|c| c.state?.pid)
             .and_then(|p| i32::try_from(p).ok())
             .filter(|p| *p > 0)
-            .ok_or(channel::DoorError::NotRunning)?;
-        door.hand_over(pid, within).await
     }
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
@@ -547,6 +578,7 @@ impl Docker {
 
     async fn remove_container(&self, name: &str) -> Result<bool, DockerError> {
         self.forget(name);
+        self.release(name);
         let opts = RemoveContainerOptions {
             force: true,
             v: true,
@@ -632,10 +664,12 @@ impl Docker {
         computer_id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
         self.remove(computer_id).await?;
-        self.create(computer_id, temporary, team, progress).await
+        self.create(computer_id, temporary, team, network, progress)
+            .await
     }
 }
 
@@ -662,5 +696,17 @@ mod tests {
             (r.computer_id.as_str(), r.temporary, r.image.as_str()),
             ("box", false, "img")
         );
+        // No network label (a container made before it): not known, the server's applies.
+        assert_eq!(r.network, None);
+        let allow = shared::egress::Policy::allow(["pypi.org"]).unwrap();
+        l.insert(
+            LABEL_NETWORK.to_owned(),
+            serde_json::to_string(&allow).unwrap(),
+        );
+        let r = record_from_labels(&l, "c".into(), "running".into(), "t".into(), "img").unwrap();
+        assert_eq!(r.network, Some(allow));
+        l.insert(LABEL_NETWORK.to_owned(), "\"none\"".to_owned());
+        let r = record_from_labels(&l, "c".into(), "running".into(), "t".into(), "img").unwrap();
+        assert_eq!(r.network, Some(shared::egress::Policy::None));
     }
 }

@@ -20,7 +20,8 @@ impl From<DockerError> for BackendError {
             DockerError::NotOurs { .. } => Failure::Conflict,
             DockerError::Unreachable(_)
             | DockerError::ImageUnavailable { .. }
-            | DockerError::SupervisorUnavailable(_) => Failure::Unavailable,
+            | DockerError::SupervisorUnavailable(_)
+            | DockerError::Egress(_) => Failure::Unavailable,
             DockerError::Engine(_)
             | DockerError::DiskLimit { .. }
             | DockerError::Stream(_)
@@ -92,6 +93,10 @@ impl Place for Docker {
         Docker::instance(self)
     }
 
+    fn blocked_since(&self, id: &str, t: std::time::Instant) -> Vec<shared::egress::Blocked> {
+        Docker::blocked_since(self, &container_name(id), t)
+    }
+
     async fn find(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError> {
         Ok(Docker::find(self, id).await?)
     }
@@ -105,9 +110,10 @@ impl Place for Docker {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        Ok(Docker::create(self, id, temporary, team, progress).await?)
+        Ok(Docker::create(self, id, temporary, team, network, progress).await?)
     }
 
     async fn start(&self, id: &str) -> Result<(), BackendError> {
@@ -128,9 +134,10 @@ impl Place for Docker {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        Ok(Docker::factory_reset(self, id, temporary, team, progress).await?)
+        Ok(Docker::factory_reset(self, id, temporary, team, network, progress).await?)
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {

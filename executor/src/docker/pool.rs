@@ -183,12 +183,14 @@ impl Docker {
     }
 
     /// Hands out the member reserved for `slug`, renamed to its computer's name. `None`
-    /// when there is none for it (or it cannot be used: it is removed), so the caller
-    /// creates the computer from scratch.
+    /// when there is none for it (or it cannot be used: it is removed; a member has the
+    /// server's network policy, so a computer narrowed to another is made afresh), so the
+    /// caller creates the computer from scratch.
     pub(super) async fn hand_out(
         &self,
         slug: &str,
         temporary: bool,
+        network: &shared::egress::Policy,
         image_id: &str,
     ) -> Option<ContainerRecord> {
         let pool = self.pool.as_ref()?;
@@ -202,7 +204,10 @@ impl Docker {
             self.remove_members(stale);
             pool.wake.notify_one();
         }
-        if member.image_id != image_id || member.temporary != temporary {
+        if member.image_id != image_id
+            || member.temporary != temporary
+            || *network != self.cfg.network
+        {
             self.remove_members(vec![member]);
             return None;
         }
@@ -317,6 +322,7 @@ impl Docker {
             computer_id: &slug,
             temporary,
             team: None,
+            network: &self.cfg.network,
             pooled: true,
         };
         let record = self.create_named(m, &Progress::default()).await?;
@@ -415,6 +421,7 @@ mod tests {
                 state: shared::lifecycle::ComputerState::Running,
                 created_at: "t".into(),
                 team: None,
+                network: None,
             },
         }
     }

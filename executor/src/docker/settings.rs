@@ -23,7 +23,13 @@ pub struct DockerConfig {
     pub memory_bytes: Option<i64>,
     /// `--disk`: the size limit of each computer's writable layer (`StorageOpt size`).
     pub disk_bytes: Option<i64>,
-    pub network: bool,
+    /// The server's network policy (SPEC §3.11): new computers' unless narrowed, pool
+    /// members', and that of containers made before the `msc.network` label.
+    pub network: shared::egress::Policy,
+    /// `--egress-resolve`: names the egress gate pins to addresses.
+    pub egress_pins: Vec<(String, std::net::IpAddr)>,
+    /// `--egress-dns`: the egress gate's upstream resolver.
+    pub egress_dns: Option<std::net::SocketAddr>,
     pub run_flags: DockerRunFlags,
     /// `--warm-pool`: started computers kept ready for new slugs.
     pub warm_pool: usize,

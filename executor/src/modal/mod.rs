@@ -157,6 +157,7 @@ impl Modal {
             },
             created_at: shared::history::rfc3339_utc((s.created_at.max(0.0) * 1000.0) as u64),
             team: s.tags.get(tags::TEAM).cloned(),
+            network: None,
         })
     }
 
@@ -226,6 +227,7 @@ impl Modal {
             state: ComputerState::Running,
             created_at: String::new(),
             team: team.map(str::to_owned),
+            network: None,
         })
     }
 

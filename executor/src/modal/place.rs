@@ -42,8 +42,10 @@ impl Place for Modal {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
+        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
         Ok(Modal::create(self, id, temporary, team).await?)
     }
 
@@ -65,8 +67,10 @@ impl Place for Modal {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
+        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
         Ok(Modal::factory_reset(self, id, temporary, team).await?)
     }
 

@@ -486,6 +486,8 @@ impl Wasm {
             state: shared::lifecycle::ComputerState::Running,
             created_at: m.created_at,
             team: m.team,
+            // A WebAssembly computer never has a network.
+            network: Some(shared::egress::Policy::None),
         }
     }
 

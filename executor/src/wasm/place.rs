@@ -51,8 +51,11 @@ impl Place for Wasm {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
+        // No network at all: `all` and `none` alike mean none here.
+        crate::place::unenforced(self.name(), network, &shared::egress::Policy::None)?;
         Ok(Wasm::create(self, id, temporary, team).await?)
     }
 
@@ -75,6 +78,7 @@ impl Place for Wasm {
         id: &str,
         _temporary: bool,
         _team: Option<&str>,
+        _network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
         Ok(Wasm::factory_reset(self, id).await?)

@@ -545,14 +545,17 @@ impl Host {
             Op::Create {
                 computer_id,
                 temporary,
+                network,
             } => {
                 self.manage()?;
                 let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
                 let rec = self.claim(&id, temporary).await?;
                 let temporary = Some(rec.temporary);
+                // The place narrows its own policy by it (SPEC §3.11).
                 let op = || Op::Create {
                     computer_id: Some(id.clone()),
                     temporary,
+                    network: network.clone(),
                 };
                 Ok(self.fail_over(&id, rec, op).await?.1)
             }
@@ -598,6 +601,7 @@ fn unreachable(r: &Record, why: &str) -> ComputerInfo {
         history: Vec::new(),
         jobs: None,
         error: Some(why.to_owned()),
+        network: None,
     }
 }
 

@@ -293,4 +293,38 @@ fn a_denial_names_the_flag_that_would_allow_it() {
         "blocked 169.254.169.254:80 (link-local (cloud metadata); an operator can add --egress-allow 169.254.169.254)"
     );
     assert!(Denial::NoNetwork.notice("x.org", 443).contains("--network"));
+    // An address rule has no port; a refused name lookup suggests the name.
+    assert_eq!(
+        Denial::Special("a private address").notice("10.1.2.3", 5432),
+        "blocked 10.1.2.3:5432 (a private address; an operator can add --egress-allow 10.1.2.3)"
+    );
+    assert_eq!(
+        Denial::NotListed.notice("evil.test", DNS_PORT),
+        "blocked the name evil.test (not in the allow list; an operator can add --egress-allow evil.test)"
+    );
+    // Each suggested rule parses.
+    for (host, port) in [
+        ("10.1.2.3", 5432),
+        ("fd00::1", 22),
+        ("a.test", 53),
+        ("a.test", 8080),
+    ] {
+        let line = Denial::NotListed.notice(host, port);
+        let rule = line
+            .rsplit("--egress-allow ")
+            .next()
+            .unwrap()
+            .trim_end_matches(')');
+        assert!(rule.parse::<Rule>().is_ok(), "{rule} from {line}");
+    }
+    let b = Blocked::new(
+        "169.254.169.254",
+        80,
+        Denial::Special("link-local (cloud metadata)"),
+    );
+    assert!(
+        b.notice().contains("(link-local (cloud metadata); "),
+        "{}",
+        b.notice()
+    );
 }

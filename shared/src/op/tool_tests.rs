@@ -307,7 +307,8 @@ fn lifecycle_tools() {
         parse_tool_call(&n, "computer_create", None).unwrap(),
         Op::Create {
             computer_id: None,
-            temporary: None
+            temporary: None,
+            network: None
         }
     );
     assert_eq!(
@@ -547,4 +548,66 @@ fn never_panics_on_arbitrary_json() {
             let _ = parse_tool_call(&names(), "terminal_execute", Some(&Value::Object(m)));
         }
     }
+}
+
+#[test]
+fn issue_38_network_is_none_or_an_allow_list_on_exec_and_create() {
+    use crate::egress::Policy;
+    let r = exec(json!({"command": "ls", "network": "none"})).unwrap();
+    assert_eq!(r.network, Some(Policy::None));
+    let r = exec(
+        json!({"command": "ls", "network": {"allow": ["PyPI.org", "*.npmjs.org", "10.0.0.0/8"]}}),
+    )
+    .unwrap();
+    assert_eq!(
+        r.network,
+        Some(Policy::allow(["pypi.org", "*.npmjs.org", "10.0.0.0/8"]).unwrap())
+    );
+    // Absent, null and "" are absent: the server's policy.
+    for absent in [
+        json!({"command": "ls"}),
+        json!({"command": "ls", "network": null}),
+        json!({"command": "ls", "network": ""}),
+    ] {
+        assert_eq!(exec(absent).unwrap().network, None);
+    }
+    for (bad, why) in [
+        (
+            json!("all"),
+            "`network` must be \"none\" or {\"allow\": [rules]}",
+        ),
+        (json!(true), "`network` must be"),
+        (json!([]), "`network` must be"),
+        (json!({"allow": "pypi.org"}), "`network` must be"),
+        (
+            json!({"allow": ["pypi.org"], "deny": []}),
+            "`network` must be",
+        ),
+        (json!({"allow": [1]}), "`network` must be"),
+        (json!({"allow": []}), "needs at least one rule"),
+        (json!({"allow": ["https://pypi.org"]}), "is not a host name"),
+        (json!({"allow": ["10.0.0.1:80"]}), "allows every port"),
+        (
+            json!({"allow": vec!["a.test"; crate::egress::MAX_RULES + 1]}),
+            "at most 256 rules",
+        ),
+    ] {
+        let e = exec(json!({"command": "ls", "network": bad})).unwrap_err();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+    match parse_tool_call(
+        &ToolNames::with_groups("terminal_execute", crate::catalogue::Groups::ALL),
+        "computer_create",
+        Some(&json!({"network": "none"})),
+    ) {
+        Ok(Op::Create { network, .. }) => assert_eq!(network, Some(Policy::None)),
+        other => panic!("{other:?}"),
+    }
+    let e = parse_tool_call(
+        &ToolNames::with_groups("terminal_execute", crate::catalogue::Groups::ALL),
+        "computer_create",
+        Some(&json!({"network": {"allow": []}})),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("needs at least one rule"), "{e}");
 }

@@ -183,10 +183,13 @@ async fn issue_2_lifecycle_tools() -> anyhow::Result<()> {
         "temporary",
         "image",
         "created_at",
+        "network",
     ] {
         assert!(item.get(key).is_some(), "missing {key} in {item}");
     }
     assert_eq!(item["backend"], "docker");
+    // SPEC §3.11: the effective policy; the server runs with the default `--network`.
+    assert_eq!(item["network"], "all");
     assert_eq!(item["state"], "running");
     assert_eq!(item["image"], "debian:bookworm-slim");
     let dash = call(&c, "computer_dashboard", json!({}))

@@ -12,6 +12,7 @@
 //! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
 //! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`), issue 45's stdio batches
 //! - `security`: server secrets never reach a computer; isolation flags
+//! - `egress`: the egress gate (issue 38): an allow list enforced below the programs, real clients against real upstreams
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
 //! - `files`: the file tools (read, write, edit) through the supervisor and the archive API
@@ -46,6 +47,7 @@ mod channel;
 mod cleanup;
 mod dashboard;
 mod e2b;
+mod egress;
 mod exec;
 mod executor_api;
 mod files;

@@ -96,6 +96,8 @@ impl<T: HttpTransport> E2bComputers<T> {
             state: s.state.as_str().into(),
             created_at: s.started_at.clone().unwrap_or_default(),
             team: s.metadata.get(tags::TEAM).cloned(),
+
+            network: None,
         })
     }
 
@@ -251,6 +253,8 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             state: crate::lifecycle::ComputerState::Running,
             created_at: String::new(),
             team: team.map(str::to_owned),
+
+            network: None,
         })
     }
 

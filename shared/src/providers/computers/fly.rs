@@ -138,6 +138,8 @@ impl<T: HttpTransport> FlyComputers<T> {
             state: state.into(),
             created_at: m.created_at.clone().unwrap_or_default(),
             team: m.metadata.get(tags::TEAM).cloned(),
+
+            network: None,
         })
     }
 

@@ -80,6 +80,9 @@ pub struct Computer {
     /// labels, WASM metadata, the cloud tag [`tags::TEAM`]); `None` for a local server's
     /// computers.
     pub team: Option<String>,
+    /// Its network policy (SPEC §3.11) where the backend records one (Docker's label
+    /// `msc.network`); `None`: not recorded (the server's policy applies).
+    pub network: Option<crate::egress::Policy>,
 }
 
 /// What to run, in a form every provider can take.

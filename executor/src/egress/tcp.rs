@@ -1,0 +1,146 @@
+//! The gate's TCP side: each connection the rules redirect here is judged by the name its
+//! first bytes give (or its DNS answer's name, or its address) and either carried to the
+//! name's own addresses or refused (reset).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared::egress::{Denial, Via};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::Confined;
+use super::sniff::{SNIFF_MAX, Sniffed, sniff};
+
+/// How long the first bytes are waited for when nothing else names the connection.
+const SNIFF_WAIT: Duration = Duration::from_secs(1);
+/// ... and when its DNS answer already named it (a server-first protocol such as SSH
+/// sends nothing first).
+const SNIFF_WAIT_NAMED: Duration = Duration::from_millis(100);
+/// How long an upstream connect may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+pub(super) async fn serve(listener: TcpListener, confined: Arc<Confined>) {
+    loop {
+        let Ok((sock, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        tokio::spawn(carry(sock, confined.clone()));
+    }
+}
+
+/// Judges one connection and, if it may go, splices it to its upstream.
+async fn carry(mut sock: TcpStream, confined: Arc<Confined>) {
+    let Ok(dst) = rustix::net::sockopt::ip_original_dst(&sock) else {
+        return;
+    };
+    let (ip, port) = (*dst.ip(), dst.port());
+    let answered = confined.name_of(ip);
+    let wait = match &answered {
+        Some(n) if confined.policy.allows_name(n, port).is_ok() => SNIFF_WAIT_NAMED,
+        _ => SNIFF_WAIT,
+    };
+    let name = match first_name(&sock, wait).await {
+        Some(n) => Some(n),
+        None => answered,
+    };
+    let upstream = match decide(&confined, name.as_deref(), ip, port).await {
+        Ok(addrs) => connect(&addrs, port).await,
+        Err((host, why)) => {
+            confined.refuse(&host, port, why);
+            let _ = sock.set_zero_linger();
+            return;
+        }
+    };
+    let Some(mut upstream) = upstream else {
+        let _ = sock.set_zero_linger();
+        return;
+    };
+    let _ = upstream.set_nodelay(true);
+    let _ = sock.set_nodelay(true);
+    let _ = tokio::io::copy_bidirectional(&mut sock, &mut upstream).await;
+}
+
+/// The name the connection's first bytes give, waiting at most `wait` for them.
+async fn first_name(sock: &TcpStream, wait: Duration) -> Option<String> {
+    let mut buf = vec![0u8; SNIFF_MAX];
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut seen = 0;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, sock.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            _ => return None,
+        };
+        match sniff(&buf[..n]) {
+            Sniffed::Name(name) => return Some(name),
+            Sniffed::Nameless => return None,
+            // No new bytes yet (peek returns what is there at once): wait a little.
+            Sniffed::More if n == seen || n == 0 => {
+                if n == 0 && seen == 0 && tokio::time::Instant::now() >= deadline {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                if tokio::time::Instant::now() >= deadline {
+                    return None;
+                }
+            }
+            Sniffed::More => {}
+        }
+        seen = n;
+    }
+}
+
+/// Where the connection may go: the addresses to try, or what to log as refused.
+async fn decide(
+    confined: &Confined,
+    name: Option<&str>,
+    ip: Ipv4Addr,
+    port: u16,
+) -> Result<Vec<IpAddr>, (String, Denial)> {
+    let policy = &confined.policy;
+    let host = &confined.gate.host;
+    let Some(name) = name.filter(|n| n.parse::<IpAddr>().is_err()) else {
+        // No name, or an address given as one: judged as the address it is.
+        let ip = IpAddr::V4(ip);
+        policy
+            .allows_addr(ip, Via::Literal, host)
+            .map_err(|why| (ip.to_string(), why))?;
+        return Ok(vec![ip]);
+    };
+    policy
+        .allows_name(name, port)
+        .map_err(|why| (name.to_owned(), why))?;
+    let (addrs, via) = confined.gate.resolve(name).await;
+    let mut refused = None;
+    let allowed: Vec<IpAddr> = addrs
+        .into_iter()
+        .filter(|a| match policy.allows_addr(*a, via, host) {
+            Ok(()) => true,
+            Err(why) => {
+                refused.get_or_insert(why);
+                false
+            }
+        })
+        .collect();
+    if let (true, Some(why)) = (allowed.is_empty(), refused) {
+        // The name stands for refused addresses only (a private one, say).
+        return Err((name.to_owned(), why));
+    }
+    // The program's own choice first, when it is one of the name's addresses.
+    let mut ordered = allowed;
+    if let Some(at) = ordered.iter().position(|a| *a == IpAddr::V4(ip)) {
+        ordered.swap(0, at);
+    }
+    Ok(ordered)
+}
+
+async fn connect(addrs: &[IpAddr], port: u16) -> Option<TcpStream> {
+    for a in addrs.iter().take(4) {
+        let addr = SocketAddr::new(*a, port);
+        if let Ok(Ok(s)) = tokio::time::timeout(CONNECT_WAIT, TcpStream::connect(addr)).await {
+            return Some(s);
+        }
+    }
+    None
+}

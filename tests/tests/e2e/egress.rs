@@ -1,0 +1,259 @@
+//! The egress gate on Docker (SPEC §3.11, issue 38): an allow list enforced below the
+//! programs. Real clients inside the computer (curl, python3's urllib, dig, getent, bash's
+//! `/dev/tcp`, root with nft/iptables/ip) against real upstream servers on the host,
+//! reached through the gate at the docker bridge's address (pinned with
+//! `--egress-resolve`, as a private network would be).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A plain TCP server on the host: it keeps each connection's first bytes and answers an
+/// HTTP request with `hello from upstream`.
+struct Upstream {
+    port: u16,
+    firsts: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Upstream {
+    async fn start() -> anyhow::Result<Upstream> {
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await?;
+        let port = listener.local_addr()?.port();
+        let firsts: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let kept = firsts.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or(0);
+                    kept.lock().unwrap().push(buf[..n].to_vec());
+                    if buf[..n].starts_with(b"GET ") {
+                        let body = "hello from upstream";
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = sock.write_all(reply.as_bytes()).await;
+                    }
+                });
+            }
+        });
+        Ok(Upstream { port, firsts })
+    }
+
+    /// How many connections reached it with a TLS ClientHello naming `name`.
+    fn hellos_for(&self, name: &str) -> usize {
+        self.firsts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| {
+                b.first() == Some(&0x16) && b.windows(name.len()).any(|w| w == name.as_bytes())
+            })
+            .count()
+    }
+}
+
+/// The host's address on the default docker bridge (what a computer reaches it by).
+async fn bridge_gateway() -> anyhow::Result<String> {
+    let net = docker()?
+        .inspect_network(
+            "bridge",
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await?;
+    net.ipam
+        .and_then(|i| i.config)
+        .into_iter()
+        .flatten()
+        .find_map(|c| c.gateway)
+        .ok_or_else(|| anyhow::anyhow!("the bridge network has no gateway"))
+}
+
+fn blocked_hosts(r: &Value) -> Vec<String> {
+    r["network_blocked"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|b| b["host"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn issue_38_an_allow_list_is_enforced_below_the_programs() -> anyhow::Result<()> {
+    let t = tag("egress");
+    let up = Upstream::start().await?;
+    // On a port no rule names.
+    let other = Upstream::start().await?;
+    let gw = bridge_gateway().await?;
+    let port = up.port;
+    let opts = ServerOpts::lifecycle()
+        .arg("--image")
+        .arg("msc-test/net:latest")
+        .arg("--tool-instruction-override")
+        .arg("Debian bookworm with curl, python3, dnsutils, nftables, iptables and iproute2.")
+        .arg(&format!("--egress-allow=upstream.test:{port}"))
+        .arg(&format!("--egress-resolve=upstream.test={gw}"));
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+
+    // Allowed: by name, with the clients people use.
+    let r = exec(
+        &c,
+        json!({"command": format!("getent hosts upstream.test; curl -s --max-time 10 http://upstream.test:{port}/; echo; python3 -c \"import urllib.request; print(urllib.request.urlopen('http://upstream.test:{port}/', timeout=10).read().decode())\"")}),
+    )
+    .await?;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(out.starts_with(&gw), "getent answered by the gate: {r}");
+    assert_eq!(
+        out.matches("hello from upstream").count(),
+        2,
+        "curl and urllib reached the upstream: {r}"
+    );
+    assert!(r.get("network_blocked").is_none(), "{r}");
+
+    // Not allowed: a name, the same address by literal, the metadata address, a raw
+    // connect to a port no rule names (the address is an allowed name's, which allows
+    // that name's ports only), a name the program resolved itself.
+    let other_port = other.port;
+    let r = exec(
+        &c,
+        json!({"command": format!(
+            "getent hosts blocked.test; echo getent=$?; \
+             curl -s --max-time 5 http://{gw}:{port}/; echo ip=$?; \
+             curl -s --max-time 5 http://169.254.169.254/latest/meta-data/; echo meta=$?; \
+             (exec 3<>/dev/tcp/{gw}/{other_port} && echo raw-hello >&3 && cat <&3); \
+             curl -s --max-time 5 --resolve evil.test:{port}:{gw} http://evil.test:{port}/; echo resolved=$?"
+        )}),
+    )
+    .await?;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(out.contains("getent=2"), "{r}");
+    for code in ["ip=0", "meta=0", "resolved=0"] {
+        assert!(!out.contains(code), "{code}: {r}");
+    }
+    // A raw connect is accepted by the gate (it cannot tell before), then reset: nothing
+    // of it reaches the upstream.
+    assert!(
+        other.firsts.lock().unwrap().is_empty(),
+        "the raw connect reached the upstream"
+    );
+    assert!(
+        r["network_blocked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["host"] == "upstream.test" && b["port"] == other_port),
+        "the raw connect is judged by the name its address was given for: {r}"
+    );
+    assert!(!out.contains("hello from upstream"), "{r}");
+    let hosts = blocked_hosts(&r);
+    for h in ["blocked.test", gw.as_str(), "169.254.169.254", "evil.test"] {
+        assert!(
+            hosts.iter().any(|x| x == h),
+            "{h} not in network_blocked: {r}"
+        );
+    }
+    let reasons = r["network_blocked"].to_string();
+    assert!(reasons.contains("link-local (cloud metadata)"), "{reasons}");
+    assert!(reasons.contains("a private address"), "{reasons}");
+    let stderr = r["stderr"].as_str().unwrap_or_default();
+    assert!(
+        stderr.contains(&format!(
+            "blocked evil.test:{port} (not in the allow list; an operator can add --egress-allow evil.test:{port})"
+        )),
+        "{stderr}"
+    );
+
+    // TLS: judged by its server name before anything reaches the upstream.
+    let before = up.hellos_for("upstream.test");
+    let r = exec(
+        &c,
+        json!({"command": format!(
+            "curl -sk --max-time 5 https://upstream.test:{port}/; \
+             curl -sk --max-time 5 --resolve sneaky.test:{port}:{gw} https://sneaky.test:{port}/; true"
+        )}),
+    )
+    .await?;
+    assert_eq!(
+        up.hellos_for("upstream.test"),
+        before + 1,
+        "the allowed hello went through"
+    );
+    assert_eq!(
+        up.hellos_for("sneaky.test"),
+        0,
+        "the refused hello reached the upstream"
+    );
+    assert!(blocked_hosts(&r).iter().any(|h| h == "sneaky.test"), "{r}");
+
+    // Root inside cannot undo it: no rules, routes or resolvers of its own count; UDP
+    // other than DNS goes nowhere.
+    let udp = tokio::net::UdpSocket::bind("0.0.0.0:0").await?;
+    let udp_port = udp.local_addr()?.port();
+    let r = exec(
+        &c,
+        json!({"command": format!(
+            "nft flush ruleset; echo nft=$?; iptables -P OUTPUT ACCEPT; echo ipt=$?; \
+             ip route add 169.254.169.254 dev eth0; echo route=$?; \
+             echo 'nameserver 1.1.1.1' > /etc/resolv.conf; \
+             dig +time=2 +tries=1 @1.1.1.1 blocked.test | grep -c NXDOMAIN; \
+             dig +short +time=2 +tries=1 @8.8.8.8 upstream.test; \
+             curl -s --max-time 5 http://{gw}:{port}/; echo ip=$?; \
+             python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('{gw}', {udp_port})); print('udp sent')\""
+        )}),
+    )
+    .await?;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    for refused in ["nft=0", "ipt=0", "route=0", "ip=0"] {
+        assert!(!out.contains(refused), "{refused}: {r}");
+    }
+    assert!(
+        out.contains("\n1\n"),
+        "dig to another resolver still asks the gate: {r}"
+    );
+    assert!(
+        out.contains(&gw),
+        "the gate answers an allowed name for any resolver: {r}"
+    );
+    // The send itself is refused (EPERM from the drop rule), and nothing arrives.
+    assert!(!out.contains("udp sent"), "{r}");
+    let mut buf = [0u8; 16];
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), udp.recv_from(&mut buf))
+            .await
+            .is_err(),
+        "a datagram left the computer"
+    );
+
+    // The effective policy is listed.
+    let list = call_ok(&c, "computer_list", json!({})).await?;
+    let id = r["computer_id"].as_str().unwrap();
+    let item = listed(&list, id).unwrap();
+    assert_eq!(
+        item["network"],
+        json!({"allow": [format!("upstream.test:{port}")]}),
+        "{item}"
+    );
+    let info = docker()?
+        .inspect_container(&format!("kilntainer-{id}"), None)
+        .await?;
+    let dropped = info.host_config.unwrap().cap_drop.unwrap_or_default();
+    for cap in ["NET_ADMIN", "NET_RAW"] {
+        assert!(
+            dropped.iter().any(|c| c.ends_with(cap)),
+            "{cap} kept: {dropped:?}"
+        );
+    }
+    c.cancel().await?;
+    Ok(())
+}
