@@ -422,8 +422,10 @@ impl Computers {
         // Held across the command, also when the call is cancelled and this future dropped.
         let _in_use = InUse::new(self, key);
         if let Some(yield_ms) = req.yield_ms {
+            let from = std::time::Instant::now();
             let out = self.job_on(key, id, &spec, command, yield_ms).await?;
-            return Ok(yielded_structured(id, temporary, out));
+            let blocked = self.job_blocked(key, &out.job_id, Some(from));
+            return Ok(yielded_structured(id, temporary, out).with_blocked(blocked));
         }
         let started_ms = now_ms();
         let started = std::time::Instant::now();

@@ -18,7 +18,7 @@ mod python;
 pub use crate::docker::settings::{DockerConfig, DockerEndpoint};
 pub use crate::serve::HttpLimits;
 pub use crate::spec::{WasmConfig, parse_size};
-pub use egress::{EgressConfig, EgressError, EgressSecret};
+pub use egress::{EgressConfig, EgressError, EgressSecret, Enforcer, network_text};
 pub use python::PYTHON_IN_STATE_DIR;
 
 /// The default image, which the built-in description describes.
@@ -123,16 +123,6 @@ pub enum ConfigError {
     BadSupervisor(String),
     #[error(transparent)]
     Egress(#[from] EgressError),
-    /// A network policy this backend cannot enforce (SPEC §3.11: refused at start, never
-    /// silently unenforced).
-    #[error(
-        "{flag} cannot be enforced on {backend} computers ({why}); only Docker/Podman computers can (their connections go through this server's egress gate): use --backend docker, or drop {flag}"
-    )]
-    EgressBackend {
-        flag: &'static str,
-        backend: &'static str,
-        why: &'static str,
-    },
 }
 
 /// Which backend to start.
@@ -362,34 +352,6 @@ fn default_state_dir() -> PathBuf {
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(home) => PathBuf::from(home).join(".mcp-sandbox-computer-vm-for-ai"),
         None => std::env::temp_dir().join("mcp-sandbox-computer-vm-for-ai"),
-    }
-}
-
-/// What the exec tool says about the network of computers under `policy`.
-pub fn network_text(policy: &shared::egress::Policy) -> String {
-    match policy {
-        shared::egress::Policy::All => "network access on".into(),
-        shared::egress::Policy::None => "no network access".into(),
-        shared::egress::Policy::Allow(_) => {
-            format!("network: only {policy} (others are blocked and reported in network_blocked)")
-        }
-    }
-}
-
-/// Why `backend` cannot enforce what `flag` asks (`--no-network`, or the gate's
-/// `--egress-allow`/`--egress-secret`), or `None` where it can: Docker/Podman through the
-/// egress gate, WASM for `--no-network` (its computers have no network anyway).
-fn unenforced(backend: &BackendChoice, flag: &str) -> Option<&'static str> {
-    match backend {
-        BackendChoice::Auto | BackendChoice::Docker => None,
-        BackendChoice::Toolbox | BackendChoice::Custom(_) if flag == "--no-network" => None,
-        BackendChoice::Toolbox | BackendChoice::Custom(_) => {
-            Some("WebAssembly computers have no network at all")
-        }
-        BackendChoice::Fly(_) => Some("Fly Machines have no egress control"),
-        BackendChoice::E2b(_) | BackendChoice::Modal(_) => {
-            Some("this server does not set that provider's network rules")
-        }
     }
 }
 
@@ -666,17 +628,22 @@ impl Config {
         let egress = EgressConfig::from_cli(cli, |name| std::env::var(name).ok())?;
         // What only the egress gate enforces, or `none` where a backend cannot confine
         // its computers: refused now, never silently unenforced (SPEC §3.11).
-        let flag = egress
-            .needs_gate()
-            .or((egress.policy == shared::egress::Policy::None).then_some("--no-network"));
-        if let Some(flag) = flag
-            && let Some(why) = unenforced(&backend, flag)
-        {
-            return Err(ConfigError::EgressBackend {
+        let enforcer = match backend {
+            BackendChoice::Auto | BackendChoice::Docker => Enforcer::Gate,
+            BackendChoice::Toolbox | BackendChoice::Custom(_) => Enforcer::Wasm,
+            BackendChoice::Fly(_) => Enforcer::Fly,
+            BackendChoice::E2b(_) | BackendChoice::Modal(_) => Enforcer::Provider,
+        };
+        if let Some((flag, why)) = egress.unenforced(enforcer) {
+            return Err(EgressError::Backend {
                 flag,
                 backend: backend.name(),
                 why,
-            });
+            }
+            .into());
+        }
+        if !egress.secrets.is_empty() {
+            return Err(EgressError::SecretsNotBuilt.into());
         }
         let image = cli.image.trim().to_owned();
         // Only Docker computers are described by the built-in text about the default image;
@@ -1320,14 +1287,17 @@ mod tests {
             matches!(e, ConfigError::Egress(EgressError::SecretWithoutAllow)),
             "{e}"
         );
-        // The value comes from the server's environment (PATH is always set).
-        let c = cfg(&[
+        // Read and checked (config/egress.rs), but refused until the gate substitutes it:
+        // never accepted and ignored.
+        let e = cfg(&[
             "--egress-allow=api.github.com",
             "--egress-secret=PATH=api.github.com",
         ])
-        .unwrap();
-        assert_eq!(c.egress.secrets[0].value, std::env::var("PATH").unwrap());
-        assert!(!format!("{c:?}").contains(&std::env::var("PATH").unwrap()));
+        .unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Egress(EgressError::SecretsNotBuilt)),
+            "{e}"
+        );
         let e = cfg(&[
             "--egress-allow=api.github.com",
             "--egress-secret=MSC_TEST_SURELY_UNSET_38=api.github.com",
@@ -1354,11 +1324,11 @@ mod tests {
         assert!(
             matches!(
                 e,
-                ConfigError::EgressBackend {
+                ConfigError::Egress(EgressError::Backend {
                     flag: "--egress-allow",
                     backend: "go_busybox",
                     ..
-                }
+                })
             ),
             "{e}"
         );
@@ -1384,7 +1354,10 @@ mod tests {
         assert!(fly("--network").is_ok());
         let e = cfg(&["--backend=e2b", "--e2b-api-key=k", allow]).unwrap_err();
         assert!(
-            matches!(e, ConfigError::EgressBackend { backend: "e2b", .. }),
+            matches!(
+                e,
+                ConfigError::Egress(EgressError::Backend { backend: "e2b", .. })
+            ),
             "{e}"
         );
         let e = cfg(&[
@@ -1397,11 +1370,11 @@ mod tests {
         assert!(
             matches!(
                 e,
-                ConfigError::EgressBackend {
+                ConfigError::Egress(EgressError::Backend {
                     flag: "--no-network",
                     backend: "modal",
                     ..
-                }
+                })
             ),
             "{e}"
         );

@@ -186,6 +186,12 @@ fn tempfile_fallback() -> std::fs::File {
     std::fs::File::create("/dev/null").expect("/dev/null")
 }
 
+/// Podman's Docker-compatible socket: `MSC_PODMAN_SOCKET`, else `/run/podman/podman.sock`
+/// (scripts/setup serves it).
+pub fn podman_socket() -> String {
+    std::env::var("MSC_PODMAN_SOCKET").unwrap_or_else(|_| "/run/podman/podman.sock".into())
+}
+
 /// Options for one server process.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOpts {
@@ -209,6 +215,18 @@ impl ServerOpts {
     pub fn plain(mut self) -> Self {
         self.env.push(("MSC_SUPERVISOR".into(), "none".into()));
         self
+    }
+    /// Computers on Podman, through its Docker-compatible socket (`/run/podman/podman.sock`
+    /// or `MSC_PODMAN_SOCKET`), with explicit rlimits (the sandboxes this runs in cap them
+    /// below Podman's defaults).
+    pub fn podman(self) -> Self {
+        let socket = podman_socket();
+        self.arg("--engine")
+            .arg("podman")
+            .arg("--docker-host")
+            .arg(&format!("unix://{socket}"))
+            .arg("--docker-run-flag=--ulimit=nofile=1024:1024")
+            .arg("--docker-run-flag=--ulimit=nproc=4096:4096")
     }
     /// `plain()` when `yes`.
     pub fn plain_if(self, yes: bool) -> Self {

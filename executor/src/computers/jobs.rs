@@ -29,6 +29,8 @@ pub(super) struct JobRecord {
     started_ms: u64,
     /// When its timeout ends it, at the latest.
     deadline_ms: u64,
+    /// Its network refusals before this were in an earlier answer (SPEC §3.11).
+    blocked_from: std::time::Instant,
 }
 
 fn no_such_job(job_id: &str) -> ComputerError {
@@ -43,6 +45,30 @@ fn no_such_job(job_id: &str) -> ComputerError {
 impl Computers {
     fn job_table(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, JobRecord>> {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Since when job `job_id`'s network refusals were not in an answer yet (its start,
+    /// or its previous answer); `None` for a job this server did not start.
+    pub(super) fn job_blocked_from(&self, job_id: &str) -> Option<std::time::Instant> {
+        self.job_table().get(job_id).map(|r| r.blocked_from)
+    }
+
+    /// What computer `key`'s network policy refused since `from`, for an answer about
+    /// job `job_id` (SPEC §3.11: `network_blocked`); the next answer starts after them.
+    pub(super) fn job_blocked(
+        &self,
+        key: &str,
+        job_id: &str,
+        from: Option<std::time::Instant>,
+    ) -> Vec<shared::egress::Blocked> {
+        let Some(from) = from else {
+            return Vec::new();
+        };
+        let now = std::time::Instant::now();
+        if let Some(r) = self.job_table().get_mut(job_id) {
+            r.blocked_from = now;
+        }
+        self.backend.blocked_since(key, from)
     }
 
     /// Forgets the jobs of computer `key` (it was restarted, reset or removed: they ended).
@@ -117,6 +143,7 @@ impl Computers {
                 command: job.command.clone(),
                 started_ms,
                 deadline_ms: started_ms.saturating_add(timeout_ms),
+                blocked_from: std::time::Instant::now(),
             },
         );
         // Given `stdin` is the whole input, as in the foreground; without it, stdin stays
@@ -238,7 +265,13 @@ impl SessionHost {
                 let jobs = c.backend.job_list(&key).await?;
                 Ok(job_list_structured(&id, jobs).into())
             }
-            JobCall::Poll(p) => Ok(job_structured(&id, self.poll_job(&key, p).await?).into()),
+            JobCall::Poll(p) => {
+                let job_id = p.job_id.clone();
+                let from = c.job_blocked_from(&job_id);
+                let out = self.poll_job(&key, p).await?;
+                let blocked = c.job_blocked(&key, &job_id, from);
+                Ok(job_structured(&id, out).with_blocked(blocked).into())
+            }
         }
     }
 

@@ -42,6 +42,21 @@ pub enum EgressError {
     SecretWithoutAllow,
     #[error("--egress-ca-file {0:?}: {1}; give a PEM file of CA certificates")]
     CaFile(PathBuf, String),
+    /// A network policy this backend cannot enforce (SPEC §3.11: refused at start, never
+    /// silently unenforced).
+    #[error(
+        "{flag} cannot be enforced on {backend} computers ({why}); only Docker/Podman computers can (their connections go through this server's egress gate): use --backend docker, or drop {flag}"
+    )]
+    Backend {
+        flag: &'static str,
+        backend: &'static str,
+        why: &'static str,
+    },
+    /// `--egress-secret` before the gate substitutes secrets: never accepted and ignored.
+    #[error(
+        "--egress-secret: substituting secrets on the wire is not built yet (issue 38), and a secret this server would not substitute must not be accepted; pass the credential another way for now, or drop --egress-secret"
+    )]
+    SecretsNotBuilt,
 }
 
 /// A secret computers use without holding it (`--egress-secret NAME=HOST,...`).
@@ -118,7 +133,7 @@ impl EgressConfig {
             return Err(EgressError::SecretWithoutAllow);
         }
         if let Some(path) = &cli.egress_ca_file {
-            check_ca_file(path).map_err(|why| EgressError::CaFile(path.clone(), why))?;
+            check_ca_file(path)?;
         }
         Ok(Self {
             policy,
@@ -139,6 +154,47 @@ impl EgressConfig {
             Some("--egress-allow")
         } else {
             None
+        }
+    }
+}
+
+/// Where a server's computers live, as far as enforcing a network policy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcer {
+    /// Docker/Podman: the egress gate enforces it all.
+    Gate,
+    /// WebAssembly computers: no network at all.
+    Wasm,
+    Fly,
+    /// E2B, Modal: their own network rules, not set by this server yet.
+    Provider,
+}
+
+impl EgressConfig {
+    /// The flag `enforcer` cannot enforce (`--no-network`, or the gate's `--egress-allow`
+    /// / `--egress-secret`) and why, or `None` where it can.
+    pub fn unenforced(&self, enforcer: Enforcer) -> Option<(&'static str, &'static str)> {
+        let flag = self
+            .needs_gate()
+            .or((self.policy == Policy::None).then_some("--no-network"))?;
+        let why = match enforcer {
+            Enforcer::Gate => return None,
+            Enforcer::Wasm if flag == "--no-network" => return None,
+            Enforcer::Wasm => "WebAssembly computers have no network at all",
+            Enforcer::Fly => "Fly Machines have no egress control",
+            Enforcer::Provider => "this server does not set that provider's network rules",
+        };
+        Some((flag, why))
+    }
+}
+
+/// What the exec tool says about the network of computers under `policy`.
+pub fn network_text(policy: &Policy) -> String {
+    match policy {
+        Policy::All => "network access on".into(),
+        Policy::None => "no network access".into(),
+        Policy::Allow(_) => {
+            format!("network: only {policy} (others are blocked and reported in network_blocked)")
         }
     }
 }
@@ -200,12 +256,15 @@ fn parse_secret(raw: &str) -> Result<(String, Vec<String>), EgressError> {
 }
 
 /// Is `path` a readable file holding at least one PEM certificate?
-fn check_ca_file(path: &Path) -> Result<(), String> {
-    let text = std::fs::read(path).map_err(|e| e.to_string())?;
+fn check_ca_file(path: &Path) -> Result<(), EgressError> {
+    let bad = |why: String| EgressError::CaFile(path.to_owned(), why);
+    let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
     let text = String::from_utf8_lossy(&text);
     match text.contains("-----BEGIN CERTIFICATE-----") {
         true => Ok(()),
-        false => Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into()),
+        false => Err(bad(
+            "holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+        )),
     }
 }
 

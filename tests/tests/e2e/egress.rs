@@ -89,6 +89,14 @@ fn blocked_hosts(r: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `opts` with computers of the `msc-test/net` image (scripts/setup builds it).
+fn net_image(opts: ServerOpts) -> ServerOpts {
+    opts.arg("--image")
+        .arg("msc-test/net:latest")
+        .arg("--tool-instruction-override")
+        .arg("Debian bookworm with curl, python3, dnsutils, nftables, iptables and iproute2.")
+}
+
 #[tokio::test]
 async fn issue_38_an_allow_list_is_enforced_below_the_programs() -> anyhow::Result<()> {
     let t = tag("egress");
@@ -97,11 +105,7 @@ async fn issue_38_an_allow_list_is_enforced_below_the_programs() -> anyhow::Resu
     let other = Upstream::start().await?;
     let gw = bridge_gateway().await?;
     let port = up.port;
-    let opts = ServerOpts::lifecycle()
-        .arg("--image")
-        .arg("msc-test/net:latest")
-        .arg("--tool-instruction-override")
-        .arg("Debian bookworm with curl, python3, dnsutils, nftables, iptables and iproute2.")
+    let opts = net_image(ServerOpts::default().arg("--tools=jobs,lifecycle"))
         .arg(&format!("--egress-allow=upstream.test:{port}"))
         .arg(&format!("--egress-resolve=upstream.test={gw}"));
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
@@ -235,6 +239,24 @@ async fn issue_38_an_allow_list_is_enforced_below_the_programs() -> anyhow::Resu
         "a datagram left the computer"
     );
 
+    // A job's refusals come with the read that follows them, once.
+    let r = exec(
+        &c,
+        json!({"command": "sleep 1; curl -s --max-time 5 http://late.test/; echo done", "yield_ms": 100}),
+    )
+    .await?;
+    let job_id = r["job_id"].as_str().unwrap().to_owned();
+    assert!(r.get("network_blocked").is_none(), "{r}");
+    let mut seen = Vec::new();
+    loop {
+        let read = job(&c, json!({"job_id": job_id, "wait_ms": 10000})).await?;
+        seen.extend(blocked_hosts(&read));
+        if read["running"] != true {
+            break;
+        }
+    }
+    assert_eq!(seen, ["late.test"], "listed once, in the read after it");
+
     // The effective policy is listed.
     let list = call_ok(&c, "computer_list", json!({})).await?;
     let id = r["computer_id"].as_str().unwrap();
@@ -253,6 +275,151 @@ async fn issue_38_an_allow_list_is_enforced_below_the_programs() -> anyhow::Resu
             dropped.iter().any(|c| c.ends_with(cap)),
             "{cap} kept: {dropped:?}"
         );
+    }
+    c.cancel().await?;
+    Ok(())
+}
+
+/// `curl` to `url` inside computer `id`, run with `docker exec` (not through any server):
+/// its exit code.
+async fn curl_bypassing_the_server(id: &str, url: &str) -> anyhow::Result<String> {
+    let out = tokio::process::Command::new("docker")
+        .args([
+            "exec",
+            &format!("kilntainer-{id}"),
+            "sh",
+            "-c",
+            &format!("curl -s --max-time 5 {url}; echo \" curl=$?\""),
+        ])
+        .output()
+        .await?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test]
+async fn issue_38_an_agent_narrows_and_the_gate_holds_across_restarts() -> anyhow::Result<()> {
+    let t = tag("egress-narrow");
+    let up = Upstream::start().await?;
+    let gw = bridge_gateway().await?;
+    let port = up.port;
+    let state = state_dir(&t);
+    // An open server: the agent asks for an allow list itself.
+    let opts = net_image(ServerOpts::lifecycle())
+        .arg(&format!("--egress-resolve=upstream.test={gw}"))
+        .arg(&format!("--egress-resolve=other.test={gw}"));
+    let (c, pid) = stdio_client_pid(&t, &state, &opts).await?;
+    let rule = format!("upstream.test:{port}");
+    call_ok(
+        &c,
+        "computer_create",
+        json!({"computer_id": "narrow", "temporary": false, "network": {"allow": [rule]}}),
+    )
+    .await?;
+    let probe = format!(
+        "curl -s --max-time 5 http://upstream.test:{port}/; echo \" up=$?\"; \
+         curl -s --max-time 5 http://other.test:{port}/; echo \" other=$?\""
+    );
+    let check = |r: &Value| {
+        let out = r["stdout"].as_str().unwrap_or_default().to_owned();
+        assert!(out.contains("hello from upstream up=0"), "{r}");
+        assert!(!out.contains("other=0"), "{r}");
+        assert!(blocked_hosts(r).iter().any(|h| h == "other.test"), "{r}");
+    };
+    let r = exec(&c, json!({"computer_id": "narrow", "command": probe})).await?;
+    check(&r);
+    // A computer that exists keeps its policy: another one is refused, saying so.
+    let e = call_error(
+        &c,
+        "terminal_execute",
+        json!({"computer_id": "narrow", "command": "true", "network": "none"}),
+    )
+    .await?;
+    assert!(e.contains("already exists with network"), "{e}");
+    // A restart makes a new network namespace: the gate holds it again.
+    call_ok(&c, "computer_restart", json!({"computer_id": "narrow"})).await?;
+    let r = exec(&c, json!({"computer_id": "narrow", "command": probe})).await?;
+    check(&r);
+    // The server dies: its rules stay and send everything to its closed ports (nothing
+    // gets out, not even the allowed name), until a new server holds the computer again.
+    signal(pid, "KILL");
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let out = curl_bypassing_the_server("narrow", &format!("http://upstream.test:{port}/")).await?;
+    assert!(!out.contains("curl=0") && !out.contains("hello"), "{out}");
+    let out = curl_bypassing_the_server("narrow", &format!("http://{gw}:{port}/")).await?;
+    assert!(!out.contains("curl=0") && !out.contains("hello"), "{out}");
+    let c = stdio_client(&t, &state, &opts).await?;
+    let r = exec(&c, json!({"computer_id": "narrow", "command": probe})).await?;
+    check(&r);
+    let list = call_ok(&c, "computer_list", json!({})).await?;
+    assert_eq!(
+        listed(&list, "narrow").unwrap()["network"],
+        json!({"allow": [format!("upstream.test:{port}")]})
+    );
+    // A computer of the open server's own policy is open.
+    let r = exec(
+        &c,
+        json!({"computer_id": "open", "command": format!("curl -s --max-time 5 http://{gw}:{port}/")}),
+    )
+    .await?;
+    assert_eq!(r["stdout"], "hello from upstream", "{r}");
+    call_ok(&c, "computer_delete", json!({"computer_id": "narrow"})).await?;
+    c.cancel().await?;
+    remove_all(&t).await
+}
+
+/// The gateway address of Podman's default network.
+fn podman_gateway() -> anyhow::Result<String> {
+    let out = std::process::Command::new("podman")
+        .args([
+            "network",
+            "inspect",
+            "podman",
+            "--format",
+            "{{range .Subnets}}{{.Gateway}}{{end}}",
+        ])
+        .output()?;
+    let gw = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    anyhow::ensure!(!gw.is_empty(), "podman's network has no gateway: {out:?}");
+    Ok(gw)
+}
+
+#[tokio::test]
+async fn issue_38_the_gate_holds_on_podman() -> anyhow::Result<()> {
+    let t = tag("egress-podman");
+    let up = Upstream::start().await?;
+    let other = Upstream::start().await?;
+    let gw = podman_gateway()?;
+    let (port, other_port) = (up.port, other.port);
+    let opts = ServerOpts::default()
+        .podman()
+        .arg(&format!("--egress-allow=upstream.test:{port}"))
+        .arg(&format!("--egress-resolve=upstream.test={gw}"));
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    // bash's /dev/tcp and getent: what the plain image has.
+    let get = |host: &str, p: u16| {
+        format!(
+            "(exec 3<>/dev/tcp/{host}/{p} && printf 'GET / HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' >&3 && cat <&3)"
+        )
+    };
+    let r = exec(
+        &c,
+        json!({"command": format!(
+            "getent hosts upstream.test; {}; echo; getent hosts blocked.test; echo getent=$?; {}; {}; true",
+            get("upstream.test", port),
+            get(&gw, other_port),
+            get("169.254.169.254", 80),
+        )}),
+    )
+    .await?;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(out.starts_with(&gw), "{r}");
+    assert_eq!(out.matches("hello from upstream").count(), 1, "{r}");
+    assert!(out.contains("getent=2"), "{r}");
+    assert!(other.firsts.lock().unwrap().is_empty(), "{r}");
+    let hosts = blocked_hosts(&r);
+    for h in ["blocked.test", "169.254.169.254"] {
+        assert!(hosts.iter().any(|x| x == h), "{h}: {r}");
     }
     c.cancel().await?;
     Ok(())

@@ -385,18 +385,11 @@ async fn issue_15_another_sessions_temporary_computer_is_refused() -> anyhow::Re
 /// Podman's Docker-compatible API (see `podman.rs` for what it needs): both paths.
 #[tokio::test]
 async fn issue_15_files_on_podman() -> anyhow::Result<()> {
-    let socket =
-        std::env::var("MSC_PODMAN_SOCKET").unwrap_or_else(|_| "/run/podman/podman.sock".into());
     for plain in [false, true] {
         let t = tag(if plain { "podfilesplain" } else { "podfiles" });
         let opts = ServerOpts::default()
             .arg("--tools=files,lifecycle")
-            .arg("--engine")
-            .arg("podman")
-            .arg("--docker-host")
-            .arg(&format!("unix://{socket}"))
-            .arg("--docker-run-flag=--ulimit=nofile=1024:1024")
-            .arg("--docker-run-flag=--ulimit=nproc=4096:4096")
+            .podman()
             .plain_if(plain);
         let c = stdio_client(&t, &state_dir(&t), &opts).await?;
         files_on(&c, &format!("{t}-a")).await?;

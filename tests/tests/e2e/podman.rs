@@ -10,17 +10,8 @@ use tests::*;
 
 #[tokio::test]
 async fn issue_2_podman_engine() -> anyhow::Result<()> {
-    let socket =
-        std::env::var("MSC_PODMAN_SOCKET").unwrap_or_else(|_| "/run/podman/podman.sock".into());
     let t = tag("podman");
-    // The sandboxes this runs in cap rlimits below Podman's defaults: pass explicit ones.
-    let opts = ServerOpts::lifecycle()
-        .arg("--engine")
-        .arg("podman")
-        .arg("--docker-host")
-        .arg(&format!("unix://{socket}"))
-        .arg("--docker-run-flag=--ulimit=nofile=1024:1024")
-        .arg("--docker-run-flag=--ulimit=nproc=4096:4096");
+    let opts = ServerOpts::lifecycle().podman();
     let c = stdio_client(&t, &state_dir(&t), &opts).await?;
     let r = exec(&c, json!({"command": "echo on-podman; exit 3"})).await?;
     assert_eq!(r["stdout"], "on-podman\n");
@@ -55,9 +46,10 @@ async fn issue_2_podman_engine() -> anyhow::Result<()> {
     assert_eq!(r["stdout"], "back\n");
     c.cancel().await?;
     // Cleanup happened on Podman: nothing of this test is left there.
-    let podman = bollard::Docker::connect_with_unix(&socket, 30, bollard::API_DEFAULT_VERSION)?
-        .negotiate_version()
-        .await?;
+    let podman =
+        bollard::Docker::connect_with_unix(&podman_socket(), 30, bollard::API_DEFAULT_VERSION)?
+            .negotiate_version()
+            .await?;
     let mut filters = std::collections::HashMap::new();
     filters.insert("label".to_owned(), vec![format!("msc-test={t}")]);
     let opts = bollard::query_parameters::ListContainersOptions {
