@@ -17,6 +17,8 @@ const SNIFF_WAIT: Duration = Duration::from_secs(1);
 /// ... and when its DNS answer already named it (a server-first protocol such as SSH
 /// sends nothing first).
 const SNIFF_WAIT_NAMED: Duration = Duration::from_millis(100);
+/// Each direction's pipe (the most one splice moves).
+const PIPE_SIZE: usize = 1 << 20;
 /// How long an upstream connect may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
 
@@ -31,7 +33,7 @@ pub(super) async fn serve(listener: TcpListener, confined: Arc<Confined>) {
 }
 
 /// Judges one connection and, if it may go, splices it to its upstream.
-async fn carry(mut sock: TcpStream, confined: Arc<Confined>) {
+async fn carry(sock: TcpStream, confined: Arc<Confined>) {
     let Ok(dst) = rustix::net::sockopt::ip_original_dst(&sock) else {
         return;
     };
@@ -53,13 +55,50 @@ async fn carry(mut sock: TcpStream, confined: Arc<Confined>) {
             return;
         }
     };
-    let Some(mut upstream) = upstream else {
+    let Some(upstream) = upstream else {
         let _ = sock.set_zero_linger();
         return;
     };
     let _ = upstream.set_nodelay(true);
     let _ = sock.set_nodelay(true);
-    let _ = tokio::io::copy_bidirectional(&mut sock, &mut upstream).await;
+    let _ = tokio::try_join!(pump(&sock, &upstream), pump(&upstream, &sock));
+}
+
+/// Carries `from`'s bytes to `to` until `from` ends (then ends `to`'s writing), through a
+/// pipe with splice(2): the bytes never enter this process (a userspace copy held a 1 GiB
+/// download to 0.56x of direct on two cores).
+async fn pump(from: &TcpStream, to: &TcpStream) -> std::io::Result<()> {
+    use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
+    use tokio::io::Interest;
+    let (rd, wr) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+    let _ = rustix::pipe::fcntl_setpipe_size(&wr, PIPE_SIZE);
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    loop {
+        // The pipe is empty here: a would-block is the socket's.
+        from.readable().await?;
+        let got = match from.try_io(Interest::READABLE, || {
+            splice(from, None, &wr, None, PIPE_SIZE, flags).map_err(std::io::Error::from)
+        }) {
+            Ok(0) => {
+                let _ = rustix::net::shutdown(to, rustix::net::Shutdown::Write);
+                return Ok(());
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        let mut left = got;
+        while left > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                splice(&rd, None, to, None, left, flags).map_err(std::io::Error::from)
+            }) {
+                Ok(n) => left -= n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 /// The name the connection's first bytes give, waiting at most `wait` for them.

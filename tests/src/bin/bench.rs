@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|failover|wasm|cloud` runs one
+//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|failover|wasm|cloud|egress` runs one
 //! part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
@@ -22,6 +22,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 mod channel;
 #[path = "bench/cloud.rs"]
 mod cloud;
+#[path = "bench/egress.rs"]
+mod egress;
 #[path = "bench/failover.rs"]
 mod failover;
 #[path = "bench/files.rs"]
@@ -676,6 +678,11 @@ async fn main() -> Result<()> {
         print_rows(&rows);
         return Ok(());
     }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("egress") {
+        egress::rows(&t, &mut rows).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("pool") {
         pool::rows(&t, &mut rows).await?;
         remove_all(&t).await?;
@@ -882,6 +889,9 @@ async fn main() -> Result<()> {
 
     // ---- the warm pool (issue 18) ----
     pool::rows(&t, &mut rows).await?;
+
+    // ---- the egress gate (issue 38) ----
+    egress::rows(&t, &mut rows).await?;
 
     // ---- the gateway Worker under wrangler dev (issue 6) ----
     gateway_rows(&t, &mut rows).await?;
