@@ -208,7 +208,8 @@ pub struct Cli {
     /// A secret computers use without holding it (repeatable): NAME=HOST[,HOST...]. The
     /// value is read at start from this server's environment variable NAME; inside each
     /// computer NAME holds a placeholder that the egress gate replaces with the value in
-    /// requests to the listed hosts only. Needs --egress-allow.
+    /// requests to the listed hosts only. Needs --egress-allow. Not built yet: refused at
+    /// start until the gate substitutes secrets.
     #[arg(
         long = "egress-secret",
         value_name = "NAME=HOST[,HOST...]",

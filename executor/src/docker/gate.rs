@@ -54,7 +54,9 @@ impl Docker {
             .pid_of(name)
             .await
             .and_then(|p| u32::try_from(p).ok())
-            .ok_or_else(|| DockerError::NotRunning(name.to_owned()))?;
+            .ok_or_else(|| {
+                DockerError::NotRunning(name.trim_start_matches(super::NAME_PREFIX).to_owned())
+            })?;
         let confinement = self
             .gatekeeper
             .gate
@@ -85,6 +87,15 @@ impl Docker {
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_else(|| self.cfg.network.clone());
         self.confine(name, &policy).await
+    }
+
+    /// Keeps what is held for a container across its rename (a warm-pool member handed
+    /// out), so it is not confined a second time under its new name.
+    pub(super) fn gate_renamed(&self, from: &str, to: &str) {
+        let mut held = self.gatekeeper.held();
+        if let Some(h) = held.remove(from) {
+            held.insert(to.to_owned(), h);
+        }
     }
 
     /// Forgets what is held for `name` (removed, or about to start again).

@@ -242,6 +242,7 @@ impl Docker {
         if let Some(c) = conn {
             super::supervised::lock(&self.connections).insert(to.to_owned(), c);
         }
+        self.gate_renamed(from, to);
     }
 
     /// Removes members in the background (nothing waits on a member's removal).

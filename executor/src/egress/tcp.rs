@@ -108,17 +108,15 @@ async fn first_name(sock: &TcpStream, wait: Duration) -> Option<String> {
     let mut seen = 0;
     loop {
         let n = match tokio::time::timeout_at(deadline, sock.peek(&mut buf)).await {
-            Ok(Ok(n)) => n,
+            // 0: the program closed without sending anything.
+            Ok(Ok(n)) if n > 0 => n,
             _ => return None,
         };
         match sniff(&buf[..n]) {
             Sniffed::Name(name) => return Some(name),
             Sniffed::Nameless => return None,
             // No new bytes yet (peek returns what is there at once): wait a little.
-            Sniffed::More if n == seen || n == 0 => {
-                if n == 0 && seen == 0 && tokio::time::Instant::now() >= deadline {
-                    return None;
-                }
+            Sniffed::More if n == seen => {
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 if tokio::time::Instant::now() >= deadline {
                     return None;
