@@ -208,8 +208,8 @@ pub struct Cli {
     /// A secret computers use without holding it (repeatable): NAME=HOST[,HOST...]. The
     /// value is read at start from this server's environment variable NAME; inside each
     /// computer NAME holds a placeholder that the egress gate replaces with the value in
-    /// requests to the listed hosts only. Needs --egress-allow. Not built yet: refused at
-    /// start until the gate substitutes secrets.
+    /// requests to the listed hosts only (headers, URL userinfo, query; HTTPS through a
+    /// per-server CA the computers trust). Needs --egress-allow naming those hosts.
     #[arg(
         long = "egress-secret",
         value_name = "NAME=HOST[,HOST...]",

@@ -642,9 +642,6 @@ impl Config {
             }
             .into());
         }
-        if !egress.secrets.is_empty() {
-            return Err(EgressError::SecretsNotBuilt.into());
-        }
         let image = cli.image.trim().to_owned();
         // Only Docker computers are described by the built-in text about the default image;
         // Modal's description names the image it runs.
@@ -730,9 +727,14 @@ Files persist between calls on the same computer and across computer_restart (a 
             network: egress.policy.clone(),
             egress_pins: egress.resolve.clone(),
             egress_dns: egress.dns,
+            egress_secrets: egress.secrets.clone(),
+            egress_ca_file: egress.ca_file.clone(),
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
             warm_pool: usize::try_from(cli.warm_pool).unwrap_or(0),
         };
+        if !docker.egress_secrets.is_empty() && docker.run_flags.read_only {
+            return Err(EgressError::SecretReadOnly.into());
+        }
         let supervisor = supervisor_source(cli.supervisor.as_deref())?;
         let executor = match cli.mode {
             None | Some(crate::cli::ModeArg::Completions) => None,
@@ -1287,17 +1289,31 @@ mod tests {
             matches!(e, ConfigError::Egress(EgressError::SecretWithoutAllow)),
             "{e}"
         );
-        // Read and checked (config/egress.rs), but refused until the gate substitutes it:
-        // never accepted and ignored.
-        let e = cfg(&[
+        // A secret goes to allowed hosts only, and needs a writable root (the gate's CA
+        // goes into the computer's trust stores).
+        let c = cfg(&[
             "--egress-allow=api.github.com",
+            "--egress-secret=PATH=api.github.com",
+        ])
+        .unwrap();
+        assert_eq!(c.docker.egress_secrets.len(), 1);
+        let e = cfg(&[
+            "--egress-allow=pypi.org",
             "--egress-secret=PATH=api.github.com",
         ])
         .unwrap_err();
         assert!(
-            matches!(e, ConfigError::Egress(EgressError::SecretsNotBuilt)),
+            e.to_string()
+                .contains("its host api.github.com is not allowed by --egress-allow"),
             "{e}"
         );
+        let e = cfg(&[
+            "--egress-allow=api.github.com",
+            "--egress-secret=PATH=api.github.com",
+            "--docker-run-flag=--read-only",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("--read-only"), "{e}");
         let e = cfg(&[
             "--egress-allow=api.github.com",
             "--egress-secret=MSC_TEST_SURELY_UNSET_38=api.github.com",

@@ -243,6 +243,9 @@ pub enum Denial {
     NotListed,
     /// A special address (loopback, link-local, private, this host) no rule names exactly.
     Special(&'static str),
+    /// A secret's host whose certificate the gate could not verify (SPEC §3.11: upstream
+    /// certificates are verified before a secret goes out).
+    Untrusted,
 }
 
 impl Denial {
@@ -252,6 +255,7 @@ impl Denial {
             Denial::NoNetwork => "network disabled",
             Denial::NotListed => "not in the allow list",
             Denial::Special(what) => what,
+            Denial::Untrusted => "certificate not verified",
         }
     }
 
@@ -277,6 +281,9 @@ impl Denial {
             Denial::NoNetwork => "an operator can start the server with --network".to_owned(),
             Denial::NotListed | Denial::Special(_) => {
                 format!("an operator can add --egress-allow {rule}")
+            }
+            Denial::Untrusted => {
+                "an operator can add the CA that signed it with --egress-ca-file".to_owned()
             }
         };
         format!("blocked {host}:{port} ({}; {how})", self.reason())
@@ -305,6 +312,7 @@ impl Blocked {
     pub fn notice(&self) -> String {
         let why = match self.reason.as_str() {
             r if r == Denial::NoNetwork.reason() => Denial::NoNetwork,
+            r if r == Denial::Untrusted.reason() => Denial::Untrusted,
             _ => Denial::NotListed,
         };
         let line = why.notice(&self.host, self.port);

@@ -574,6 +574,28 @@ pub fn text(r: &CallToolResult) -> String {
         .unwrap_or_default()
 }
 
+/// The host's address on the default docker bridge (what a computer reaches it by): the
+/// network's gateway, or, where the engine does not report one (a fresh daemon before its
+/// first container), the first address of its subnet, which Docker gives the bridge.
+pub async fn bridge_gateway() -> Result<String> {
+    let net = docker()?
+        .inspect_network(
+            "bridge",
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await?;
+    let configs: Vec<_> = net.ipam.and_then(|i| i.config).unwrap_or_default();
+    if let Some(gw) = configs.iter().find_map(|c| c.gateway.clone()) {
+        return Ok(gw);
+    }
+    let subnet = configs
+        .iter()
+        .filter_map(|c| c.subnet.as_deref())
+        .find_map(|s| s.split('/').next()?.parse::<std::net::Ipv4Addr>().ok())
+        .context("the bridge network has neither a gateway nor an IPv4 subnet")?;
+    Ok(std::net::Ipv4Addr::from(u32::from(subnet) + 1).to_string())
+}
+
 /// The Docker daemon the tests use.
 pub fn docker() -> Result<bollard::Docker> {
     Ok(bollard::Docker::connect_with_unix_defaults()?)

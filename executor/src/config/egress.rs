@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use shared::egress::{BadPolicy, Policy, normal_name};
 
 use crate::cli::Cli;
+pub use crate::egress::secrets::EgressSecret;
 
 /// Why the network flags were refused.
 #[derive(Debug, thiserror::Error)]
@@ -52,32 +53,15 @@ pub enum EgressError {
         backend: &'static str,
         why: &'static str,
     },
-    /// `--egress-secret` before the gate substitutes secrets: never accepted and ignored.
+    /// A secret for a host no computer may reach.
     #[error(
-        "--egress-secret: substituting secrets on the wire is not built yet (issue 38), and a secret this server would not substitute must not be accepted; pass the credential another way for now, or drop --egress-secret"
+        "--egress-secret {0}: its host {1} is not allowed by --egress-allow, so no computer could send it there; add --egress-allow {1}"
     )]
-    SecretsNotBuilt,
-}
-
-/// A secret computers use without holding it (`--egress-secret NAME=HOST,...`).
-#[derive(Clone, PartialEq, Eq)]
-pub struct EgressSecret {
-    /// The environment variable: the server's holds the value, a computer's a placeholder.
-    pub name: String,
-    /// The hosts whose requests get the value (normal names).
-    pub hosts: Vec<String>,
-    /// The value, read from the server's environment at start.
-    pub value: String,
-}
-
-impl std::fmt::Debug for EgressSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EgressSecret")
-            .field("name", &self.name)
-            .field("hosts", &self.hosts)
-            .field("value", &"<redacted>")
-            .finish()
-    }
+    SecretHostNotAllowed(String, String),
+    #[error(
+        "--egress-secret cannot be used with --docker-run-flag --read-only: the egress gate puts its CA certificate into each computer's trust stores (/etc/ssl/certs), which needs a writable root filesystem"
+    )]
+    SecretReadOnly,
 }
 
 /// The network policy and the egress gate's settings.
@@ -131,6 +115,11 @@ impl EgressConfig {
         }
         if !secrets.is_empty() && !matches!(policy, Policy::Allow(_)) {
             return Err(EgressError::SecretWithoutAllow);
+        }
+        for s in &secrets {
+            if let Some(h) = s.hosts.iter().find(|h| policy.allows_lookup(h).is_err()) {
+                return Err(EgressError::SecretHostNotAllowed(s.name.clone(), h.clone()));
+            }
         }
         if let Some(path) = &cli.egress_ca_file {
             check_ca_file(path)?;
@@ -365,7 +354,7 @@ mod tests {
     #[test]
     fn a_secret_is_read_from_the_environment_and_never_printed() {
         let c = egress(&[
-            "--egress-allow=api.github.com",
+            "--egress-allow=api.github.com,uploads.github.com",
             "--egress-secret=GH_TOKEN=API.github.com,uploads.github.com,api.github.com",
         ])
         .unwrap();

@@ -81,6 +81,19 @@ pub fn one_file_tar(name: &str, data: &[u8], mode: u32, mtime: u64) -> Vec<u8> {
     out
 }
 
+/// A tar archive of regular files (relative paths, parents made by the engine), each
+/// with permission bits `mode`.
+pub fn files_tar(files: &[(&str, &[u8])], mode: u32, mtime: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, data) in files {
+        out.extend_from_slice(&file_headers(name, data.len() as u64, mode, mtime));
+        out.extend_from_slice(data);
+        pad(&mut out);
+    }
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
 /// A tar header's numeric field: octal text, or GNU base-256 when the top bit is set.
 pub(super) fn number(field: &[u8]) -> u64 {
     if field.first().is_some_and(|b| b & 0x80 != 0) {

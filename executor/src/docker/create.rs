@@ -242,7 +242,7 @@ impl Docker {
                 vec!["/bin/sh".into(), "-c".into(), KEEPALIVE.into()]
             }),
             cmd: Some(vec![]),
-            env: Some(f.env.clone()),
+            env: Some(self.computer_env(network)),
             user: f.user.clone(),
             working_dir: f.workdir.clone(),
             network_disabled: offline.then_some(true),

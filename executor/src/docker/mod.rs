@@ -275,7 +275,13 @@ impl Docker {
             .ping()
             .await
             .map_err(|e| DockerError::Unreachable(e.to_string()))?;
-        let (cfg_pins, cfg_dns) = (cfg.egress_pins.clone(), cfg.egress_dns);
+        let gate = crate::egress::Gate::new(
+            &cfg.egress_pins,
+            cfg.egress_dns,
+            &cfg.egress_secrets,
+            cfg.egress_ca_file.as_deref(),
+        )
+        .map_err(|e| DockerError::Egress(e.to_string()))?;
         Ok(Self {
             client,
             cfg,
@@ -290,9 +296,7 @@ impl Docker {
             supervisor_has_channel: false,
             channel_learnt: Arc::default(),
             channels: Arc::default(),
-            gatekeeper: Arc::new(gate::Gatekeeper::new(crate::egress::Gate::new(
-                &cfg_pins, cfg_dns,
-            ))),
+            gatekeeper: Arc::new(gate::Gatekeeper::new(gate)),
         })
     }
 

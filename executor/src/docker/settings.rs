@@ -30,6 +30,10 @@ pub struct DockerConfig {
     pub egress_pins: Vec<(String, std::net::IpAddr)>,
     /// `--egress-dns`: the egress gate's upstream resolver.
     pub egress_dns: Option<std::net::SocketAddr>,
+    /// `--egress-secret`: computers made with an allow list get a placeholder per secret.
+    pub egress_secrets: Vec<crate::egress::secrets::EgressSecret>,
+    /// `--egress-ca-file`: a private CA the gate trusts upstream.
+    pub egress_ca_file: Option<PathBuf>,
     pub run_flags: DockerRunFlags,
     /// `--warm-pool`: started computers kept ready for new slugs.
     pub warm_pool: usize,

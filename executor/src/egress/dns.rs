@@ -172,8 +172,9 @@ mod tests {
             .map(|(n, ip)| ((*n).to_owned(), ip.parse().unwrap()))
             .collect();
         Confined {
-            gate: Gate::new(&pins, None),
+            gate: Gate::new(&pins, None, &[], None).unwrap(),
             policy: shared::egress::Policy::allow(rules.iter().copied()).unwrap(),
+            swaps: Default::default(),
             log: Default::default(),
             answered: Default::default(),
         }

@@ -18,9 +18,20 @@
 //!
 //! Every refusal is logged for the computer ([`Confined::blocked_since`] gives a call's
 //! `network_blocked`) and counted for `/metrics`.
+//!
+//! Secrets (`--egress-secret`, [`secrets`]): a connection to a secret's host, for a
+//! computer whose environment holds that secret's placeholder, is not spliced but carried
+//! through the gate's own HTTP ([`intercept`]), which puts the value in place of the
+//! placeholder; TLS to those hosts only is terminated with certificates of the gate's
+//! per-server authority ([`authority`]), which the computer trusts.
 
+#[cfg(feature = "tls")]
+mod authority;
 mod dns;
+#[cfg(feature = "tls")]
+mod intercept;
 mod netns;
+pub mod secrets;
 mod sniff;
 mod tcp;
 
@@ -33,6 +44,8 @@ use std::time::{Duration, Instant};
 use shared::egress::{BLOCKED_MAX, Blocked, Denial, Policy};
 use tokio::task::AbortHandle;
 
+use secrets::{EgressSecret, Swaps};
+
 /// Why a computer could not be confined.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
@@ -44,6 +57,9 @@ pub enum GateError {
         "the egress gate could not install its rules with `nsenter -n nft` ({0}): an allow list needs nftables (the `nft` command) and `nsenter` on the server's host"
     )]
     Rules(String),
+    /// The gate's TLS for secrets could not be set up (at start).
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// The server's gate: what every confined computer shares.
@@ -56,6 +72,11 @@ pub struct Gate {
     /// The server's own addresses (refused unless a rule names them).
     host: Vec<IpAddr>,
     blocked_total: AtomicU64,
+    /// `--egress-secret`: what computers' placeholders stand for.
+    secrets: Vec<EgressSecret>,
+    /// The TLS of connections to the secrets' hosts (`None`: no secrets).
+    #[cfg(feature = "tls")]
+    authority: Option<Arc<authority::Authority>>,
 }
 
 /// How long a name the gate's DNS answered stands for its addresses (a connection that
@@ -77,6 +98,9 @@ struct Refusal {
 pub struct Confined {
     gate: Arc<Gate>,
     policy: Policy,
+    /// The computer's secrets (its placeholders and what they stand for).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    swaps: Swaps,
     log: Mutex<Vec<Refusal>>,
     /// Addresses the gate's DNS gave for allowed names.
     answered: Mutex<HashMap<Ipv4Addr, (String, Instant)>>,
@@ -98,8 +122,34 @@ impl Drop for Confinement {
 }
 
 impl Gate {
-    pub fn new(pins: &[(String, IpAddr)], upstream_dns: Option<SocketAddr>) -> Arc<Gate> {
-        Arc::new(Gate {
+    /// The server's gate. With `secrets`, it makes its certificate authority now and
+    /// verifies upstream servers against the system's roots and `ca_file`'s.
+    pub fn new(
+        pins: &[(String, IpAddr)],
+        upstream_dns: Option<SocketAddr>,
+        secrets: &[EgressSecret],
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Arc<Gate>, GateError> {
+        #[cfg(feature = "tls")]
+        let authority = match secrets.is_empty() {
+            true => None,
+            false => {
+                let mut hosts: Vec<String> = secrets.iter().flat_map(|s| s.hosts.clone()).collect();
+                hosts.sort();
+                hosts.dedup();
+                let a = authority::Authority::new(&hosts, ca_file)
+                    .map_err(|e| GateError::Tls(e.to_string()))?;
+                Some(Arc::new(a))
+            }
+        };
+        #[cfg(not(feature = "tls"))]
+        if !secrets.is_empty() || ca_file.is_some() {
+            return Err(GateError::Tls(
+                "--egress-secret needs a build with TLS (the `tls` feature); this binary has none"
+                    .into(),
+            ));
+        }
+        Ok(Arc::new(Gate {
             pins: pins
                 .iter()
                 .filter_map(|(n, ip)| Some((shared::egress::normal_name(n)?, *ip)))
@@ -107,7 +157,31 @@ impl Gate {
             upstream_dns,
             host: own_addresses(),
             blocked_total: AtomicU64::new(0),
-        })
+            secrets: secrets.to_vec(),
+            #[cfg(feature = "tls")]
+            authority,
+        }))
+    }
+
+    /// Does this gate put secrets into requests (`--egress-secret`)?
+    pub fn has_secrets(&self) -> bool {
+        !self.secrets.is_empty()
+    }
+
+    /// The secrets a computer whose environment is `env` holds placeholders for.
+    pub fn swaps_of(&self, env: &[String]) -> Swaps {
+        Swaps::of_env(&self.secrets, env)
+    }
+
+    /// The certificate computers trust for the secrets' hosts (PEM), when there are secrets.
+    #[cfg(feature = "tls")]
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.authority.as_ref().map(|a| a.ca_pem.as_str())
+    }
+
+    #[cfg(not(feature = "tls"))]
+    pub fn ca_pem(&self) -> Option<&str> {
+        None
     }
 
     /// Refusals since the server started (`msc_egress_blocked_total`).
@@ -117,10 +191,12 @@ impl Gate {
 
     /// Confines the computer whose main process is `pid` (on the engine's host) to
     /// `policy`: opens the gate's sockets in its namespace and installs the rules.
+    /// `swaps`: its secrets ([`Gate::swaps_of`]).
     pub async fn confine(
         self: &Arc<Self>,
         pid: u32,
         policy: Policy,
+        swaps: Swaps,
     ) -> Result<Confinement, GateError> {
         let (tcp, udp) = tokio::task::spawn_blocking(move || netns::open_sockets(pid))
             .await
@@ -132,6 +208,7 @@ impl Gate {
         let confined = Arc::new(Confined {
             gate: self.clone(),
             policy,
+            swaps,
             log: Mutex::default(),
             answered: Mutex::default(),
         });

@@ -47,15 +47,27 @@ async fn carry(sock: TcpStream, confined: Arc<Confined>) {
         Some(n) => Some(n),
         None => answered,
     };
-    let upstream = match decide(&confined, name.as_deref(), ip, port).await {
-        Ok(addrs) => connect(&addrs, port).await,
+    let addrs = match decide(&confined, name.as_deref(), ip, port).await {
+        Ok(addrs) => addrs,
         Err((host, why)) => {
             confined.refuse(&host, port, why);
             let _ = sock.set_zero_linger();
             return;
         }
     };
-    let Some(upstream) = upstream else {
+    // A secret's host, for a computer holding its placeholder: through the gate's HTTP.
+    #[cfg(feature = "tls")]
+    if let (Some(name), Some(authority)) = (
+        name.as_deref().and_then(shared::egress::normal_name),
+        confined.gate.authority.clone(),
+    ) {
+        let swaps = confined.swaps.for_host(&name);
+        if !swaps.is_empty() {
+            super::intercept::carry(sock, confined, authority, name, port, addrs, swaps).await;
+            return;
+        }
+    }
+    let Some(upstream) = connect(&addrs, port).await else {
         let _ = sock.set_zero_linger();
         return;
     };
@@ -172,7 +184,8 @@ async fn decide(
     Ok(ordered)
 }
 
-async fn connect(addrs: &[IpAddr], port: u16) -> Option<TcpStream> {
+/// A connection to the first of `addrs` (at most four tried) that answers on `port`.
+pub(super) async fn connect(addrs: &[IpAddr], port: u16) -> Option<TcpStream> {
     for a in addrs.iter().take(4) {
         let addr = SocketAddr::new(*a, port);
         if let Ok(Ok(s)) = tokio::time::timeout(CONNECT_WAIT, TcpStream::connect(addr)).await {

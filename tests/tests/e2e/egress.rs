@@ -62,22 +62,6 @@ impl Upstream {
     }
 }
 
-/// The host's address on the default docker bridge (what a computer reaches it by).
-async fn bridge_gateway() -> anyhow::Result<String> {
-    let net = docker()?
-        .inspect_network(
-            "bridge",
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await?;
-    net.ipam
-        .and_then(|i| i.config)
-        .into_iter()
-        .flatten()
-        .find_map(|c| c.gateway)
-        .ok_or_else(|| anyhow::anyhow!("the bridge network has no gateway"))
-}
-
 fn blocked_hosts(r: &Value) -> Vec<String> {
     r["network_blocked"]
         .as_array()

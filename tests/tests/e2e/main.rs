@@ -48,6 +48,7 @@ mod cleanup;
 mod dashboard;
 mod e2b;
 mod egress;
+mod egress_secrets;
 mod exec;
 mod executor_api;
 mod files;
