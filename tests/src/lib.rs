@@ -596,6 +596,22 @@ pub async fn bridge_gateway() -> Result<String> {
     Ok(std::net::Ipv4Addr::from(u32::from(subnet) + 1).to_string())
 }
 
+/// The gateway address of Podman's default network.
+pub fn podman_gateway() -> Result<String> {
+    let out = std::process::Command::new("podman")
+        .args([
+            "network",
+            "inspect",
+            "podman",
+            "--format",
+            "{{range .Subnets}}{{.Gateway}}{{end}}",
+        ])
+        .output()?;
+    let gw = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    anyhow::ensure!(!gw.is_empty(), "podman's network has no gateway: {out:?}");
+    Ok(gw)
+}
+
 /// The Docker daemon the tests use.
 pub fn docker() -> Result<bollard::Docker> {
     Ok(bollard::Docker::connect_with_unix_defaults()?)

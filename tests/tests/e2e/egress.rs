@@ -352,22 +352,6 @@ async fn issue_38_an_agent_narrows_and_the_gate_holds_across_restarts() -> anyho
     remove_all(&t).await
 }
 
-/// The gateway address of Podman's default network.
-fn podman_gateway() -> anyhow::Result<String> {
-    let out = std::process::Command::new("podman")
-        .args([
-            "network",
-            "inspect",
-            "podman",
-            "--format",
-            "{{range .Subnets}}{{.Gateway}}{{end}}",
-        ])
-        .output()?;
-    let gw = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    anyhow::ensure!(!gw.is_empty(), "podman's network has no gateway: {out:?}");
-    Ok(gw)
-}
-
 #[tokio::test]
 async fn issue_38_the_gate_holds_on_podman() -> anyhow::Result<()> {
     let t = tag("egress-podman");

@@ -369,3 +369,59 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[tokio::test]
+async fn issue_38_secrets_on_podman() -> anyhow::Result<()> {
+    let t = tag("egress-secret-podman");
+    let plain = Recorder::start(None).await?;
+    let other = Recorder::start(None).await?;
+    let gw = podman_gateway()?;
+    let value = format!("e{:031x}", rand::random::<u128>() >> 4);
+    let (pp, op) = (plain.port, other.port);
+    let mut opts = ServerOpts::default()
+        .podman()
+        .arg(&format!(
+            "--egress-allow=plain.secret.test:{pp},other.test:{op}"
+        ))
+        .arg("--egress-secret=MSC_T_TOKEN=plain.secret.test")
+        .arg(&format!("--egress-resolve=plain.secret.test={gw}"))
+        .arg(&format!("--egress-resolve=other.test={gw}"));
+    opts.env.push(("MSC_T_TOKEN".into(), value.clone()));
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    // bash's /dev/tcp (what the plain image has): the value goes to the secret's host
+    // only; the gate's CA went into the system bundle through Podman's archive API.
+    let get = |host: &str, port: u16| {
+        format!(
+            "(exec 3<>/dev/tcp/{host}/{port} && printf 'GET /p?t=%s HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' \"$MSC_T_TOKEN\" >&3 && cat <&3); echo"
+        )
+    };
+    let r = exec(
+        &c,
+        json!({"command": format!(
+            "echo \"$MSC_T_TOKEN\"; grep -c 'msc egress gate CA: begin' /etc/ssl/certs/ca-certificates.crt; {}; {}",
+            get("plain.secret.test", pp),
+            get("other.test", op),
+        )}),
+    )
+    .await?;
+    let out = r["stdout"].as_str().unwrap_or_default().to_owned();
+    let placeholder = out.lines().next().unwrap_or_default().to_owned();
+    assert!(placeholder.starts_with("msc-secret-"), "{r}");
+    assert!(out.contains("\n1\n"), "{r}");
+    assert_eq!(
+        out.matches("\r\n\r\nok").count(),
+        2,
+        "{r}{}",
+        log_tail(&t, 30)
+    );
+    assert!(!r.to_string().contains(&value), "{r}");
+    let (_, head) = plain.heads().pop().unwrap();
+    assert!(head.starts_with(&format!("GET /p?t={value} ")), "{head}");
+    let (_, head) = other.heads().pop().unwrap();
+    assert!(
+        head.starts_with(&format!("GET /p?t={placeholder} ")),
+        "{head}"
+    );
+    c.cancel().await?;
+    remove_all(&t).await
+}
