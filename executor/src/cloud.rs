@@ -50,6 +50,9 @@ impl From<ComputersError> for BackendError {
         use shared::providers::{e2b::E2bError, fly::FlyError};
         let failure = match &e {
             ComputersError::NotFound(_) => Failure::NotFound,
+            ComputersError::Network(_) | ComputersError::E2b(E2bError::Network(_)) => {
+                Failure::Unsupported
+            }
             ComputersError::Fly(FlyError::Transport(_) | FlyError::RateLimited)
             | ComputersError::Fly(FlyError::Capacity(_))
             | ComputersError::E2b(E2bError::Transport(_) | E2bError::RateLimited)
@@ -87,8 +90,8 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
-        Ok(self.inner.create(id, temporary, team).await?)
+        // The provider's own rules hold it (E2B), or it refuses (Fly).
+        Ok(self.inner.create(id, temporary, team, network).await?)
     }
 
     async fn start(&self, id: &str) -> Result<(), BackendError> {
@@ -112,8 +115,10 @@ impl<C: CloudComputers + Send + Sync + 'static> Place for Cloud<C> {
         network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
-        Ok(self.inner.factory_reset(id, temporary, team).await?)
+        Ok(self
+            .inner
+            .factory_reset(id, temporary, team, network)
+            .await?)
     }
 
     /// Runs one command; a cancelled call (this future dropped) kills it on the provider.

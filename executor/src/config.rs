@@ -632,13 +632,21 @@ impl Config {
             BackendChoice::Auto | BackendChoice::Docker => Enforcer::Gate,
             BackendChoice::Toolbox | BackendChoice::Custom(_) => Enforcer::Wasm,
             BackendChoice::Fly(_) => Enforcer::Fly,
-            BackendChoice::E2b(_) | BackendChoice::Modal(_) => Enforcer::Provider,
+            BackendChoice::E2b(_) => Enforcer::E2b,
+            BackendChoice::Modal(_) => Enforcer::Modal,
         };
         if let Some((flag, why)) = egress.unenforced(enforcer) {
             return Err(EgressError::Backend {
                 flag,
                 backend: backend.name(),
                 why,
+            }
+            .into());
+        }
+        if let Some(rule) = egress.provider_rule(enforcer) {
+            return Err(EgressError::ProviderPort {
+                rule,
+                backend: backend.name(),
             }
             .into());
         }
@@ -1368,11 +1376,31 @@ mod tests {
             );
         }
         assert!(fly("--network").is_ok());
-        let e = cfg(&["--backend=e2b", "--e2b-api-key=k", allow]).unwrap_err();
+        // E2B holds allow lists and no network in its own rules; not a rule with a port,
+        // nor a secret.
+        let e2b = |extra: &[&str]| {
+            let mut args = vec!["--backend=e2b", "--e2b-api-key=k"];
+            args.extend_from_slice(extra);
+            cfg(&args)
+        };
+        assert!(e2b(&[allow]).is_ok());
+        assert!(e2b(&["--no-network"]).is_ok());
+        let e = e2b(&["--egress-allow=pypi.org,github.com:22"]).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "--egress-allow github.com:22: e2b allow lists name hosts and networks without ports"
+            ),
+            "{e}"
+        );
+        let e = e2b(&[allow, "--egress-secret=PATH=pypi.org"]).unwrap_err();
         assert!(
             matches!(
                 e,
-                ConfigError::Egress(EgressError::Backend { backend: "e2b", .. })
+                ConfigError::Egress(EgressError::Backend {
+                    backend: "e2b",
+                    flag: "--egress-secret",
+                    ..
+                })
             ),
             "{e}"
         );

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use shared::answer::Answer;
+use shared::egress::Policy;
 use shared::executor_api::{ApiError, ErrorCode};
 use shared::files::over_exec::{self, OverExec, PathInfo, Shell, WriteHow};
 use shared::files::{self, FileCall};
@@ -245,7 +246,8 @@ impl<C: CloudComputers> Cloud<C> {
         let k = teams::key(Some(team), id);
         let made = match c.find(&k).await? {
             Some(found) => found,
-            None => c.create(&k, temporary, Some(team)).await?,
+            // The team's network policy is not held here yet (issue 38): the open network.
+            None => c.create(&k, temporary, Some(team), &Policy::All).await?,
         };
         self.ready().insert(k, made.temporary);
         Ok(created(id, &made))
@@ -280,7 +282,7 @@ impl<C: CloudComputers> Cloud<C> {
         self.ready().remove(&k);
         let fresh = self
             .computers
-            .factory_reset(&k, old.temporary, Some(team))
+            .factory_reset(&k, old.temporary, Some(team), &Policy::All)
             .await?;
         self.ready().insert(k, fresh.temporary);
         Ok(created(id, &fresh))
@@ -301,7 +303,11 @@ impl<C: CloudComputers> Cloud<C> {
             return Ok(*known);
         }
         let c = match self.computers.find(key).await? {
-            None => self.computers.create(key, temporary, Some(team)).await?,
+            None => {
+                self.computers
+                    .create(key, temporary, Some(team), &Policy::All)
+                    .await?
+            }
             Some(c) if !c.state.is_running() => {
                 self.computers.start(key).await?;
                 c
@@ -461,6 +467,7 @@ fn job_error(e: JobsOverExec<ComputersError>) -> ApiError {
 fn computers_error(e: ComputersError) -> ApiError {
     let code = match e {
         ComputersError::NotFound(_) => ErrorCode::NotFound,
+        ComputersError::Network(_) => ErrorCode::BadRequest,
         ComputersError::Fly(_) | ComputersError::E2b(_) => ErrorCode::Engine,
     };
     ApiError::new(code, e.to_string())
@@ -1015,6 +1022,7 @@ mod tests {
             id: &str,
             temporary: bool,
             team: Option<&str>,
+            _network: &Policy,
         ) -> Result<Computer, ComputersError> {
             self.call(format!("create {id} {temporary} {team:?}"));
             let c = Computer {

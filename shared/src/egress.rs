@@ -384,7 +384,42 @@ fn special_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
 }
 
+/// An allow list as a provider with lists of names and networks but no ports sees it (E2B's
+/// `allowOut`, Modal's `allowed_domains` / `allowed_cidrs`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Destinations {
+    /// `pypi.org`, `*.npmjs.org`.
+    pub names: Vec<String>,
+    /// `10.0.0.5/32`, `10.0.0.0/8` (an address as a one-address network).
+    pub nets: Vec<String>,
+}
+
 impl Policy {
+    /// This allow list as [`Destinations`] (`None` for `all` and `none`), or the first rule
+    /// such a provider cannot hold: a name with a port of its own (`github.com:22`; a name
+    /// without one means the web ports, which a provider's name rules are for).
+    pub fn destinations(&self) -> Result<Option<Destinations>, String> {
+        let Policy::Allow(rules) = self else {
+            return Ok(None);
+        };
+        let mut out = Destinations::default();
+        for rule in rules {
+            match rule {
+                Rule::Name {
+                    name,
+                    ports: Ports::Web,
+                } => out.names.push(name.clone()),
+                Rule::Subdomains {
+                    suffix,
+                    ports: Ports::Web,
+                } => out.names.push(format!("*.{suffix}")),
+                Rule::Net(net) => out.nets.push(net.to_string()),
+                other => return Err(other.to_string()),
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// The server's policy from its flags: `--no-network` wins, then any `--egress-allow`
     /// rule makes an allow list, else everything.
     pub fn of_flags(network: bool, allow: &[String]) -> Result<Policy, BadPolicy> {

@@ -53,6 +53,11 @@ pub enum EgressError {
         backend: &'static str,
         why: &'static str,
     },
+    /// A rule E2B's or Modal's allow lists cannot hold.
+    #[error(
+        "--egress-allow {rule}: {backend} allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports, 80 and 443) or use --backend docker"
+    )]
+    ProviderPort { rule: String, backend: &'static str },
     /// A secret for a host no computer may reach.
     #[error(
         "--egress-secret {0}: its host {1} is not allowed by --egress-allow, so no computer could send it there; add --egress-allow {1}"
@@ -155,8 +160,10 @@ pub enum Enforcer {
     /// WebAssembly computers: no network at all.
     Wasm,
     Fly,
-    /// E2B, Modal: their own network rules, not set by this server yet.
-    Provider,
+    /// E2B: its own allow lists of names and networks (no ports, no placeholders).
+    E2b,
+    /// Modal: its own network rules, not set by this server yet.
+    Modal,
 }
 
 impl EgressConfig {
@@ -171,9 +178,22 @@ impl EgressConfig {
             Enforcer::Wasm if flag == "--no-network" => return None,
             Enforcer::Wasm => "WebAssembly computers have no network at all",
             Enforcer::Fly => "Fly Machines have no egress control",
-            Enforcer::Provider => "this server does not set that provider's network rules",
+            Enforcer::E2b if flag == "--egress-secret" => {
+                "E2B's network rules cannot put a value in place of a placeholder; only the egress gate can"
+            }
+            Enforcer::E2b => return None,
+            Enforcer::Modal => "this server does not set Modal's network rules yet",
         };
         Some((flag, why))
+    }
+
+    /// The allow-list rule a provider's lists cannot hold (a name with a port of its own),
+    /// refused at start for E2B and Modal.
+    pub fn provider_rule(&self, enforcer: Enforcer) -> Option<String> {
+        match enforcer {
+            Enforcer::E2b => self.policy.destinations().err(),
+            _ => None,
+        }
     }
 }
 

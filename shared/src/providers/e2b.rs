@@ -60,6 +60,9 @@ const STDIN_SCRIPT: &str = r#"n=$1; shift; { i=0; while [ "$i" -lt "$n" ]; do pr
 /// `$0` of the stdin wrapper (shows up in its error messages).
 const STDIN_SCRIPT_NAME: &str = "e2b-stdin";
 
+/// `denyOut` of an allow list: everything IPv4 (allowed entries win).
+const ALL_IPV4: &str = "0.0.0.0/0";
+
 /// Page size asked of `GET /v2/sandboxes` (the spec's maximum).
 const LIST_PAGE_LIMIT: u32 = 100;
 
@@ -99,6 +102,46 @@ pub struct NewSandbox {
     pub auto_pause: bool,
     /// `secure`: envd then requires the sandbox's `envdAccessToken`.
     pub secure: bool,
+    /// The sandbox's network policy (SPEC §3.11) as E2B's rules ([`NetworkRules`]).
+    pub network: crate::egress::Policy,
+}
+
+/// A network policy as E2B's own rules: `none` is `allow_internet_access: false`; an allow
+/// list is `network.allowOut` (names, `*.` domains, addresses and CIDRs) with
+/// `denyOut: ["0.0.0.0/0"]` (E2B lets allowed entries win), so nothing else, private
+/// ranges and the metadata address included, is reached unless listed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkRules {
+    pub allow_internet_access: Option<bool>,
+    pub allow_out: Option<Vec<String>>,
+}
+
+impl NetworkRules {
+    /// `policy` as E2B's rules, or why they cannot hold it (a name with a port).
+    pub fn of(policy: &crate::egress::Policy) -> Result<NetworkRules, String> {
+        use crate::egress::Policy;
+        match policy {
+            Policy::All => Ok(NetworkRules::default()),
+            Policy::None => Ok(NetworkRules {
+                allow_internet_access: Some(false),
+                allow_out: None,
+            }),
+            Policy::Allow(_) => {
+                let d = policy
+                    .destinations()
+                    .map_err(|rule| format!(
+                        "network rule {rule}: E2B's allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports)"
+                    ))?
+                    .unwrap_or_default();
+                let mut out = d.names;
+                out.extend(d.nets);
+                Ok(NetworkRules {
+                    allow_internet_access: None,
+                    allow_out: Some(out),
+                })
+            }
+        }
+    }
 }
 
 /// A sandbox as create/connect return it (`Sandbox`): what [`E2bClient::run`] needs.
@@ -251,6 +294,9 @@ fn rpc_advice(code: &str) -> &'static str {
 /// contain the API key or an envd access token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum E2bError {
+    /// A network policy E2B's rules cannot hold (nothing was sent).
+    #[error("{0}")]
+    Network(String),
     #[error(
         "the E2B API refused the API key (HTTP 401/403): check that the E2B API key (`e2b_...`) \
          is valid and belongs to the team that owns the sandbox"
@@ -402,6 +448,7 @@ impl<T: HttpTransport> E2bClient<T> {
     /// [`E2bError::Capacity`]. A 404 means the template does not exist.
     pub async fn create(&self, req: &NewSandbox) -> Result<Sandbox, E2bError> {
         let url = format!("{}/sandboxes", self.api_url);
+        let rules = NetworkRules::of(&req.network).map_err(E2bError::Network)?;
         let body = json_body(&NewSandboxBody {
             template_id: &req.template_id,
             timeout: clamp_i32(req.timeout_secs),
@@ -409,6 +456,11 @@ impl<T: HttpTransport> E2bClient<T> {
             secure: req.secure,
             metadata: pairs_map(&req.metadata),
             env_vars: pairs_map(&req.env_vars),
+            allow_internet_access: rules.allow_internet_access,
+            network: rules.allow_out.as_deref().map(|allow| NetworkBody {
+                allow_out: allow,
+                deny_out: &[ALL_IPV4],
+            }),
         })?;
         let sent = self
             .execute(self.api_request("POST", url, Some(body)), false)

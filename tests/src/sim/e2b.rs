@@ -221,6 +221,53 @@ impl E2bSimOptions {
     }
 }
 
+/// `SandboxNetworkConfig`'s egress lists as the API checks them: `allowOut` entries are
+/// CIDRs, addresses or domain names (`*.` allowed); `denyOut` entries CIDRs or addresses
+/// only ("Domain names are not supported for deny rules").
+fn check_network(n: &Value) -> std::result::Result<(), String> {
+    let obj = n.as_object().ok_or("network must be an object")?;
+    let list = |key: &str| -> std::result::Result<Vec<String>, String> {
+        match obj.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| format!("network.{key} entries must be strings"))
+                })
+                .collect(),
+            Some(_) => Err(format!("network.{key} must be an array of strings")),
+        }
+    };
+    let is_net = |e: &str| {
+        let (ip, bits) = e.split_once('/').unwrap_or((e, "32"));
+        ip.parse::<std::net::IpAddr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 128)
+    };
+    let is_domain = |e: &str| {
+        let e = e.strip_prefix("*.").unwrap_or(e);
+        !e.is_empty()
+            && e.contains('.')
+            && e.split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    };
+    for e in list("allowOut")? {
+        if !is_net(&e) && !is_domain(&e) {
+            return Err(format!(
+                "invalid allowOut entry {e:?}: expected a CIDR block, an IP address or a domain name"
+            ));
+        }
+    }
+    for e in list("denyOut")? {
+        if !is_net(&e) {
+            return Err(format!(
+                "invalid denyOut entry {e:?}: Domain names are not supported for deny rules"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A running simulator. Call [`E2bSim::stop`] to remove its containers.
 pub struct E2bSim {
     /// Control plane base URL, e.g. `http://127.0.0.1:PORT` (paths start with `/sandboxes`).
@@ -296,6 +343,16 @@ impl E2bSim {
     /// Every validation failure seen so far (requests that do not match the API
     /// description or `process.proto`, unsimulated features, and answers of the simulator
     /// that do not match).
+    /// The network settings the live sandbox of computer `computer` (its `mcp_computer`
+    /// tag) was created with: `allow_internet_access` and `network`.
+    pub fn network_of(&self, computer: &str) -> Option<(Option<bool>, Option<Value>)> {
+        let w = lock(&self.inner.world);
+        w.sandboxes
+            .values()
+            .find(|s| s.metadata.get("mcp_computer").and_then(Value::as_str) == Some(computer))
+            .map(|s| (s.allow_internet_access, s.network.clone()))
+    }
+
     pub fn violations(&self) -> Vec<String> {
         lock(&self.inner.violations).clone()
     }
@@ -474,6 +531,8 @@ struct Sandbox {
     auto_resume: bool,
     token: Option<String>,
     allow_internet_access: Option<bool>,
+    /// `network` as created (its egress lists), returned by `GET /sandboxes/{id}`.
+    network: Option<Value>,
     seq: u64,
     /// Serializes the Docker lifecycle operations of this sandbox.
     op: Arc<tokio::sync::Mutex<()>>,
@@ -538,6 +597,9 @@ impl Sandbox {
         }
         if let Some(a) = self.allow_internet_access {
             v["allowInternetAccess"] = json!(a);
+        }
+        if let Some(n) = &self.network {
+            v["network"] = n.clone();
         }
         v
     }
@@ -763,11 +825,25 @@ impl Inner {
         if timeout > 86_400 {
             return Reply::error(400, "Timeout cannot be greater than 24 hours");
         }
-        for unsimulated in ["network", "mcp", "iam", "volumeMounts"] {
+        for unsimulated in ["mcp", "iam", "volumeMounts"] {
             if body.get(unsimulated).is_some_and(|v| !v.is_null()) {
                 self.violation(format!("POST /sandboxes: `{unsimulated}` is not simulated"));
             }
         }
+        let network = body.get("network").filter(|v| !v.is_null()).cloned();
+        if let Some(n) = &network {
+            if let Err(why) = check_network(n) {
+                return Reply::error(400, why);
+            }
+            for unsimulated in ["egressProxy", "rules", "maskRequestHost"] {
+                if n.get(unsimulated).is_some() {
+                    self.violation(format!(
+                        "POST /sandboxes: `network.{unsimulated}` is not simulated"
+                    ));
+                }
+            }
+        }
+        let offline = body.get("allow_internet_access").and_then(Value::as_bool) == Some(false);
         if self.creates.fetch_add(1, Ordering::SeqCst) < self.opts.capacity_errors {
             let mut r = Reply::error(
                 503,
@@ -788,7 +864,10 @@ impl Inner {
                     .collect()
             })
             .unwrap_or_default();
-        let container = match self.create_container(&id, &image, env_vars.clone()).await {
+        let container = match self
+            .create_container(&id, &image, env_vars.clone(), offline)
+            .await
+        {
             Ok(c) => c,
             Err(e) => {
                 return Reply::error(500, format!("Failed to create sandbox: {e:#}"));
@@ -818,6 +897,7 @@ impl Inner {
                     == Some(true),
                 token: secure.then(|| hex_id(64)),
                 allow_internet_access: body.get("allow_internet_access").and_then(Value::as_bool),
+                network,
                 seq: w.seq,
                 op: Arc::new(tokio::sync::Mutex::new(())),
                 processes: BTreeMap::new(),
@@ -1158,7 +1238,15 @@ impl Inner {
 
     // ----- docker -----
 
-    async fn create_container(&self, id: &str, image: &str, env: Vec<String>) -> Result<String> {
+    /// `offline`: `allow_internet_access: false`, which the simulator enforces (no network
+    /// at all); allow lists are checked and kept, not enforced.
+    async fn create_container(
+        &self,
+        id: &str,
+        image: &str,
+        env: Vec<String>,
+        offline: bool,
+    ) -> Result<String> {
         let labels = HashMap::from([
             (
                 self.opts.docker_label.0.clone(),
@@ -1180,6 +1268,7 @@ impl Inner {
             hostname: Some(id.to_owned()),
             host_config: Some(HostConfig {
                 init: Some(true),
+                network_mode: offline.then(|| "none".to_owned()),
                 ..Default::default()
             }),
             ..Default::default()

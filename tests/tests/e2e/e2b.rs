@@ -143,3 +143,71 @@ async fn issue_7_e2b_retries_and_refusals() -> anyhow::Result<()> {
     sim.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn issue_38_e2b_holds_the_network_policy_in_its_own_rules() -> anyhow::Result<()> {
+    let t = tag("e2b-net");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |_| {}).await?;
+    let mut opts = e2b_opts(&sim).arg("--egress-allow=pypi.org,*.npmjs.org,10.0.0.0/8");
+    opts.lifecycle = true;
+    let c = stdio_client(&t, &state, &opts).await?;
+    // The server's allow list: allowOut with everything else denied.
+    let r = exec(&c, json!({"computer_id": "listed", "command": "true"})).await?;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let (internet, network) = sim.network_of("listed").expect("a sandbox");
+    assert_eq!(internet, None);
+    assert_eq!(
+        network,
+        Some(
+            json!({"allowOut": ["pypi.org", "*.npmjs.org", "10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]})
+        )
+    );
+    // An agent narrows to none: no network at all (the simulator enforces that one).
+    call_ok(
+        &c,
+        "computer_create",
+        json!({"computer_id": "offline", "temporary": false, "network": "none"}),
+    )
+    .await?;
+    assert_eq!(sim.network_of("offline").unwrap().0, Some(false));
+    let r = exec(
+        &c,
+        json!({"computer_id": "offline", "command": "ls /sys/class/net"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"].as_str().unwrap_or_default().trim(), "lo", "{r}");
+    // A port is beyond E2B's rules (and outside the server's policy): refused, nothing made.
+    let e = call_error(
+        &c,
+        "computer_create",
+        json!({"computer_id": "ported", "network": {"allow": ["pypi.org:8080"]}}),
+    )
+    .await?;
+    assert!(e.contains("pypi.org:8080"), "{e}");
+    assert!(sim.network_of("ported").is_none());
+    let list = call_ok(&c, "computer_list", json!({})).await?;
+    assert_eq!(listed(&list, "offline").unwrap()["network"], json!("none"));
+    assert_eq!(
+        listed(&list, "listed").unwrap()["network"],
+        json!({"allow": ["pypi.org", "*.npmjs.org", "10.0.0.0/8"]})
+    );
+    c.cancel().await?;
+    // The simulator's own check: a domain in denyOut is refused as E2B refuses it.
+    let http = reqwest::Client::new();
+    let res = http
+        .post(format!("{}/sandboxes", sim.api_url))
+        .header("X-API-Key", KEY)
+        .json(&json!({"templateID": "base", "network": {"denyOut": ["example.com"]}}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), 400);
+    assert!(
+        res.text()
+            .await?
+            .contains("Domain names are not supported for deny rules")
+    );
+    assert_no_violations(&sim);
+    sim.stop().await;
+    remove_all(&t).await
+}

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
+use crate::egress::Policy;
 use crate::files::over_exec::{OverExec, PathInfo, PathKind};
 use crate::providers::HttpTransport;
 use crate::providers::e2b::{
@@ -96,8 +97,13 @@ impl<T: HttpTransport> E2bComputers<T> {
             state: s.state.as_str().into(),
             created_at: s.started_at.clone().unwrap_or_default(),
             team: s.metadata.get(tags::TEAM).cloned(),
-
-            network: None,
+            // Made with a policy of its own: its tag; else the open network.
+            network: Some(
+                s.metadata
+                    .get(tags::NETWORK)
+                    .and_then(|text| serde_json::from_str(text).ok())
+                    .unwrap_or(Policy::All),
+            ),
         })
     }
 
@@ -228,8 +234,17 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
     ) -> Result<Computer, ComputersError> {
+        // Checked before anything is made: a rule E2B cannot hold is refused.
+        crate::providers::e2b::NetworkRules::of(network).map_err(ComputersError::Network)?;
         let mut metadata = tags::of(id, temporary, &self.owner, team);
+        if *network != Policy::All {
+            metadata.push((
+                tags::NETWORK.to_owned(),
+                serde_json::to_string(network).unwrap_or_default(),
+            ));
+        }
         metadata.extend(self.settings.metadata.iter().cloned());
         let sandbox = self
             .client
@@ -240,6 +255,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
                 env_vars: self.settings.env.clone(),
                 auto_pause: !temporary,
                 secure: true,
+                network: network.clone(),
             })
             .await?;
         self.cache().insert(id.to_owned(), sandbox.clone());
@@ -253,8 +269,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
             state: crate::lifecycle::ComputerState::Running,
             created_at: String::new(),
             team: team.map(str::to_owned),
-
-            network: None,
+            network: Some(network.clone()),
         })
     }
 

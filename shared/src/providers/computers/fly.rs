@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
+use crate::egress::Policy;
 use crate::providers::HttpTransport;
 use crate::providers::fly::{ExecOutput, FlyClient, FlyError, Machine, MachineSpec};
 use crate::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
@@ -224,7 +225,13 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
     ) -> Result<Computer, ComputersError> {
+        if *network != Policy::All {
+            return Err(ComputersError::Network(format!(
+                "network {network}: Fly Machines have no egress control, so a Fly computer cannot be confined to it; leave `network` out"
+            )));
+        }
         let s = &self.settings;
         let spec = MachineSpec {
             name: id.to_owned(),

@@ -14,6 +14,7 @@ use std::future::Future;
 use super::e2b::E2bError;
 use super::fly::FlyError;
 use crate::capabilities::BackendKind;
+use crate::egress::Policy;
 use crate::files::over_exec::{OverExec, PathInfo, no_file_api};
 use crate::maybe_send::{MaybeSend, MaybeSync};
 use crate::result::ExecOutcome;
@@ -27,6 +28,8 @@ pub mod tags {
     pub const HOST: &str = "mcp_host";
     /// The team an executor made the computer for (absent for a local server's).
     pub const TEAM: &str = "mcp_team";
+    /// The computer's network policy (SPEC §3.11), JSON, when it is not `all` (E2B).
+    pub const NETWORK: &str = "mcp_network";
 
     /// The tags of computer `id` (of `team`, when an executor makes it for one);
     /// temporaries also name the server that owns them (so the next start on that host
@@ -187,12 +190,14 @@ pub trait CloudComputers: MaybeSync {
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<Computer>, ComputersError>> + MaybeSend;
 
-    /// Makes computer `id`, tagged with `team` when an executor makes it for one.
+    /// Makes computer `id`, tagged with `team` when an executor makes it for one, confined
+    /// to `network` by the provider's own rules (refused where it has none: Fly).
     fn create(
         &self,
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
     ) -> impl Future<Output = Result<Computer, ComputersError>> + MaybeSend;
 
     /// Makes a stopped, suspended or paused computer run again.
@@ -209,10 +214,11 @@ pub trait CloudComputers: MaybeSync {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
     ) -> impl Future<Output = Result<Computer, ComputersError>> + MaybeSend {
         async move {
             self.remove(id).await?;
-            self.create(id, temporary, team).await
+            self.create(id, temporary, team, network).await
         }
     }
 
@@ -277,6 +283,9 @@ pub enum ComputersError {
         "computer {0:?} does not exist; create it with computer_create or pass it to the exec tool"
     )]
     NotFound(String),
+    /// A network policy the provider's rules cannot hold (nothing was made).
+    #[error("{0}")]
+    Network(String),
 }
 
 #[cfg(test)]

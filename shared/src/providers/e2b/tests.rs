@@ -54,6 +54,7 @@ fn new_sandbox() -> NewSandbox {
         env_vars: vec![("LANG".into(), "C.UTF-8".into())],
         auto_pause: true,
         secure: true,
+        network: crate::egress::Policy::All,
     }
 }
 
@@ -190,6 +191,7 @@ enum Ty {
     Int { min: i64, max: i64 },
     Bool,
     StrMap,
+    StrList,
     Object(&'static [(&'static str, Ty)], &'static [&'static str]),
 }
 
@@ -210,6 +212,10 @@ const NEW_SANDBOX: Ty = Ty::Object(
         ("allow_internet_access", Ty::Bool),
         ("metadata", Ty::StrMap),
         ("envVars", Ty::StrMap),
+        (
+            "network",
+            Ty::Object(&[("allowOut", Ty::StrList), ("denyOut", Ty::StrList)], &[]),
+        ),
     ],
     &["templateID"],
 );
@@ -235,6 +241,12 @@ fn check(ty: &Ty, v: &Value, path: &str) {
                 .as_i64()
                 .unwrap_or_else(|| panic!("{path}: expected an integer, got {v}"));
             assert!((*min..=*max).contains(&n), "{path}: {n} out of range");
+        }
+        Ty::StrList => {
+            let a = v
+                .as_array()
+                .unwrap_or_else(|| panic!("{path}: expected an array, got {v}"));
+            assert!(a.iter().all(Value::is_string), "{path}: {v}");
         }
         Ty::StrMap => {
             let m = v
@@ -332,6 +344,16 @@ fn json_matches(spec_ty: &str, v: &Value) -> bool {
         "$ref SandboxMetadata" | "$ref EnvVars" => v
             .as_object()
             .is_some_and(|m| m.values().all(Value::is_string)),
+        // Its egress lists (checked against their own schema below).
+        "$ref SandboxNetworkConfig" => v.as_object().is_some_and(|m| {
+            let (props, _) = yaml_schema("SandboxNetworkConfig");
+            m.iter().all(|(k, list)| {
+                props.get(k).is_some_and(|t| t == "array")
+                    && list
+                        .as_array()
+                        .is_some_and(|a| a.iter().all(Value::is_string))
+            })
+        }),
         other => panic!("no rule for spec type {other}"),
     }
 }
@@ -474,6 +496,48 @@ fn create_minimal_body_omits_empty_maps_and_clamps_timeout() {
     );
     check(&NEW_SANDBOX, &body, "NewSandbox");
     assert_matches_spec_schema("NewSandbox", &body);
+}
+
+#[test]
+fn issue_38_a_network_policy_goes_as_e2bs_own_rules() {
+    use crate::egress::Policy;
+    let c = client([
+        json(201, sandbox_json("sbx1")),
+        json(201, sandbox_json("sbx2")),
+    ]);
+    let req = NewSandbox {
+        template_id: "base".into(),
+        network: Policy::allow(["pypi.org", "*.npmjs.org", "10.0.0.0/8"]).unwrap(),
+        ..NewSandbox::default()
+    };
+    block(c.create(&req)).expect("created");
+    let body = body_json(&c.transport().requests()[0]);
+    assert_eq!(
+        body["network"],
+        json!({"allowOut": ["pypi.org", "*.npmjs.org", "10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]})
+    );
+    assert!(body.get("allow_internet_access").is_none(), "{body}");
+    check(&NEW_SANDBOX, &body, "NewSandbox");
+    assert_matches_spec_schema("NewSandbox", &body);
+    let req = NewSandbox {
+        template_id: "base".into(),
+        network: Policy::None,
+        ..NewSandbox::default()
+    };
+    block(c.create(&req)).expect("created");
+    let body = body_json(&c.transport().requests()[1]);
+    assert_eq!(body["allow_internet_access"], json!(false));
+    assert!(body.get("network").is_none(), "{body}");
+    assert_matches_spec_schema("NewSandbox", &body);
+    // A rule E2B cannot hold is refused before anything is sent.
+    let req = NewSandbox {
+        template_id: "base".into(),
+        network: Policy::allow(["github.com:22"]).unwrap(),
+        ..NewSandbox::default()
+    };
+    let e = block(c.create(&req)).expect_err("refused");
+    assert!(e.to_string().contains("network rule github.com:22"), "{e}");
+    assert_eq!(c.transport().requests().len(), 2);
 }
 
 #[test]

@@ -22,6 +22,19 @@ pub(super) struct NewSandboxBody<'a> {
     pub(super) metadata: BTreeMap<&'a str, &'a str>,
     #[serde(rename = "envVars", skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) env_vars: BTreeMap<&'a str, &'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) allow_internet_access: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) network: Option<NetworkBody<'a>>,
+}
+
+/// `SandboxNetworkConfig` (egress rules only).
+#[derive(Serialize)]
+pub(super) struct NetworkBody<'a> {
+    #[serde(rename = "allowOut")]
+    pub(super) allow_out: &'a [String],
+    #[serde(rename = "denyOut")]
+    pub(super) deny_out: &'a [&'a str],
 }
 
 /// `ConnectSandbox` and `SandboxTimeoutRequest` (both `{timeout}`).
