@@ -1404,18 +1404,29 @@ mod tests {
             ),
             "{e}"
         );
-        let e = cfg(&[
-            "--backend=modal",
-            "--modal-token-id=id",
-            "--modal-token-secret=secret",
-            "--no-network",
-        ])
-        .unwrap_err();
+        // Modal likewise (NetworkAccess).
+        let modal = |extra: &[&str]| {
+            let mut args = vec![
+                "--backend=modal",
+                "--modal-token-id=id",
+                "--modal-token-secret=secret",
+            ];
+            args.extend_from_slice(extra);
+            cfg(&args)
+        };
+        assert!(modal(&["--no-network"]).is_ok());
+        assert!(modal(&[allow]).is_ok());
+        let e = modal(&["--egress-allow=github.com:22"]).unwrap_err();
+        assert!(
+            e.to_string().contains("modal allow lists name hosts"),
+            "{e}"
+        );
+        let e = modal(&[allow, "--egress-secret=PATH=pypi.org"]).unwrap_err();
         assert!(
             matches!(
                 e,
                 ConfigError::Egress(EgressError::Backend {
-                    flag: "--no-network",
+                    flag: "--egress-secret",
                     backend: "modal",
                     ..
                 })

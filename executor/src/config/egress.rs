@@ -162,7 +162,7 @@ pub enum Enforcer {
     Fly,
     /// E2B: its own allow lists of names and networks (no ports, no placeholders).
     E2b,
-    /// Modal: its own network rules, not set by this server yet.
+    /// Modal: likewise (`NetworkAccess`).
     Modal,
 }
 
@@ -181,8 +181,10 @@ impl EgressConfig {
             Enforcer::E2b if flag == "--egress-secret" => {
                 "E2B's network rules cannot put a value in place of a placeholder; only the egress gate can"
             }
-            Enforcer::E2b => return None,
-            Enforcer::Modal => "this server does not set Modal's network rules yet",
+            Enforcer::Modal if flag == "--egress-secret" => {
+                "Modal's network rules have no header injection; only the egress gate can put a secret in"
+            }
+            Enforcer::E2b | Enforcer::Modal => return None,
         };
         Some((flag, why))
     }
@@ -191,7 +193,7 @@ impl EgressConfig {
     /// refused at start for E2B and Modal.
     pub fn provider_rule(&self, enforcer: Enforcer) -> Option<String> {
         match enforcer {
-            Enforcer::E2b => self.policy.destinations().err(),
+            Enforcer::E2b | Enforcer::Modal => self.policy.destinations().err(),
             _ => None,
         }
     }

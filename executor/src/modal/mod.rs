@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use shared::egress::Policy;
 use shared::lifecycle::ComputerState;
 use shared::providers::computers::{Owner, tags};
 use shared::result::{ExecOutcome, OutputCollector, Stream, TIMEOUT_EXIT_CODE};
@@ -114,6 +115,13 @@ pub struct Modal {
     ids: Arc<Mutex<HashMap<String, String>>>,
 }
 
+/// A sandbox's network policy, from its tag (none: the open network).
+fn network_of(tags: &HashMap<String, String>) -> Policy {
+    tags.get(tags::NETWORK)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or(Policy::All)
+}
+
 impl Modal {
     /// Connects: checks the token, gets or creates the app, resolves the image.
     pub async fn open(
@@ -157,7 +165,7 @@ impl Modal {
             },
             created_at: shared::history::rfc3339_utc((s.created_at.max(0.0) * 1000.0) as u64),
             team: s.tags.get(tags::TEAM).cloned(),
-            network: None,
+            network: Some(network_of(&s.tags)),
         })
     }
 
@@ -210,11 +218,22 @@ impl Modal {
         temporary: bool,
         team: Option<&str>,
         image_id: Option<&str>,
+        network: &Policy,
     ) -> Result<ContainerRecord, ModalBackendError> {
-        let t = tags::of(id, temporary, &self.owner, team);
+        let mut t = tags::of(id, temporary, &self.owner, team);
+        if *network != Policy::All {
+            t.push((
+                tags::NETWORK.to_owned(),
+                serde_json::to_string(network).unwrap_or_default(),
+            ));
+        }
         let sandbox_id = match image_id {
-            Some(image) => self.client.create_from_image(id, &t, image).await?,
-            None => self.client.create(id, &t).await?,
+            Some(image) => {
+                self.client
+                    .create_from_image(id, &t, image, network)
+                    .await?
+            }
+            None => self.client.create(id, &t, network).await?,
         };
         self.ids().insert(id.to_owned(), sandbox_id.clone());
         Ok(ContainerRecord {
@@ -227,7 +246,7 @@ impl Modal {
             state: ComputerState::Running,
             created_at: String::new(),
             team: team.map(str::to_owned),
-            network: None,
+            network: Some(network.clone()),
         })
     }
 
@@ -236,8 +255,9 @@ impl Modal {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
     ) -> Result<ContainerRecord, ModalBackendError> {
-        match self.make(id, temporary, team, None).await {
+        match self.make(id, temporary, team, None, network).await {
             // Another server made it first (names are unique among running sandboxes).
             Err(ModalBackendError::Api(ModalError::AlreadyExists(_))) => self
                 .find(id)
@@ -260,10 +280,11 @@ impl Modal {
             .ok_or_else(|| ModalBackendError::NotFound(id.to_owned()))?;
         let temporary = old.tags.get(tags::TEMPORARY).map(String::as_str) == Some("true");
         let team = old.tags.get(tags::TEAM).cloned();
+        let network = network_of(&old.tags);
         let image = self.client.snapshot_fs(&old.sandbox_id).await?;
         self.client.terminate(&old.sandbox_id).await?;
         self.ids().remove(id);
-        self.make(id, temporary, team.as_deref(), Some(&image))
+        self.make(id, temporary, team.as_deref(), Some(&image), &network)
             .await
             .map(|_| ())
     }
@@ -281,9 +302,10 @@ impl Modal {
         id: &str,
         temporary: bool,
         team: Option<&str>,
+        network: &Policy,
     ) -> Result<ContainerRecord, ModalBackendError> {
         self.remove(id).await?;
-        self.make(id, temporary, team, None).await
+        self.make(id, temporary, team, None, network).await
     }
 
     pub async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, ModalBackendError> {

@@ -11,6 +11,7 @@ impl From<ModalBackendError> for BackendError {
     fn from(e: ModalBackendError) -> Self {
         let failure = match &e {
             ModalBackendError::NotFound(_) => Failure::NotFound,
+            ModalBackendError::Api(super::ModalError::Network(_)) => Failure::Unsupported,
             ModalBackendError::Api(_) => Failure::Failed,
         };
         BackendError::new(failure, e)
@@ -45,8 +46,8 @@ impl Place for Modal {
         network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
-        Ok(Modal::create(self, id, temporary, team).await?)
+        // Modal's own network rules hold it.
+        Ok(Modal::create(self, id, temporary, team, network).await?)
     }
 
     async fn start(&self, id: &str) -> Result<(), BackendError> {
@@ -70,8 +71,7 @@ impl Place for Modal {
         network: &shared::egress::Policy,
         _progress: &Progress,
     ) -> Result<ContainerRecord, BackendError> {
-        crate::place::unenforced(self.name(), network, &shared::egress::Policy::All)?;
-        Ok(Modal::factory_reset(self, id, temporary, team).await?)
+        Ok(Modal::factory_reset(self, id, temporary, team, network).await?)
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {

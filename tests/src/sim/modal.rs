@@ -226,6 +226,33 @@ impl ModalSim {
         })
     }
 
+    /// The `network_access` the live sandbox tagged `mcp_computer=computer` was created
+    /// with: its type's name (`OPEN`, `BLOCKED`, `ALLOWLIST`; `None`: not set), CIDRs and
+    /// domains.
+    pub fn network_of(&self, computer: &str) -> Option<Option<SimNetwork>> {
+        let w = lock(&self.inner.world);
+        w.sandboxes
+            .values()
+            .filter(|x| x.finished.is_none())
+            .find(|x| {
+                x.tags
+                    .iter()
+                    .any(|(k, v)| k == "mcp_computer" && v == computer)
+            })
+            .map(|x| {
+                x.network.as_ref().map(|n| {
+                    (
+                        n.network_access_type()
+                            .as_str_name()
+                            .trim_start_matches("NETWORK_ACCESS_TYPE_")
+                            .to_owned(),
+                        n.allowed_cidrs.clone(),
+                        n.allowed_domains.clone(),
+                    )
+                })
+            })
+    }
+
     /// Every problem seen so far in requests (and unsimulated features used).
     pub fn violations(&self) -> Vec<String> {
         lock(&self.inner.violations).clone()
@@ -351,6 +378,10 @@ struct SimImage {
     reported: bool,
 }
 
+/// A sandbox's `network_access` as [`ModalSim::network_of`] gives it: the type's name,
+/// CIDRs and domains.
+pub type SimNetwork = (String, Vec<String>, Vec<String>);
+
 struct Sandbox {
     app_id: String,
     name: String,
@@ -362,6 +393,8 @@ struct Sandbox {
     timeout_secs: u32,
     finished: Option<pb::GenericResult>,
     finished_at: f64,
+    /// `definition.network_access` as created.
+    network: Option<pb::NetworkAccess>,
 }
 
 struct Exec {
@@ -576,6 +609,14 @@ impl Inner {
             working_dir: def.workdir.clone(),
             host_config: Some(HostConfig {
                 init: Some(true),
+                // BLOCKED is enforced (no network at all); allow lists are checked and kept.
+                network_mode: def
+                    .network_access
+                    .as_ref()
+                    .filter(|n| {
+                        n.network_access_type() == pb::network_access::NetworkAccessType::Blocked
+                    })
+                    .map(|_| "none".to_owned()),
                 nano_cpus: (res.milli_cpu > 0).then(|| i64::from(res.milli_cpu) * 1_000_000),
                 memory: (res.memory_mb > 0).then(|| i64::from(res.memory_mb) << 20),
                 ..Default::default()
@@ -1125,6 +1166,7 @@ impl ModalClient for Cp {
                     timeout_secs,
                     finished: None,
                     finished_at: 0.0,
+                    network: def.network_access.clone(),
                 },
             );
         }
@@ -1409,13 +1451,60 @@ impl ModalClient for Cp {
     }
 }
 
+/// `definition.network_access` as Modal checks it: a known type; lists only with
+/// `ALLOWLIST`, CIDRs that parse and domain names; not with the deprecated `block_network`.
+#[allow(deprecated)]
+fn check_network(s: &Inner, rpc: &str, d: &pb::Sandbox) -> Result<(), Status> {
+    use pb::network_access::NetworkAccessType as T;
+    let Some(n) = &d.network_access else {
+        return Ok(());
+    };
+    if d.block_network {
+        return Err(s.invalid(rpc, "block_network and network_access are both set"));
+    }
+    let lists = !n.allowed_cidrs.is_empty() || !n.allowed_domains.is_empty();
+    match T::try_from(n.network_access_type) {
+        Ok(T::Allowlist) => {}
+        Ok(T::Open | T::Blocked) if !lists => {}
+        Ok(T::Open | T::Blocked) => {
+            return Err(s.invalid(
+                rpc,
+                "allowed_cidrs/allowed_domains need network_access_type ALLOWLIST",
+            ));
+        }
+        _ => return Err(s.invalid(rpc, "network_access.network_access_type is unspecified")),
+    }
+    for c in &n.allowed_cidrs {
+        let (ip, bits) = c.split_once('/').unwrap_or((c, ""));
+        if ip.parse::<std::net::IpAddr>().is_err() || bits.parse::<u8>().map_or(true, |b| b > 128) {
+            return Err(Status::invalid_argument(format!(
+                "Invalid CIDR {c:?} in allowed_cidrs"
+            )));
+        }
+    }
+    for dom in &n.allowed_domains {
+        let bare = dom.strip_prefix("*.").unwrap_or(dom);
+        let ok = bare.contains('.')
+            && bare.split('.').all(|l| {
+                !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !ok {
+            return Err(Status::invalid_argument(format!(
+                "Invalid domain {dom:?} in allowed_domains"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Records the definition fields a correct client of ours never sets.
 #[allow(deprecated)]
 fn check_definition(s: &Inner, rpc: &str, d: &pb::Sandbox) -> Result<(), Status> {
     if d.image_id.is_empty() {
         return Err(s.invalid(rpc, "definition.image_id is empty"));
     }
-    let unsimulated: [(&str, bool); 20] = [
+    check_network(s, rpc, d)?;
+    let unsimulated: [(&str, bool); 19] = [
         ("mount_ids", !d.mount_ids.is_empty()),
         ("secret_ids", !d.secret_ids.is_empty()),
         ("nfs_mounts", !d.nfs_mounts.is_empty()),
@@ -1424,7 +1513,6 @@ fn check_definition(s: &Inner, rpc: &str, d: &pb::Sandbox) -> Result<(), Status>
         ("volume_mounts", !d.volume_mounts.is_empty()),
         ("pty_info", d.pty_info.is_some()),
         ("open_ports", d.open_ports_oneof.is_some()),
-        ("network_access", d.network_access.is_some()),
         ("block_network", d.block_network),
         ("proxy_id", d.proxy_id.is_some()),
         ("enable_snapshot", d.enable_snapshot),

@@ -238,3 +238,52 @@ async fn issue_7_gateway_reaches_modal_through_an_executor() -> anyhow::Result<(
     sim.stop().await;
     wait_for_count(&t, 0, Duration::from_secs(20)).await
 }
+
+#[tokio::test]
+async fn issue_38_modal_holds_the_network_policy_in_its_own_rules() -> anyhow::Result<()> {
+    let t = tag("modal-net");
+    let state = state_dir(&t);
+    let sim = start_sim(&t, |_| {}).await?;
+    let mut opts = modal_opts(&sim).arg("--egress-allow=pypi.org,*.npmjs.org,10.0.0.0/8");
+    opts.lifecycle = true;
+    let c = stdio_client(&t, &state, &opts).await?;
+    // The server's allow list: ALLOWLIST with its names and networks.
+    let r = exec(&c, json!({"computer_id": "listed", "command": "true"})).await?;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let want = Some((
+        "ALLOWLIST".to_owned(),
+        vec!["10.0.0.0/8".to_owned()],
+        vec!["pypi.org".to_owned(), "*.npmjs.org".to_owned()],
+    ));
+    assert_eq!(sim.network_of("listed"), Some(want.clone()));
+    // A restart (a snapshot and a new sandbox) keeps it.
+    call_ok(&c, "computer_restart", json!({"computer_id": "listed"})).await?;
+    assert_eq!(sim.network_of("listed"), Some(want));
+    // An agent narrows to none: BLOCKED (the simulator enforces that one).
+    call_ok(
+        &c,
+        "computer_create",
+        json!({"computer_id": "offline", "temporary": false, "network": "none"}),
+    )
+    .await?;
+    assert_eq!(
+        sim.network_of("offline"),
+        Some(Some(("BLOCKED".to_owned(), vec![], vec![])))
+    );
+    let r = exec(
+        &c,
+        json!({"computer_id": "offline", "command": "ls /sys/class/net"}),
+    )
+    .await?;
+    assert_eq!(r["stdout"].as_str().unwrap_or_default().trim(), "lo", "{r}");
+    let list = call_ok(&c, "computer_list", json!({})).await?;
+    assert_eq!(listed(&list, "offline").unwrap()["network"], json!("none"));
+    assert_eq!(
+        listed(&list, "listed").unwrap()["network"],
+        json!({"allow": ["pypi.org", "*.npmjs.org", "10.0.0.0/8"]})
+    );
+    c.cancel().await?;
+    assert_no_violations(&sim);
+    sim.stop().await;
+    remove_all(&t).await
+}

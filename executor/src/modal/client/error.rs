@@ -9,6 +9,9 @@ pub enum ModalError {
     /// Bad settings (URL, token, resources…), found before calling Modal.
     #[error("Modal settings: {0}")]
     Config(String),
+    /// A network policy Modal's rules cannot hold (nothing was sent).
+    #[error("{0}")]
+    Network(String),
     /// Modal rejected the credentials.
     #[error(
         "Modal rejected the credentials ({0}). Create a token with `modal token new` (or at \

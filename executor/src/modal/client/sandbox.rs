@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use tonic::Code;
 
+use shared::egress::Policy;
+
 use super::settings::parse_gpu;
 use super::transport::{backoff, retryable};
 use super::{ModalClient, ModalError, RETRY_ATTEMPTS, pb};
@@ -25,6 +27,34 @@ pub struct SandboxInfo {
     pub running: bool,
 }
 
+/// A network policy as Modal's `NetworkAccess` (SPEC §3.11): `all` leaves it unset (open),
+/// `none` is `BLOCKED`, an allow list is `ALLOWLIST` with its names as `allowed_domains`
+/// and its addresses and networks as `allowed_cidrs`. A rule with a port is refused
+/// (Modal's lists have none).
+pub fn network_access(policy: &Policy) -> Result<Option<pb::NetworkAccess>, ModalError> {
+    use pb::network_access::NetworkAccessType;
+    Ok(match policy {
+        Policy::All => None,
+        Policy::None => Some(pb::NetworkAccess {
+            network_access_type: NetworkAccessType::Blocked as i32,
+            ..Default::default()
+        }),
+        Policy::Allow(_) => {
+            let d = policy
+                .destinations()
+                .map_err(|rule| ModalError::Network(format!(
+                    "network rule {rule}: Modal's allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports)"
+                )))?
+                .unwrap_or_default();
+            Some(pb::NetworkAccess {
+                network_access_type: NetworkAccessType::Allowlist as i32,
+                allowed_cidrs: d.nets,
+                allowed_domains: d.names,
+            })
+        }
+    })
+}
+
 impl ModalClient {
     /// Creates a sandbox from the configured image; returns its id (`sb-…`). `name` must
     /// be unique among the app's running sandboxes (Modal: letters, digits, `-`, `_`, `.`,
@@ -33,8 +63,9 @@ impl ModalClient {
         &self,
         name: &str,
         tags: &[(String, String)],
+        network: &Policy,
     ) -> Result<String, ModalError> {
-        self.create_from_image(name, tags, &self.inner.image_id.clone())
+        self.create_from_image(name, tags, &self.inner.image_id.clone(), network)
             .await
     }
 
@@ -44,7 +75,9 @@ impl ModalClient {
         name: &str,
         tags: &[(String, String)],
         image_id: &str,
+        network: &Policy,
     ) -> Result<String, ModalError> {
+        let network_access = network_access(network)?;
         let s = &self.inner.settings;
         let gpu_config = s.gpu.as_deref().map(parse_gpu).transpose()?;
         let resources = pb::Resources {
@@ -62,6 +95,7 @@ impl ModalClient {
                 ..Default::default()
             }),
             name: (!name.is_empty()).then(|| name.to_owned()),
+            network_access,
             ..Default::default()
         };
         let req = pb::SandboxCreateRequest {
