@@ -235,19 +235,22 @@ impl<C: CloudComputers> Cloud<C> {
     }
 
     /// Creates computer `id` of `team`, or attaches to it if it exists.
+    /// `network`: a new computer's policy (the team's, narrowed by the agent: the edge's
+    /// [`crate::networks::TeamNetworks`]), held by the provider's own rules (E2B) or
+    /// refused (Fly, anything but `all`).
     async fn create(
         &self,
         team: &str,
         id: &str,
         temporary: bool,
+        network: &Policy,
     ) -> Result<Created, ComputersError> {
         self.computers.prepare().await?;
         let c = &self.computers;
         let k = teams::key(Some(team), id);
         let made = match c.find(&k).await? {
             Some(found) => found,
-            // The team's network policy is not held here yet (issue 38): the open network.
-            None => c.create(&k, temporary, Some(team), &Policy::All).await?,
+            None => c.create(&k, temporary, Some(team), network).await?,
         };
         self.ready().insert(k, made.temporary);
         Ok(created(id, &made))
@@ -258,7 +261,10 @@ impl<C: CloudComputers> Cloud<C> {
         self.computers.prepare().await?;
         let id = req.computer_id.clone().unwrap_or_default();
         let k = teams::key(Some(team), &id);
-        let temporary = self.ensure(&k, req.temporary.unwrap_or(true), team).await?;
+        let network = req.network.clone().unwrap_or_default();
+        let temporary = self
+            .ensure(&k, req.temporary.unwrap_or(true), team, &network)
+            .await?;
         let out = self.computers.exec(&k, &provider_exec(req)).await;
         if out.is_err() {
             // Gone, stopped, paused…: look again before the next command.
@@ -280,9 +286,11 @@ impl<C: CloudComputers> Cloud<C> {
         let k = teams::key(Some(team), id);
         let old = self.get(&k, id).await?;
         self.ready().remove(&k);
+        // A fresh computer keeps the policy it was made with.
+        let network = old.network.clone().unwrap_or_default();
         let fresh = self
             .computers
-            .factory_reset(&k, old.temporary, Some(team), &Policy::All)
+            .factory_reset(&k, old.temporary, Some(team), &network)
             .await?;
         self.ready().insert(k, fresh.temporary);
         Ok(created(id, &fresh))
@@ -297,15 +305,22 @@ impl<C: CloudComputers> Cloud<C> {
         Ok(Deleted::new(id))
     }
 
-    /// Makes sure `key` exists and runs (creating it on first use); its temporary flag.
-    async fn ensure(&self, key: &str, temporary: bool, team: &str) -> Result<bool, ComputersError> {
+    /// Makes sure `key` exists and runs (creating it on first use, confined to `network`);
+    /// its temporary flag.
+    async fn ensure(
+        &self,
+        key: &str,
+        temporary: bool,
+        team: &str,
+        network: &Policy,
+    ) -> Result<bool, ComputersError> {
         if let Some(known) = self.ready().get(key) {
             return Ok(*known);
         }
         let c = match self.computers.find(key).await? {
             None => {
                 self.computers
-                    .create(key, temporary, Some(team), &Policy::All)
+                    .create(key, temporary, Some(team), network)
                     .await?
             }
             Some(c) if !c.state.is_running() => {
@@ -349,19 +364,6 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
     async fn handle(&self, team: &str, op: Op) -> Result<Answer, ApiError> {
         op.named()?;
         let answer = |r: Result<Answer, ComputersError>| r.map_err(computers_error);
-        // These providers have no egress control the Worker can set (SPEC §3.11): a
-        // narrower policy asked for a computer is refused, never silently unenforced.
-        if let Some(p) = op.network()
-            && *p != shared::egress::Policy::All
-        {
-            return Err(ApiError::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "network {p}: {} computers reached by the gateway cannot confine their network; leave `network` out, or use a team executor with Docker/Podman",
-                    self.computers.kind().name()
-                ),
-            ));
-        }
         match op {
             Op::File(call) => self.file(team, call).await,
             Op::Exec(req) if req.yield_ms.is_some() => Ok(self.start_job(team, req).await?.into()),
@@ -381,10 +383,13 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
             Op::Create {
                 computer_id,
                 temporary,
-                ..
+                network,
             } => {
                 let id = computer_id.unwrap_or_default();
-                let made = self.create(team, &id, temporary.unwrap_or(true)).await;
+                let network = network.unwrap_or_default();
+                let made = self
+                    .create(team, &id, temporary.unwrap_or(true), &network)
+                    .await;
                 answer(made.map(Answer::from))
             }
             Op::Exec(req) => answer(self.exec(team, &req).await.map(Answer::from)),
@@ -487,8 +492,9 @@ impl<C: CloudComputers> Cloud<C> {
         let id = req.computer_id.clone().unwrap_or_default();
         let k = teams::key(Some(team), &id);
         self.computers.prepare().await.map_err(computers_error)?;
+        let network = req.network.clone().unwrap_or_default();
         let temporary = self
-            .ensure(&k, req.temporary.unwrap_or(true), team)
+            .ensure(&k, req.temporary.unwrap_or(true), team, &network)
             .await
             .map_err(computers_error)?;
         let ex = provider_exec(&req);
@@ -553,7 +559,8 @@ impl<C: CloudComputers> Cloud<C> {
         let id = call.computer_id().unwrap_or_default().to_owned();
         let k = teams::key(Some(team), &id);
         self.computers.prepare().await.map_err(computers_error)?;
-        self.ensure(&k, call.temporary().unwrap_or(true), team)
+        // A new computer's policy came with the edge's create before this call.
+        self.ensure(&k, call.temporary().unwrap_or(true), team, &Policy::All)
             .await
             .map_err(computers_error)?;
         let sh = CloudShell {
@@ -639,7 +646,7 @@ impl<C: CloudComputers> Cloud<C> {
         use futures_util::StreamExt;
         let k = teams::key(Some(team), id);
         self.computers.prepare().await.map_err(computers_error)?;
-        self.ensure(&k, how.temporary.unwrap_or(true), team)
+        self.ensure(&k, how.temporary.unwrap_or(true), team, &Policy::All)
             .await
             .map_err(computers_error)?;
         let sh = self.shell(&k);
@@ -1022,9 +1029,12 @@ mod tests {
             id: &str,
             temporary: bool,
             team: Option<&str>,
-            _network: &Policy,
+            network: &Policy,
         ) -> Result<Computer, ComputersError> {
-            self.call(format!("create {id} {temporary} {team:?}"));
+            self.call(match network {
+                Policy::All => format!("create {id} {temporary} {team:?}"),
+                p => format!("create {id} {temporary} {team:?} network {p}"),
+            });
             let c = Computer {
                 computer_id: id.to_owned(),
                 provider_id: format!("m-{id}"),
@@ -1238,27 +1248,28 @@ mod tests {
         }
     }
 
-    /// SPEC §3.11: a provider the Worker reaches itself cannot confine a computer's
-    /// network, so a narrower `network` is refused, and nothing is made.
+    /// SPEC §3.11: a new computer's policy (the team's, narrowed by the agent, from the
+    /// edge) goes to the provider with the create, which holds it (E2B) or refuses it
+    /// (Fly's `ComputersError::Network`).
     #[test]
-    fn issue_38_a_network_policy_is_refused_where_nothing_enforces_it() {
+    fn issue_38_a_new_computers_network_policy_goes_to_the_provider() {
         let cloud = Cloud::new(Fake::default());
         let create = Op::Create {
             computer_id: Some("box".into()),
             temporary: Some(false),
-            network: Some(shared::egress::Policy::None),
+            network: Some(Policy::None),
         };
-        let e = handle(&cloud, "a", create).unwrap_err();
-        assert_eq!(e.error.code, ErrorCode::Unsupported);
-        assert!(
-            e.error.message.contains("network none"),
-            "{}",
-            e.error.message
-        );
+        handle(&cloud, "a", create).unwrap();
         let mut req = request(ValidProgram::Shell("true".into()));
-        req.network = Some(shared::egress::Policy::allow(["pypi.org"]).unwrap());
-        let e = handle(&cloud, "a", Op::Exec(req)).unwrap_err();
-        assert_eq!(e.error.code, ErrorCode::Unsupported);
-        assert!(calls(&cloud).is_empty(), "{:?}", calls(&cloud));
+        req.computer_id = Some("other".into());
+        req.network = Some(Policy::allow(["pypi.org"]).unwrap());
+        handle(&cloud, "a", Op::Exec(req)).unwrap();
+        let made: Vec<String> = calls(&cloud)
+            .into_iter()
+            .filter(|c| c.starts_with("create"))
+            .collect();
+        assert_eq!(made.len(), 2, "{made:?}");
+        assert!(made[0].ends_with("network none"), "{made:?}");
+        assert!(made[1].ends_with("network pypi.org"), "{made:?}");
     }
 }

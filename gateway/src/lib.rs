@@ -13,6 +13,7 @@ pub mod cloud;
 pub mod error;
 pub mod exec_token;
 pub mod inventory;
+pub mod networks;
 pub mod origins;
 pub mod placement;
 pub mod schema;

@@ -39,6 +39,9 @@ pub(crate) struct Gateway {
     pub(crate) placement:
         std::result::Result<crate::placement::Placement, crate::placement::BadPlacement>,
     pub(crate) executor_secret: String,
+    /// `TEAM_NETWORK`: each team's network policy (a bad value fails every request, like
+    /// a bad auth setting).
+    pub(crate) networks: crate::networks::TeamNetworks,
     /// `SESSION_TIMEOUT_SECS`, in ms.
     pub(crate) idle_ms: u64,
     pub(crate) dispatcher: Dispatcher,
@@ -105,8 +108,12 @@ impl Gateway {
             );
         }
         instructions.push_str(&format!(" Tool groups: {}.", names.names().join(", ")));
+        let networks = crate::networks::TeamNetworks::parse(var(env, "TEAM_NETWORK").as_deref());
         Self {
-            auth: groups.and_then(|_| Auth::new(&settings).map_err(|e| e.to_string().into())),
+            auth: groups
+                .and(networks.clone().map(|_| ()))
+                .and_then(|_| Auth::new(&settings).map_err(|e| e.to_string().into())),
+            networks: networks.unwrap_or_default(),
             executors,
             fly,
             e2b,

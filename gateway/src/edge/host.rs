@@ -104,6 +104,19 @@ pub(crate) struct Host {
 }
 
 impl Host {
+    /// The `network` to send for a computer of this caller's team ([`crate::networks::TeamNetworks::for_call`]):
+    /// a new one gets the team's policy; an ask outside it is refused (nothing is made).
+    fn network_for(
+        &self,
+        asked: Option<shared::egress::Policy>,
+        new: bool,
+    ) -> std::result::Result<Option<shared::egress::Policy>, GatewayError> {
+        self.gw
+            .networks
+            .for_call(&self.caller.team, asked, new)
+            .map_err(|e| GatewayError::Api(ApiError::new(ErrorCode::Forbidden, e.to_string())))
+    }
+
     /// Claims `id` for this caller (creating the record if new): where it lives.
     pub(crate) async fn claim(
         &self,
@@ -391,6 +404,7 @@ impl Host {
                     .await?;
                 let mut req = req;
                 req.temporary = Some(rec.temporary);
+                req.network = self.network_for(req.network.take(), rec.new)?;
                 let timeout_ms = req.timeout_secs.unwrap_or(cloud::DEFAULT_TIMEOUT_SECS) * 1000;
                 // Last use, and busy until the command's timeout where it could outlast the
                 // idle window: the DO's alarm must not reap a computer under a command still
@@ -429,8 +443,20 @@ impl Host {
                         scope: "exec",
                     });
                 }
-                let (id, rec) = self.target(call.computer_id(), call.temporary()).await?;
+                let (id, mut rec) = self.target(call.computer_id(), call.temporary()).await?;
                 let call = call.on(&id, Some(rec.temporary));
+                // A new computer of a team with a policy is made with it first (a file
+                // call carries no `network`).
+                if let Some(network) = self.network_for(None, rec.new)? {
+                    let temporary = Some(rec.temporary);
+                    let make = || Op::Create {
+                        computer_id: Some(id.clone()),
+                        temporary,
+                        network: Some(network.clone()),
+                    };
+                    rec = self.fail_over(&id, rec, make).await?.0;
+                    rec.new = false;
+                }
                 let mark = self
                     .mark_busy(&id, cloud::DEFAULT_TIMEOUT_SECS * 1000)
                     .await;
@@ -551,6 +577,8 @@ impl Host {
                 let id = computer_id.unwrap_or_else(|| slug_from_random(random_u64()));
                 let rec = self.claim(&id, temporary).await?;
                 let temporary = Some(rec.temporary);
+                // The team's policy, narrowed by the agent's ask (SPEC §3.11).
+                let network = self.network_for(network, rec.new)?;
                 // The place narrows its own policy by it (SPEC §3.11).
                 let op = || Op::Create {
                     computer_id: Some(id.clone()),

@@ -62,7 +62,7 @@ impl Upstream {
     }
 }
 
-fn blocked_hosts(r: &Value) -> Vec<String> {
+pub(crate) fn blocked_hosts(r: &Value) -> Vec<String> {
     r["network_blocked"]
         .as_array()
         .map(|a| {

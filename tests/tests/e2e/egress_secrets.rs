@@ -13,17 +13,17 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// One request as an upstream saw it: the TLS server name (`None`: plain HTTP) and the
 /// request's head.
-type Seen = (Option<String>, String);
+pub(crate) type Seen = (Option<String>, String);
 
 /// An HTTP(S) server on the host that keeps each request's head and answers `ok`, or, for
 /// `/echo`, the head itself.
-struct Recorder {
-    port: u16,
+pub(crate) struct Recorder {
+    pub(crate) port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Recorder {
-    async fn start(tls: Option<Arc<rustls::ServerConfig>>) -> anyhow::Result<Recorder> {
+    pub(crate) async fn start(tls: Option<Arc<rustls::ServerConfig>>) -> anyhow::Result<Recorder> {
         let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await?;
         let port = listener.local_addr()?.port();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
@@ -48,7 +48,7 @@ impl Recorder {
         Ok(Recorder { port, seen })
     }
 
-    fn heads(&self) -> Vec<Seen> {
+    pub(crate) fn heads(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }

@@ -59,6 +59,7 @@ mod files_wasm;
 mod fly;
 mod gateway;
 mod gateway_cloud;
+mod gateway_network;
 mod hardening;
 mod http;
 mod http_limits;
