@@ -635,21 +635,7 @@ impl Config {
             BackendChoice::E2b(_) => Enforcer::E2b,
             BackendChoice::Modal(_) => Enforcer::Modal,
         };
-        if let Some((flag, why)) = egress.unenforced(enforcer) {
-            return Err(EgressError::Backend {
-                flag,
-                backend: backend.name(),
-                why,
-            }
-            .into());
-        }
-        if let Some(rule) = egress.provider_rule(enforcer) {
-            return Err(EgressError::ProviderPort {
-                rule,
-                backend: backend.name(),
-            }
-            .into());
-        }
+        egress.enforceable(enforcer, backend.name())?;
         let image = cli.image.trim().to_owned();
         // Only Docker computers are described by the built-in text about the default image;
         // Modal's description names the image it runs.
@@ -740,9 +726,7 @@ Files persist between calls on the same computer and across computer_restart (a 
             run_flags: parse_docker_run_flags(&cli.docker_run_flags)?,
             warm_pool: usize::try_from(cli.warm_pool).unwrap_or(0),
         };
-        if !docker.egress_secrets.is_empty() && docker.run_flags.read_only {
-            return Err(EgressError::SecretReadOnly.into());
-        }
+        egress.writable_root(docker.run_flags.read_only)?;
         let supervisor = supervisor_source(cli.supervisor.as_deref())?;
         let executor = match cli.mode {
             None | Some(crate::cli::ModeArg::Completions) => None,

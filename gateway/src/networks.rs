@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
 use shared::egress::{Policy, Widening};
 
 use crate::cloud::BadSetting;
@@ -43,18 +42,11 @@ impl TeamNetworks {
                 "the TEAM_NETWORK variable: {why}; it is a JSON object from team names (\"*\" for the others) to \"all\", \"none\" or {{\"allow\": [rules]}}, e.g. {{\"*\": {{\"allow\": [\"pypi.org\"]}}, \"ops\": \"all\"}}"
             ))
         };
-        let v: Value = serde_json::from_str(raw).map_err(|e| bad(e.to_string()))?;
-        let Value::Object(map) = v else {
-            return Err(bad("not a JSON object".into()));
-        };
+        // Policy reads "all", "none" and {"allow": [...]} (its serde form).
+        let map: HashMap<String, Policy> =
+            serde_json::from_str(raw).map_err(|e| bad(e.to_string()))?;
         let mut out = TeamNetworks::default();
         for (team, policy) in map {
-            let policy = match &policy {
-                Value::String(s) if s == "all" => Policy::All,
-                other => {
-                    Policy::of_argument(other).map_err(|e| bad(format!("team {team:?}: {e}")))?
-                }
-            };
             match team.as_str() {
                 "*" => out.default = policy,
                 _ => {

@@ -197,6 +197,30 @@ impl EgressConfig {
             _ => None,
         }
     }
+
+    /// `Ok` when `backend`'s computers (kept by `enforcer`) can hold these flags; else the
+    /// refusal at start (SPEC §3.11: never silently unenforced).
+    pub fn enforceable(
+        &self,
+        enforcer: Enforcer,
+        backend: &'static str,
+    ) -> Result<(), EgressError> {
+        if let Some((flag, why)) = self.unenforced(enforcer) {
+            return Err(EgressError::Backend { flag, backend, why });
+        }
+        match self.provider_rule(enforcer) {
+            Some(rule) => Err(EgressError::ProviderPort { rule, backend }),
+            None => Ok(()),
+        }
+    }
+
+    /// Secrets need a writable root filesystem (the gate's CA goes into the trust stores).
+    pub fn writable_root(&self, read_only: bool) -> Result<(), EgressError> {
+        match !self.secrets.is_empty() && read_only {
+            true => Err(EgressError::SecretReadOnly),
+            false => Ok(()),
+        }
+    }
 }
 
 /// What the exec tool says about the network of computers under `policy`.

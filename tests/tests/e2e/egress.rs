@@ -392,3 +392,92 @@ async fn issue_38_the_gate_holds_on_podman() -> anyhow::Result<()> {
     c.cancel().await?;
     Ok(())
 }
+
+/// A DNS server on the host (hickory-proto): A answers for `names`, NXDOMAIN for the
+/// rest; it keeps every name it was asked.
+struct Dns {
+    addr: std::net::SocketAddr,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+async fn dns_server(names: Vec<(String, std::net::Ipv4Addr)>) -> anyhow::Result<Dns> {
+    use hickory_proto::op::{Message, ResponseCode};
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{RData, Record, RecordType};
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+    let addr = sock.local_addr()?;
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = asked.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+            let Ok(msg) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            let Some(q) = msg.queries.first().cloned() else {
+                continue;
+            };
+            let name = q
+                .name()
+                .to_ascii()
+                .trim_end_matches('.')
+                .to_ascii_lowercase();
+            kept.lock().unwrap().push(name.clone());
+            let mut reply = Message::response(msg.metadata.id, msg.metadata.op_code);
+            reply.add_query(q.clone());
+            match names.iter().find(|(n, _)| *n == name) {
+                Some((_, ip)) if q.query_type() == RecordType::A => {
+                    reply.add_answer(Record::from_rdata(q.name().clone(), 60, RData::A(A(*ip))));
+                }
+                Some(_) => {}
+                None => reply.metadata.response_code = ResponseCode::NXDomain,
+            }
+            if let Ok(b) = reply.to_vec() {
+                let _ = sock.send_to(&b, from).await;
+            }
+        }
+    });
+    Ok(Dns { addr, asked })
+}
+
+#[tokio::test]
+async fn issue_38_the_gate_resolves_through_the_given_dns_server() -> anyhow::Result<()> {
+    let t = tag("egress-dns");
+    let up = Upstream::start().await?;
+    let gw = bridge_gateway().await?;
+    let ip: std::net::Ipv4Addr = gw.parse()?;
+    let dns = dns_server(vec![
+        ("viadns.test".into(), ip),
+        ("unlisted.test".into(), ip),
+    ])
+    .await?;
+    let port = up.port;
+    // The name stands for the bridge, a private address: its address rule allows that.
+    let opts = net_image(ServerOpts::default())
+        .arg(&format!("--egress-allow=viadns.test:{port},{gw}/32"))
+        .arg(&format!("--egress-dns={}", dns.addr));
+    let c = stdio_client(&t, &state_dir(&t), &opts).await?;
+    let r = exec(
+        &c,
+        json!({"command": format!(
+            "getent hosts viadns.test; curl -s --max-time 10 http://viadns.test:{port}/; echo; \
+             getent hosts unlisted.test; echo unlisted=$?"
+        )}),
+    )
+    .await?;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.starts_with(&gw),
+        "the gate answered from the DNS server: {r}"
+    );
+    assert!(out.contains("hello from upstream"), "{r}");
+    assert!(out.contains("unlisted=2"), "{r}");
+    let asked = dns.asked.lock().unwrap().clone();
+    assert!(asked.iter().any(|n| n == "viadns.test"), "{asked:?}");
+    assert!(
+        !asked.iter().any(|n| n == "unlisted.test"),
+        "a name outside the policy was asked upstream: {asked:?}"
+    );
+    c.cancel().await?;
+    remove_all(&t).await
+}

@@ -12,7 +12,8 @@
 //! - `parity`: one table of HTTP cases against the local server and the gateway (issue 13)
 //! - `hardening`: issue 19's input edges (exact JSON-RPC ids, bounded `command` and `args`), issue 45's stdio batches
 //! - `security`: server secrets never reach a computer; isolation flags
-//! - `egress`: the egress gate (issue 38): an allow list enforced below the programs, real clients against real upstreams
+//! - `egress`: the egress gate (issue 38): an allow list enforced below the programs, real clients against real upstreams, a real DNS server behind `--egress-dns`
+//! - `egress_secrets`: secrets computers use without holding them (issue 38): substitution at the secret's hosts only, the value found nowhere inside; Docker and Podman
 //! - `startup`: start-up refusals and flags
 //! - `images`: a BusyBox image (ash, no bash)
 //! - `files`: the file tools (read, write, edit) through the supervisor and the archive API
@@ -37,6 +38,7 @@
 //! - `executor_api`: the executor's `/v1` REST API on Docker: results as the tools', codes, teams, auth attacks (issue 6)
 //! - `gateway`: the Worker under `wrangler dev` in front of an executor: teams, sessions, scopes, auth, inventory, alarms (issue 6)
 //! - `gateway_cloud`: the Worker placing computers directly on the Fly and E2B simulators (issue 7)
+//! - `gateway_network`: a network policy per team at the gateway (`TEAM_NETWORK`), enforced by a Docker executor's gate (issue 38)
 //! - `image`: the FROM scratch image of the static binary, run as an executor (issue 6)
 //! - `modal`: Modal computers against the gRPC simulator, from the binary and through the gateway (issue 7)
 //! - `registry`: `shared::registry`'s rules end to end on WASM computers behind the HTTP server (issue 13)
