@@ -472,7 +472,10 @@ fn job_error(e: JobsOverExec<ComputersError>) -> ApiError {
 fn computers_error(e: ComputersError) -> ApiError {
     let code = match e {
         ComputersError::NotFound(_) => ErrorCode::NotFound,
-        ComputersError::Network(_) => ErrorCode::BadRequest,
+        ComputersError::Network(_)
+        | ComputersError::E2b(shared::providers::e2b::E2bError::Network(_)) => {
+            ErrorCode::BadRequest
+        }
         ComputersError::Fly(_) | ComputersError::E2b(_) => ErrorCode::Engine,
     };
     ApiError::new(code, e.to_string())

@@ -394,11 +394,22 @@ pub struct Destinations {
     pub nets: Vec<String>,
 }
 
+/// An allow-list rule that `provider`'s lists of names and networks cannot hold: a name
+/// with a port of its own (`github.com:22`; a name without one means the web ports, which
+/// a provider's name rules are for).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "network rule {rule}: {provider}'s allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports)"
+)]
+pub struct PortedRule {
+    pub rule: Rule,
+    pub provider: &'static str,
+}
+
 impl Policy {
-    /// This allow list as [`Destinations`] (`None` for `all` and `none`), or the first rule
-    /// such a provider cannot hold: a name with a port of its own (`github.com:22`; a name
-    /// without one means the web ports, which a provider's name rules are for).
-    pub fn destinations(&self) -> Result<Option<Destinations>, String> {
+    /// This allow list as [`Destinations`] for `provider` (`None` for `all` and `none`), or
+    /// the first rule such a provider cannot hold ([`PortedRule`]).
+    pub fn destinations(&self, provider: &'static str) -> Result<Option<Destinations>, PortedRule> {
         let Policy::Allow(rules) = self else {
             return Ok(None);
         };
@@ -414,7 +425,12 @@ impl Policy {
                     ports: Ports::Web,
                 } => out.names.push(format!("*.{suffix}")),
                 Rule::Net(net) => out.nets.push(net.to_string()),
-                other => return Err(other.to_string()),
+                other => {
+                    return Err(PortedRule {
+                        rule: other.clone(),
+                        provider,
+                    });
+                }
             }
         }
         Ok(Some(out))

@@ -6,6 +6,7 @@
 
 pub mod jobs;
 pub mod sim;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -526,6 +527,34 @@ pub async fn exec(client: &Client, arguments: Value) -> Result<Value> {
         bail!("exec {arguments} failed: {:?}", r.content);
     }
     r.structured_content.context("no structuredContent")
+}
+
+/// SPEC §3.11 on a provider that holds the policy in its own rules (E2B, Modal): an agent
+/// narrows computer `offline` to `none` (`made` checks the provider's side after the
+/// create), which then sees only `lo`; `computer_list` shows `none` for it and `allow`
+/// (the server's list) for computer `listed`.
+pub async fn narrowed_to_none_and_listed(
+    client: &Client,
+    allow: &[&str],
+    made: impl FnOnce(),
+) -> Result<()> {
+    let create = json!({"computer_id": "offline", "temporary": false, "network": "none"});
+    call_ok(client, "computer_create", create).await?;
+    made();
+    let ls = json!({"computer_id": "offline", "command": "ls /sys/class/net"});
+    let r = exec(client, ls).await?;
+    anyhow::ensure!(
+        r["stdout"].as_str().unwrap_or_default().trim() == "lo",
+        "{r}"
+    );
+    let list = call_ok(client, "computer_list", json!({})).await?;
+    let network = |id| listed(&list, id).map(|i| i["network"].clone());
+    anyhow::ensure!(network("offline") == Some(json!("none")), "{list}");
+    anyhow::ensure!(
+        network("listed") == Some(json!({ "allow": allow })),
+        "{list}"
+    );
+    Ok(())
 }
 
 /// The value of one series (`name{labels}`, as printed) on a server's `/metrics`; 0 when

@@ -192,10 +192,13 @@ impl EgressConfig {
     /// The allow-list rule a provider's lists cannot hold (a name with a port of its own),
     /// refused at start for E2B and Modal.
     pub fn provider_rule(&self, enforcer: Enforcer) -> Option<String> {
-        match enforcer {
-            Enforcer::E2b | Enforcer::Modal => self.policy.destinations().err(),
-            _ => None,
-        }
+        let provider = match enforcer {
+            Enforcer::E2b => "E2B",
+            Enforcer::Modal => "Modal",
+            _ => return None,
+        };
+        let refused = self.policy.destinations(provider).err()?;
+        Some(refused.rule.to_string())
     }
 
     /// `Ok` when `backend`'s computers (kept by `enforcer`) can hold these flags; else the

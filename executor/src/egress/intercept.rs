@@ -102,7 +102,7 @@ impl Carrier {
         if upstream.as_ref().is_none_or(SendRequest::is_closed) {
             match self.dial().await {
                 Ok(s) => *upstream = Some(s),
-                Err(why) => return failed(&why),
+                Err(why) => return failed(&why.to_string()),
             }
         }
         let Some(sender) = upstream.as_mut() else {
@@ -120,16 +120,16 @@ impl Carrier {
     }
 
     /// A connection of the gate's own to the host: TLS verified when the computer spoke TLS.
-    async fn dial(&self) -> Result<SendRequest<Incoming>, String> {
+    async fn dial(&self) -> Result<SendRequest<Incoming>, DialError> {
         let tcp = super::tcp::connect(&self.addrs, self.port)
             .await
-            .ok_or_else(|| format!("could not connect to {}:{}", self.name, self.port))?;
+            .ok_or_else(|| DialError::Connect(self.name.clone(), self.port))?;
         let _ = tcp.set_nodelay(true);
         if !self.tls {
             return handshake(tcp).await;
         }
         let server_name = rustls::pki_types::ServerName::try_from(self.name.clone())
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| DialError::Name(self.name.clone()))?;
         let connector = tokio_rustls::TlsConnector::from(self.authority.upstream.clone());
         match connector.connect(server_name, tcp).await {
             Ok(tls) => handshake(tls).await,
@@ -137,10 +137,10 @@ impl Carrier {
                 self.confined
                     .refuse(&self.name, self.port, Denial::Untrusted);
                 tracing::warn!(name = %self.name, error = %e, "the egress gate could not verify a secret's host");
-                Err(format!(
-                    "{}'s certificate could not be verified ({e}); an operator can add its CA with --egress-ca-file",
-                    self.name
-                ))
+                Err(DialError::Untrusted {
+                    name: self.name.clone(),
+                    error: e,
+                })
             }
         }
     }
@@ -173,13 +173,27 @@ impl Carrier {
     }
 }
 
-async fn handshake<I>(io: I) -> Result<SendRequest<Incoming>, String>
+/// Why the gate's own connection to a secret's host could not be made (answered to the
+/// computer as a 502 with this text).
+#[derive(Debug, thiserror::Error)]
+enum DialError {
+    #[error("could not connect to {0}:{1}")]
+    Connect(String, u16),
+    #[error("{0} is not a name a TLS certificate can be checked against")]
+    Name(String),
+    #[error(
+        "{name}'s certificate could not be verified ({error}); an operator can add its CA with --egress-ca-file"
+    )]
+    Untrusted { name: String, error: std::io::Error },
+    #[error("the HTTP/1.1 handshake failed: {0}")]
+    Handshake(#[from] hyper::Error),
+}
+
+async fn handshake<I>(io: I) -> Result<SendRequest<Incoming>, DialError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

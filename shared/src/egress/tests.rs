@@ -332,11 +332,16 @@ fn a_denial_names_the_flag_that_would_allow_it() {
 #[test]
 fn allow_lists_map_to_a_providers_names_and_networks_unless_a_rule_has_a_port() {
     let p = Policy::allow(["pypi.org", "*.npmjs.org", "10.0.0.5", "10.1.0.0/16"]).unwrap();
-    let d = p.destinations().unwrap().unwrap();
+    let d = p.destinations("E2B").unwrap().unwrap();
     assert_eq!(d.names, ["pypi.org", "*.npmjs.org"]);
     assert_eq!(d.nets, ["10.0.0.5/32", "10.1.0.0/16"]);
-    assert_eq!(Policy::All.destinations(), Ok(None));
-    assert_eq!(Policy::None.destinations(), Ok(None));
+    assert_eq!(Policy::All.destinations("E2B"), Ok(None));
+    assert_eq!(Policy::None.destinations("E2B"), Ok(None));
     let p = Policy::allow(["pypi.org", "github.com:22"]).unwrap();
-    assert_eq!(p.destinations(), Err("github.com:22".to_owned()));
+    let refused = p.destinations("Modal").unwrap_err();
+    assert_eq!(refused.rule.to_string(), "github.com:22");
+    assert_eq!(
+        refused.to_string(),
+        "network rule github.com:22: Modal's allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports)"
+    );
 }

@@ -118,7 +118,7 @@ pub struct NetworkRules {
 
 impl NetworkRules {
     /// `policy` as E2B's rules, or why they cannot hold it (a name with a port).
-    pub fn of(policy: &crate::egress::Policy) -> Result<NetworkRules, String> {
+    pub fn of(policy: &crate::egress::Policy) -> Result<NetworkRules, crate::egress::PortedRule> {
         use crate::egress::Policy;
         match policy {
             Policy::All => Ok(NetworkRules::default()),
@@ -127,12 +127,7 @@ impl NetworkRules {
                 allow_out: None,
             }),
             Policy::Allow(_) => {
-                let d = policy
-                    .destinations()
-                    .map_err(|rule| format!(
-                        "network rule {rule}: E2B's allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports)"
-                    ))?
-                    .unwrap_or_default();
+                let d = policy.destinations("E2B")?.unwrap_or_default();
                 let mut out = d.names;
                 out.extend(d.nets);
                 Ok(NetworkRules {
@@ -295,8 +290,8 @@ fn rpc_advice(code: &str) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum E2bError {
     /// A network policy E2B's rules cannot hold (nothing was sent).
-    #[error("{0}")]
-    Network(String),
+    #[error(transparent)]
+    Network(#[from] crate::egress::PortedRule),
     #[error(
         "the E2B API refused the API key (HTTP 401/403): check that the E2B API key (`e2b_...`) \
          is valid and belongs to the team that owns the sandbox"
@@ -448,7 +443,7 @@ impl<T: HttpTransport> E2bClient<T> {
     /// [`E2bError::Capacity`]. A 404 means the template does not exist.
     pub async fn create(&self, req: &NewSandbox) -> Result<Sandbox, E2bError> {
         let url = format!("{}/sandboxes", self.api_url);
-        let rules = NetworkRules::of(&req.network).map_err(E2bError::Network)?;
+        let rules = NetworkRules::of(&req.network)?;
         let body = json_body(&NewSandboxBody {
             template_id: &req.template_id,
             timeout: clamp_i32(req.timeout_secs),

@@ -4,108 +4,11 @@
 //! urllib), and a search of the computer's whole filesystem, environment and `/proc` for
 //! the value.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tests::upstream::{Recorder, test_pki};
 use tests::*;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-/// One request as an upstream saw it: the TLS server name (`None`: plain HTTP) and the
-/// request's head.
-pub(crate) type Seen = (Option<String>, String);
-
-/// An HTTP(S) server on the host that keeps each request's head and answers `ok`, or, for
-/// `/echo`, the head itself.
-pub(crate) struct Recorder {
-    pub(crate) port: u16,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Recorder {
-    pub(crate) async fn start(tls: Option<Arc<rustls::ServerConfig>>) -> anyhow::Result<Recorder> {
-        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await?;
-        let port = listener.local_addr()?.port();
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let kept = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((sock, _)) = listener.accept().await {
-                let (kept, tls) = (kept.clone(), tls.clone());
-                tokio::spawn(async move {
-                    match tls {
-                        Some(config) => {
-                            let acceptor = tokio_rustls::TlsAcceptor::from(config);
-                            if let Ok(s) = acceptor.accept(sock).await {
-                                let name = s.get_ref().1.server_name().map(str::to_owned);
-                                answer(s, name, kept).await;
-                            }
-                        }
-                        None => answer(sock, None, kept).await,
-                    }
-                });
-            }
-        });
-        Ok(Recorder { port, seen })
-    }
-
-    pub(crate) fn heads(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
-    mut s: S,
-    name: Option<String>,
-    kept: Arc<Mutex<Vec<Seen>>>,
-) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
-        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
-            _ => return,
-        }
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    kept.lock().unwrap().push((name, head.clone()));
-    let body = if head.starts_with("GET /echo") {
-        head
-    } else {
-        "ok".to_owned()
-    };
-    let reply = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = s.write_all(reply.as_bytes()).await;
-    let _ = s.shutdown().await;
-}
-
-/// A CA, and a server configuration with a certificate for `names` signed by it.
-fn test_pki(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .unwrap();
-    (ca_cert.pem(), Arc::new(config))
-}
 
 /// Runs `script` in container `name` with `docker exec` (not through any server).
 async fn docker_sh(name: &str, script: &str) -> anyhow::Result<String> {
@@ -120,9 +23,9 @@ async fn docker_sh(name: &str, script: &str) -> anyhow::Result<String> {
 async fn issue_38_secrets_are_put_in_on_the_wire_and_never_enter_the_computer() -> anyhow::Result<()>
 {
     let t = tag("egress-secret");
-    let (ca_pem, trusted) = test_pki(&["api.secret.test", "other.test"]);
+    let (ca_pem, trusted) = test_pki(&["api.secret.test", "other.test"])?;
     // A host whose certificate no CA the server trusts signed.
-    let (_, rogue_tls) = test_pki(&["rogue.secret.test"]);
+    let (_, rogue_tls) = test_pki(&["rogue.secret.test"])?;
     let api = Recorder::start(Some(trusted)).await?;
     let rogue = Recorder::start(Some(rogue_tls)).await?;
     let plain = Recorder::start(None).await?;

@@ -7,8 +7,8 @@ use serde_json::json;
 use tests::*;
 
 use crate::egress::blocked_hosts;
-use crate::egress_secrets::Recorder;
 use crate::gateway::{EXECUTOR_SECRET, claims, sign, vars};
+use tests::upstream::Recorder;
 
 #[tokio::test]
 async fn issue_38_the_gateway_holds_a_network_policy_per_team() -> anyhow::Result<()> {

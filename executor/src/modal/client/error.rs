@@ -10,8 +10,8 @@ pub enum ModalError {
     #[error("Modal settings: {0}")]
     Config(String),
     /// A network policy Modal's rules cannot hold (nothing was sent).
-    #[error("{0}")]
-    Network(String),
+    #[error(transparent)]
+    Network(#[from] shared::egress::PortedRule),
     /// Modal rejected the credentials.
     #[error(
         "Modal rejected the credentials ({0}). Create a token with `modal token new` (or at \

@@ -40,12 +40,7 @@ pub fn network_access(policy: &Policy) -> Result<Option<pb::NetworkAccess>, Moda
             ..Default::default()
         }),
         Policy::Allow(_) => {
-            let d = policy
-                .destinations()
-                .map_err(|rule| ModalError::Network(format!(
-                    "network rule {rule}: Modal's allow lists name hosts and networks without ports; drop the port (a name alone allows the web ports)"
-                )))?
-                .unwrap_or_default();
+            let d = policy.destinations("Modal")?.unwrap_or_default();
             Some(pb::NetworkAccess {
                 network_access_type: NetworkAccessType::Allowlist as i32,
                 allowed_cidrs: d.nets,

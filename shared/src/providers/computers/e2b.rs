@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
+use super::{CloudComputers, Computer, ComputersError, NetworkError, Owner, ProviderExec, tags};
 use crate::egress::Policy;
 use crate::files::over_exec::{OverExec, PathInfo, PathKind};
 use crate::providers::HttpTransport;
@@ -237,7 +237,7 @@ impl<T: HttpTransport> CloudComputers for E2bComputers<T> {
         network: &Policy,
     ) -> Result<Computer, ComputersError> {
         // Checked before anything is made: a rule E2B cannot hold is refused.
-        crate::providers::e2b::NetworkRules::of(network).map_err(ComputersError::Network)?;
+        crate::providers::e2b::NetworkRules::of(network).map_err(NetworkError::from)?;
         let mut metadata = tags::of(id, temporary, &self.owner, team);
         if *network != Policy::All {
             metadata.push((

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use super::{CloudComputers, Computer, ComputersError, Owner, ProviderExec, tags};
+use super::{CloudComputers, Computer, ComputersError, NetworkError, Owner, ProviderExec, tags};
 use crate::egress::Policy;
 use crate::providers::HttpTransport;
 use crate::providers::fly::{ExecOutput, FlyClient, FlyError, Machine, MachineSpec};
@@ -228,9 +228,7 @@ impl<T: HttpTransport> CloudComputers for FlyComputers<T> {
         network: &Policy,
     ) -> Result<Computer, ComputersError> {
         if *network != Policy::All {
-            return Err(ComputersError::Network(format!(
-                "network {network}: Fly Machines have no egress control, so a Fly computer cannot be confined to it; leave `network` out"
-            )));
+            return Err(NetworkError::Unconfinable(network.clone()).into());
         }
         let s = &self.settings;
         let spec = MachineSpec {

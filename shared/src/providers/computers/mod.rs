@@ -284,8 +284,21 @@ pub enum ComputersError {
     )]
     NotFound(String),
     /// A network policy the provider's rules cannot hold (nothing was made).
-    #[error("{0}")]
-    Network(String),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+}
+
+/// A network policy (SPEC §3.11) a provider cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    /// A rule its allow lists cannot hold (E2B: a name with a port).
+    #[error(transparent)]
+    Ported(#[from] crate::egress::PortedRule),
+    /// Any policy but `all` (Fly Machines).
+    #[error(
+        "network {0}: Fly Machines have no egress control, so a Fly computer cannot be confined to it; leave `network` out"
+    )]
+    Unconfinable(Policy),
 }
 
 #[cfg(test)]

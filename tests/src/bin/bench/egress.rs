@@ -2,7 +2,8 @@
 //! open computer of the same server, in the same run. Two computers of the `msc-test/net`
 //! image (scripts/setup builds it): `gated` (an allow list naming the upstream) and `open`.
 //! The upstream is an HTTP server of this process on the host, reached at the docker
-//! bridge's address (pinned with `--egress-resolve`).
+//! bridge's address (pinned with `--egress-resolve`). The secrets row runs a second server
+//! with `--egress-secret` and HTTPS upstreams of a test CA.
 
 use std::time::Instant;
 
@@ -19,6 +20,8 @@ const CONNECTIONS: usize = 300;
 const EXECS: usize = 150;
 /// The download's size.
 const BIG: u64 = 1 << 30;
+/// HTTPS requests timed per host in the secrets row.
+const REQUESTS: usize = 200;
 
 /// An HTTP/1.1 server on the host: `/big` streams [`BIG`] zero bytes, anything else is a
 /// one-line answer; one request per connection.
@@ -124,19 +127,7 @@ async fn warm_p50s(c: &Client, a: &str, b: &str) -> Result<(f64, f64)> {
 
 pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
     let port = upstream().await?;
-    let net = docker()?
-        .inspect_network(
-            "bridge",
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await?;
-    let gw = net
-        .ipam
-        .and_then(|i| i.config)
-        .into_iter()
-        .flatten()
-        .find_map(|c| c.gateway)
-        .context("the bridge network has no gateway")?;
+    let gw = bridge_gateway().await?;
     let opts = ServerOpts::lifecycle()
         .arg("--image")
         .arg("msc-test/net:latest")
@@ -208,6 +199,92 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         floor: Some(without),
         target: "<= 1.05x floor".into(),
         pass: with <= 1.05 * without,
+    });
+    c.cancel().await?;
+    remove_all(&tag).await?;
+    secret_row(t, &gw, rows).await
+}
+
+/// Python in the computer: [`REQUESTS`] HTTPS requests (a new connection each, bearing the
+/// placeholder) to `secret` and `plain` in turns; prints `s <ms>` and `p <ms>` for each.
+fn https_script(secret: &str, plain: &str, port: u16) -> String {
+    format!(
+        "import http.client,ssl,time,os\n\
+         ctx=ssl._create_unverified_context()\n\
+         h={{'Authorization':'Bearer '+os.environ['MSC_B_TOKEN']}}\n\
+         for i in range({REQUESTS}):\n\
+         \x20   for tag,host in (('s','{secret}'),('p','{plain}')):\n\
+         \x20       t=time.perf_counter()\n\
+         \x20       c=http.client.HTTPSConnection(host,{port},context=ctx)\n\
+         \x20       c.request('GET','/',headers=h)\n\
+         \x20       c.getresponse().read()\n\
+         \x20       c.close()\n\
+         \x20       print(tag,(time.perf_counter()-t)*1000)\n"
+    )
+}
+
+/// An HTTPS request to a secret's host (TLS ended at the gate, the value put in, a second
+/// TLS connection to the host) next to the same request to an allowed host without a
+/// secret (TLS carried through), both from one computer, in turns.
+async fn secret_row(t: &str, gw: &str, rows: &mut Vec<Row>) -> Result<()> {
+    let tag = format!("{t}-egress-secret");
+    let state = state_dir(&tag);
+    std::fs::create_dir_all(&state)?;
+    let (ca_pem, tls) = tests::upstream::test_pki(&["api.secret.test", "tls.test"])?;
+    let ca_file = state.join("test-ca.pem");
+    std::fs::write(&ca_file, ca_pem)?;
+    let server = tests::upstream::Recorder::start(Some(tls)).await?;
+    let port = server.port;
+    let value = format!("v{:031x}", rand::random::<u128>() >> 4);
+    let mut opts = ServerOpts::lifecycle()
+        .arg("--image")
+        .arg("msc-test/net:latest")
+        .arg("--tool-instruction-override")
+        .arg("Debian bookworm with curl and python3.")
+        .arg(&format!(
+            "--egress-allow=api.secret.test:{port},tls.test:{port}"
+        ))
+        .arg("--egress-secret=MSC_B_TOKEN=api.secret.test")
+        .arg(&format!("--egress-ca-file={}", ca_file.display()))
+        .arg(&format!("--egress-resolve=api.secret.test={gw}"))
+        .arg(&format!("--egress-resolve=tls.test={gw}"));
+    opts.env.push(("MSC_B_TOKEN".into(), value.clone()));
+    let c = stdio_client(&tag, &state, &opts).await?;
+    let script = https_script("api.secret.test", "tls.test", port);
+    let r = on(&c, "timed", format!("python3 -c \"{script}\"")).await?;
+    let out = r["stdout"].as_str().context("stdout")?;
+    let p50 = |tag: &str| -> Result<f64> {
+        let mut v: Vec<f64> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag)?.trim().parse().ok())
+            .collect();
+        anyhow::ensure!(v.len() == REQUESTS, "{tag}: {} figures: {r}", v.len());
+        v.sort_by(f64::total_cmp);
+        Ok(pct(&v, 0.5))
+    };
+    let (secret, plain) = (p50("s ")?, p50("p ")?);
+    // The row times what it names: the value reached the secret's host every time, and
+    // never the other host.
+    let heads = server.heads();
+    let with = |name: &str| {
+        heads
+            .iter()
+            .filter(|(sni, head)| sni.as_deref() == Some(name) && head.contains(&value))
+            .count()
+    };
+    anyhow::ensure!(
+        with("api.secret.test") == REQUESTS && with("tls.test") == 0,
+        "the value reached api.secret.test {} times and tls.test {} times",
+        with("api.secret.test"),
+        with("tls.test")
+    );
+    rows.push(Row {
+        name: "egress: an HTTPS request to a secret's host (TLS ended at the gate, value put in), p50",
+        value: secret,
+        unit: "ms",
+        floor: Some(plain),
+        target: "<= floor + 2 ms".into(),
+        pass: secret <= plain + 2.0,
     });
     c.cancel().await?;
     remove_all(&tag).await
