@@ -16,7 +16,7 @@ use crate::place::{BackendError, Place};
 use crate::progress::Progress;
 use crate::spec::{
     ContainerRecord, ExecSpec, FileChunks, FilePutSpec, FileSlice, FileWriteSpec, FileWritten,
-    JobPoll, JobStart, UploadStream,
+    ForkSource, JobPoll, JobStart, SnapshotMeta, SnapshotRecord, UploadStream,
 };
 use crate::wasm::Wasm;
 
@@ -226,6 +226,46 @@ impl Place for Backend {
         bytes: Vec<u8>,
     ) -> Result<(), OverExec<BackendError>> {
         each!(self, p => Place::file_api_upload(p, id, path, bytes).await)
+    }
+
+    async fn snapshot_take(
+        &self,
+        id: &str,
+        meta: &SnapshotMeta<'_>,
+    ) -> Result<SnapshotRecord, BackendError> {
+        each!(self, p => Place::snapshot_take(p, id, meta).await)
+    }
+
+    async fn snapshot_list(&self) -> Result<Vec<SnapshotRecord>, BackendError> {
+        each!(self, p => Place::snapshot_list(p).await)
+    }
+
+    async fn snapshot_delete(&self, snapshot_id: &str) -> Result<bool, BackendError> {
+        each!(self, p => Place::snapshot_delete(p, snapshot_id).await)
+    }
+
+    async fn fork(
+        &self,
+        from: ForkSource<'_>,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        each!(self, p => Place::fork(p, from, id, temporary, team, network, progress).await)
+    }
+
+    async fn restore(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        each!(self, p => Place::restore(p, id, snapshot_id, temporary, team, network, progress).await)
     }
 }
 

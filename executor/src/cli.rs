@@ -226,7 +226,9 @@ pub struct Cli {
     /// Tool groups to serve, comma-separated: exec (always on), jobs (terminal_job and
     /// `yield_ms` for long-running commands), files (computer_file_read, _write and
     /// _edit), lifecycle (the computer_* tools and the
-    /// dashboard; ENABLE_LIFECYCLE_TOOLS=true adds it too), or all. Default: exec.
+    /// dashboard; ENABLE_LIFECYCLE_TOOLS=true adds it too), snapshots (computer_snapshot,
+    /// _fork, _restore, computer_snapshots, computer_snapshot_delete), or all. Default:
+    /// exec.
     #[arg(long, env = "MCP_SANDBOX_TOOLS", value_parser = any_string, help_heading = "core options")]
     pub tools: Option<String>,
     /// Where fly.json, permanent WASM computers and caches live.
@@ -238,6 +240,10 @@ pub struct Cli {
     /// create one is refused until some are deleted.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000), help_heading = "core options")]
     pub max_computers_per_principal: u64,
+    /// Snapshots kept per computer (group snapshots); past it, computer_snapshot is
+    /// refused until one is deleted.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000), help_heading = "core options")]
+    pub snapshot_limit: u64,
 
     // ---- http limits ----
     /// Largest JSON request body over HTTP (/mcp, the executor API), in bytes (16 MiB);

@@ -33,6 +33,7 @@ pub mod files;
 mod jobs;
 mod quota;
 mod session;
+mod snapshots;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -64,6 +65,8 @@ pub struct ExecDefaults {
     /// The server's network policy (SPEC §3.11): a new computer's, narrowed by its
     /// agent's `network`; and the policy of computers whose backend records none.
     pub network: Policy,
+    /// `--snapshot-limit`: snapshots kept per computer (SPEC §3.12).
+    pub snapshot_limit: usize,
 }
 
 /// A policy as messages show it: its wire form (`"none"`, `{"allow":[...]}`).
@@ -195,6 +198,7 @@ impl Computers {
             list_jobs: false,
             max_computers,
             network,
+            snapshot_limit: shared::snapshots::DEFAULT_LIMIT,
         };
         Arc::new(Computers::new(
             Backend::Fake(fake),
@@ -584,6 +588,13 @@ impl Computers {
     pub async fn release_owner(&self, owner: &str) {
         let Ok(owned) = self.registry().owned_by(owner);
         self.remove_ids(Self::ids(owned)).await;
+        if self
+            .backend
+            .capabilities()
+            .has(shared::capabilities::Capability::Snapshots)
+        {
+            self.release_snapshots_of(owner).await;
+        }
     }
 
     fn unremoved(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {

@@ -178,6 +178,8 @@ pub struct Config {
     pub max_sessions_per_principal: usize,
     /// `--max-computers-per-principal`.
     pub max_computers_per_principal: usize,
+    /// `--snapshot-limit`: snapshots kept per computer (SPEC §3.12).
+    pub snapshot_limit: usize,
     pub auth_token: Option<String>,
     /// The configured shell, or `None` for bash with a /bin/sh fallback.
     pub shell: Option<String>,
@@ -187,6 +189,8 @@ pub struct Config {
     pub jobs_tools: bool,
     /// `--tools` includes `files` (the `computer_file_*` tools).
     pub files_tools: bool,
+    /// `--tools` includes `snapshots` (SPEC §3.12).
+    pub snapshots_tools: bool,
     /// The exec tool's description for the backend in use (`run` picks the WASM one
     /// when it starts on WASM).
     pub exec_description: String,
@@ -772,12 +776,14 @@ Files persist between calls on the same computer and across computer_restart (a 
             .unwrap_or(usize::MAX),
             max_computers_per_principal: usize::try_from(cli.max_computers_per_principal)
                 .unwrap_or(usize::MAX),
+            snapshot_limit: usize::try_from(cli.snapshot_limit).unwrap_or(usize::MAX),
             auth_token,
             shell: cli.shell.clone(),
             tool_name: cli.tool_name.clone(),
             lifecycle_tools: groups.lifecycle || lifecycle_enabled(lifecycle_env),
             jobs_tools: groups.jobs,
             files_tools: groups.files,
+            snapshots_tools: groups.snapshots,
             exec_description,
             other_description,
             backend,
@@ -1199,26 +1205,43 @@ mod tests {
 
     #[test]
     fn tool_groups_come_from_tools_and_an_unknown_one_is_named() {
-        let on = |c: Config| (c.jobs_tools, c.files_tools, c.lifecycle_tools);
+        let on = |c: Config| {
+            (
+                c.jobs_tools,
+                c.files_tools,
+                c.lifecycle_tools,
+                c.snapshots_tools,
+            )
+        };
         assert_eq!(
             on(cfg(&["--tools=jobs, FILES"]).unwrap()),
-            (true, true, false)
+            (true, true, false, false)
         );
-        assert_eq!(on(cfg(&["--tools=all"]).unwrap()), (true, true, true));
-        assert_eq!(on(cfg(&["--tools="]).unwrap()), (false, false, false));
+        assert_eq!(on(cfg(&["--tools=all"]).unwrap()), (true, true, true, true));
+        assert_eq!(
+            on(cfg(&["--tools="]).unwrap()),
+            (false, false, false, false)
+        );
+        assert_eq!(
+            on(cfg(&["--tools=snapshots"]).unwrap()),
+            (false, false, false, true)
+        );
         let cli = Cli::try_parse_from(["x", "--tools=exec"]).unwrap();
         assert_eq!(
             on(Config::from_cli(&cli, Some("true")).unwrap()),
-            (false, false, true),
+            (false, false, true, false),
             "ENABLE_LIFECYCLE_TOOLS adds the lifecycle group"
         );
-        let e = cfg(&["--tools=jobs,snapshots"]).unwrap_err();
-        assert!(matches!(e, ConfigError::Tools(ref g) if g.0 == "snapshots"));
+        let e = cfg(&["--tools=jobs,ports"]).unwrap_err();
+        assert!(matches!(e, ConfigError::Tools(ref g) if g.0 == "ports"));
         assert!(
             e.to_string()
-                .starts_with("--tools: unknown tool group \"snapshots\""),
+                .starts_with("--tools: unknown tool group \"ports\""),
             "{e}"
         );
+        assert_eq!(cfg(&[]).unwrap().snapshot_limit, 20);
+        assert_eq!(cfg(&["--snapshot-limit=3"]).unwrap().snapshot_limit, 3);
+        assert!(Cli::try_parse_from(["x", "--snapshot-limit=0"]).is_err());
     }
 
     #[test]

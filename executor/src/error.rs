@@ -47,6 +47,30 @@ pub enum ComputerError {
         has: String,
         asked: String,
     },
+    /// No snapshot of that id that the caller may reach (SPEC §3.12).
+    #[error(
+        "snapshot {0:?} does not exist (or is not yours); computer_snapshots lists a computer's snapshots"
+    )]
+    NoSnapshot(String),
+    /// The computer keeps as many snapshots as `--snapshot-limit` allows; nothing was taken.
+    #[error(
+        "computer {id:?} already keeps {limit} snapshots, the most --snapshot-limit allows; delete one it no longer needs with computer_snapshot_delete (computer_snapshots lists them), then snapshot again"
+    )]
+    SnapshotLimit { id: String, limit: usize },
+    /// A fork names a computer that exists: a fork always makes a new one.
+    #[error(
+        "computer {0:?} already exists; computer_fork makes a new computer: pass another computer_id, or leave it out for a fresh one"
+    )]
+    ForkExists(String),
+    /// A restore of a snapshot taken of another computer.
+    #[error(
+        "snapshot {snapshot:?} was taken of computer {of:?}, not {id:?}: restore it to {of:?}, or start a new computer from it with computer_fork"
+    )]
+    OtherComputer {
+        snapshot: String,
+        of: String,
+        id: String,
+    },
 }
 
 impl ComputerError {
@@ -65,11 +89,13 @@ impl ComputerError {
 
     /// Is it "no such computer", whatever the backend?
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ComputerError::Registry(RegistryError::Unknown(_)))
-            || matches!(
-                self.failure(),
-                Some(Failure::NotFound | Failure::NoSuchJob | Failure::JobGone)
-            )
+        matches!(
+            self,
+            ComputerError::Registry(RegistryError::Unknown(_)) | ComputerError::NoSnapshot(_)
+        ) || matches!(
+            self.failure(),
+            Some(Failure::NotFound | Failure::NoSuchJob | Failure::JobGone)
+        )
     }
 
     /// Does it contradict the computer's state or ownership (the other `temporary`
@@ -77,7 +103,11 @@ impl ComputerError {
     pub fn is_conflict(&self) -> bool {
         matches!(
             self,
-            ComputerError::Registry(RegistryError::Policy(_)) | ComputerError::Taken(_)
+            ComputerError::Registry(RegistryError::Policy(_))
+                | ComputerError::Taken(_)
+                | ComputerError::SnapshotLimit { .. }
+                | ComputerError::ForkExists(_)
+                | ComputerError::OtherComputer { .. }
         ) || self.failure() == Some(Failure::Conflict)
     }
 

@@ -23,8 +23,8 @@ use shared::result::ExecOutcome;
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
-    JobStart, UploadStream,
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, ForkSource,
+    JobPoll, JobStart, SnapshotMeta, SnapshotRecord, UploadStream,
 };
 
 /// One computer of the fake.
@@ -39,6 +39,8 @@ struct Machine {
 #[derive(Debug, Default)]
 struct State {
     machines: BTreeMap<String, Machine>,
+    /// Snapshots by id: the record and the files.
+    snapshots: BTreeMap<String, (SnapshotRecord, BTreeMap<String, Vec<u8>>)>,
     /// Every call made, as `op key` (`create box`, `exec box`, …), in order.
     calls: Vec<String>,
     made: u64,
@@ -159,6 +161,18 @@ impl Fake {
     }
 }
 
+impl Fake {
+    fn snapshot_files(&self, sid: &str) -> Result<BTreeMap<String, Vec<u8>>, BackendError> {
+        match self.state().snapshots.get(sid) {
+            Some((_, files)) => Ok(files.clone()),
+            None => Err(BackendError::new(
+                Failure::NotFound,
+                format!("no snapshot {sid}"),
+            )),
+        }
+    }
+}
+
 fn missing(key: &str) -> BackendError {
     BackendError::new(Failure::NotFound, format!("no computer {key}"))
 }
@@ -245,6 +259,75 @@ impl Place for Fake {
     ) -> Result<ContainerRecord, BackendError> {
         self.remove(id).await?;
         self.create(id, temporary, team, network, progress).await
+    }
+
+    /// A copy of the files; its size is their bytes.
+    async fn snapshot_take(
+        &self,
+        id: &str,
+        meta: &SnapshotMeta<'_>,
+    ) -> Result<SnapshotRecord, BackendError> {
+        self.called("snapshot", id);
+        let files = self.with(id, |m| Ok(m.files.clone()))?;
+        let size = files.values().map(|f| f.len() as u64).sum();
+        let record = meta.record(id, size, false);
+        self.state()
+            .snapshots
+            .insert(meta.snapshot_id.to_owned(), (record.clone(), files));
+        Ok(record)
+    }
+
+    async fn snapshot_list(&self) -> Result<Vec<SnapshotRecord>, BackendError> {
+        Ok(self
+            .state()
+            .snapshots
+            .values()
+            .map(|(r, _)| r.clone())
+            .collect())
+    }
+
+    async fn snapshot_delete(&self, snapshot_id: &str) -> Result<bool, BackendError> {
+        self.called("snapshot_delete", snapshot_id);
+        Ok(self.state().snapshots.remove(snapshot_id).is_some())
+    }
+
+    async fn fork(
+        &self,
+        from: ForkSource<'_>,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        let files = match from {
+            ForkSource::Computer(key) => self.with(key, |m| Ok(m.files.clone()))?,
+            ForkSource::Snapshot(sid) => self.snapshot_files(sid)?,
+        };
+        let made = self.create(id, temporary, team, network, progress).await?;
+        self.with(id, |m| {
+            m.files = files;
+            Ok(made)
+        })
+    }
+
+    async fn restore(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        let files = self.snapshot_files(snapshot_id)?;
+        let made = self
+            .factory_reset(id, temporary, team, network, progress)
+            .await?;
+        self.with(id, |m| {
+            m.files = files;
+            Ok(made)
+        })
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, BackendError> {

@@ -19,7 +19,7 @@ use shared::result::ExecOutcome;
 use crate::progress::Progress;
 use crate::spec::{
     ContainerRecord, ExecSpec, FileChunks, FilePutSpec, FileSlice, FileWriteSpec, FileWritten,
-    JobPoll, JobStart, UploadStream,
+    ForkSource, JobPoll, JobStart, SnapshotMeta, SnapshotRecord, UploadStream,
 };
 
 pub mod over_exec;
@@ -272,4 +272,63 @@ pub trait Place {
     {
         over_exec::put(self, id, spec, body).await
     }
+    /// Keeps computer `id`'s filesystem as snapshot `meta.snapshot_id`, its processes
+    /// frozen for the copy (SPEC §3.12). Only where [`Capability::Snapshots`] is declared.
+    async fn snapshot_take(
+        &self,
+        id: &str,
+        meta: &SnapshotMeta<'_>,
+    ) -> Result<SnapshotRecord, BackendError> {
+        let _ = (id, meta);
+        Err(cannot(self.name(), Capability::Snapshots))
+    }
+    /// Every snapshot this backend keeps, of any computer (the controller picks the
+    /// caller's).
+    async fn snapshot_list(&self) -> Result<Vec<SnapshotRecord>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Removes snapshot `snapshot_id` (computers made from it keep their files); `false`:
+    /// there was none.
+    async fn snapshot_delete(&self, snapshot_id: &str) -> Result<bool, BackendError> {
+        let _ = snapshot_id;
+        Err(cannot(self.name(), Capability::Snapshots))
+    }
+    /// Makes computer `id` as [`Place::create`] would, but with the files of `from`,
+    /// which is left as it was. Only where [`Capability::Fork`] is declared.
+    async fn fork(
+        &self,
+        from: ForkSource<'_>,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        let _ = (from, id, temporary, team, network, progress);
+        Err(cannot(self.name(), Capability::Fork))
+    }
+    /// Computer `id` starts again from snapshot `snapshot_id`, as a factory reset does from
+    /// the image (its processes and jobs end).
+    async fn restore(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        let _ = (id, snapshot_id, temporary, team, network, progress);
+        Err(cannot(self.name(), Capability::Snapshots))
+    }
+}
+
+/// The refusal of a backend named `backend` asked for `cap`, which it does not declare.
+pub fn cannot(backend: &str, cap: Capability) -> BackendError {
+    let refused = Unsupported {
+        capability: cap,
+        backend: backend.to_owned(),
+        reason: None,
+    };
+    BackendError::new(Failure::Unsupported, refused)
 }

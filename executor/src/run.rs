@@ -63,6 +63,7 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
         jobs: config.jobs_tools,
         files: config.files_tools,
         lifecycle: config.lifecycle_tools,
+        snapshots: config.snapshots_tools,
     };
     let mut instructions = String::from(
         "Each computer is an isolated Linux machine with a stable id. Run commands with the exec tool; \
@@ -76,6 +77,11 @@ pub fn dispatcher(config: &Config) -> Dispatcher {
     if groups.files {
         instructions.push_str(
             " Move files as bytes with computer_file_read, computer_file_write and computer_file_edit (4 MiB per call; bigger files in appended slices).",
+        );
+    }
+    if groups.snapshots {
+        instructions.push_str(
+            " Before a risky change, keep the computer's files with computer_snapshot; go back with computer_restore, or try alternatives side by side with computer_fork.",
         );
     }
     instructions.push_str(&format!(" Tool groups: {}.", groups.names().join(", ")));
@@ -232,6 +238,7 @@ async fn serve(config: Config, backend: Backend) -> Result<(), RunError> {
             list_jobs: config.jobs_tools,
             max_computers: config.max_computers_per_principal,
             network: config.egress.policy.clone(),
+            snapshot_limit: config.snapshot_limit,
         },
         host_name(),
     ));

@@ -10,6 +10,66 @@ use shared::files::BrokenStream;
 /// One computer as its backend shows it (the shared provider record).
 pub type ContainerRecord = shared::providers::computers::Computer;
 
+/// One snapshot as its backend keeps it (SPEC §3.12); the controller decides who reaches
+/// it and answers with the caller's ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub snapshot_id: String,
+    /// The backend key of the computer it was taken of.
+    pub of: String,
+    /// The team whose computer it was (`None`: a local server's).
+    pub team: Option<String>,
+    /// A temporary computer's owner: only it reaches the snapshot, which goes with it.
+    pub owner: Option<String>,
+    pub label: String,
+    /// When it was taken, in milliseconds since the epoch.
+    pub created_ms: u64,
+    /// What it holds beyond the base image, in bytes.
+    pub size_bytes: u64,
+    /// It keeps running processes and memory too.
+    pub memory: bool,
+    /// The network policy of the computer it was taken of (a fork from it gets it).
+    pub network: Option<shared::egress::Policy>,
+}
+
+/// What a new snapshot carries besides its files (the backend adds its size).
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotMeta<'a> {
+    pub snapshot_id: &'a str,
+    pub label: &'a str,
+    pub team: Option<&'a str>,
+    pub owner: Option<&'a str>,
+    pub created_ms: u64,
+    /// The computer's network policy.
+    pub network: &'a shared::egress::Policy,
+}
+
+impl SnapshotMeta<'_> {
+    /// The record of this snapshot of computer `of`, holding `size_bytes`.
+    pub fn record(&self, of: &str, size_bytes: u64, memory: bool) -> SnapshotRecord {
+        SnapshotRecord {
+            snapshot_id: self.snapshot_id.to_owned(),
+            of: of.to_owned(),
+            team: self.team.map(str::to_owned),
+            owner: self.owner.map(str::to_owned),
+            label: self.label.to_owned(),
+            created_ms: self.created_ms,
+            size_bytes,
+            memory,
+            network: Some(self.network.clone()),
+        }
+    }
+}
+
+/// What a fork starts from, in backend names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForkSource<'a> {
+    /// A running computer's filesystem as it is now (its backend key).
+    Computer(&'a str),
+    /// A snapshot, by id.
+    Snapshot(&'a str),
+}
+
 /// What to run, resolved against the server's defaults (timeout, output limit, shell).
 #[derive(Debug, Clone)]
 pub struct ExecSpec {

@@ -363,6 +363,12 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
     /// name computers by the caller's ids.
     async fn handle(&self, team: &str, op: Op) -> Result<Answer, ApiError> {
         op.named()?;
+        if let Some(cap) = op.needs() {
+            let kind = self.computers.kind();
+            kind.capabilities()
+                .require(kind.name(), cap)
+                .map_err(|e| ApiError::new(ErrorCode::Unsupported, e.to_string()))?;
+        }
         let answer = |r: Result<Answer, ComputersError>| r.map_err(computers_error);
         match op {
             Op::File(call) => self.file(team, call).await,
@@ -404,6 +410,11 @@ impl<C: CloudComputers> OpHandler for Cloud<C> {
             Op::Delete { computer_id } => {
                 answer(self.delete(team, &computer_id).await.map(Answer::from))
             }
+            // Refused above: no provider reached from the Worker keeps snapshots yet.
+            Op::Snapshot(_) => Err(ApiError::new(
+                ErrorCode::Unsupported,
+                "snapshots are not kept by this provider",
+            )),
         }
     }
 }

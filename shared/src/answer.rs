@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::files::{EditAnswer, ReadAnswer, WriteAnswer};
 use crate::jobs::{JobList, JobOutput};
 use crate::result::{Created, Deleted, ExecAnswer, Listed, structured_result};
+use crate::snapshots::{Snapshot, SnapshotDeleted, SnapshotList};
 
 /// The answer of one operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +32,9 @@ pub enum Answer {
     Edited(EditAnswer),
     /// A job's read itself (`crate::op::Op::JobRead`), not a tool's view of it.
     JobRead(JobOutput),
+    Snapshot(Snapshot),
+    Snapshots(SnapshotList),
+    SnapshotDeleted(SnapshotDeleted),
 }
 
 /// Which [`Answer`] an operation gets: how its JSON form is read back.
@@ -45,6 +49,9 @@ pub enum AnswerKind {
     Written,
     Edited,
     JobRead,
+    Snapshot,
+    Snapshots,
+    SnapshotDeleted,
 }
 
 macro_rules! from_shape {
@@ -67,6 +74,9 @@ from_shape!(
     Written(WriteAnswer),
     Edited(EditAnswer),
     JobRead(JobOutput),
+    Snapshot(Snapshot),
+    Snapshots(SnapshotList),
+    SnapshotDeleted(SnapshotDeleted),
 );
 
 impl Answer {
@@ -82,6 +92,9 @@ impl Answer {
             AnswerKind::Written => Answer::Written(serde_json::from_str(text)?),
             AnswerKind::Edited => Answer::Edited(serde_json::from_str(text)?),
             AnswerKind::JobRead => Answer::JobRead(serde_json::from_str(text)?),
+            AnswerKind::Snapshot => Answer::Snapshot(serde_json::from_str(text)?),
+            AnswerKind::Snapshots => Answer::Snapshots(serde_json::from_str(text)?),
+            AnswerKind::SnapshotDeleted => Answer::SnapshotDeleted(serde_json::from_str(text)?),
         })
     }
 
@@ -203,7 +216,27 @@ mod tests {
                 crate::files::edit_structured("box", "/f", 2, 40).into(),
             ),
             (AnswerKind::JobRead, running_job().into()),
+            (AnswerKind::Snapshot, snapshot().into()),
+            (
+                AnswerKind::Snapshots,
+                crate::snapshots::SnapshotList::new(vec![snapshot()]).into(),
+            ),
+            (
+                AnswerKind::SnapshotDeleted,
+                crate::snapshots::SnapshotDeleted::new(&snapshot().snapshot_id).into(),
+            ),
         ]
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            computer_id: "box".into(),
+            snapshot_id: crate::snapshots::new_id(9),
+            label: "before".into(),
+            created_at: "2026-12-07T06:00:00Z".into(),
+            size_bytes: 4096,
+            memory: false,
+        }
     }
 
     #[test]

@@ -256,8 +256,9 @@ impl BackendKind {
     /// The most a backend of this kind can do in this build.
     pub const fn capabilities(self) -> Capabilities {
         match self {
-            BackendKind::Docker
-            | BackendKind::Toolbox
+            // Snapshots as committed images, forks started from them (SPEC §3.12).
+            BackendKind::Docker => BASE.with(Capability::Snapshots).with(Capability::Fork),
+            BackendKind::Toolbox
             | BackendKind::WasmModule
             | BackendKind::Fly
             | BackendKind::E2b

@@ -10,6 +10,7 @@ use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
 mod files;
+mod snapshots;
 
 /// Largest `stdin` accepted, in bytes.
 pub const MAX_STDIN_BYTES: usize = 2 * 1024 * 1024;
@@ -32,6 +33,8 @@ pub enum ToolKind {
     Job,
     /// One of the `computer_file_*` tools (group `files`).
     File,
+    /// One of the snapshot tools (group `snapshots`).
+    Snapshot,
     Dashboard,
     List,
     Create,
@@ -70,10 +73,13 @@ pub struct Groups {
     pub files: bool,
     /// The `computer_*` tools and the dashboard.
     pub lifecycle: bool,
+    /// `computer_snapshot`, `_fork`, `_restore`, `computer_snapshots` and
+    /// `computer_snapshot_delete` (SPEC §3.12).
+    pub snapshots: bool,
 }
 
 /// Every group name, in listing order.
-pub const GROUP_NAMES: &[&str] = &["exec", "jobs", "files", "lifecycle"];
+pub const GROUP_NAMES: &[&str] = &["exec", "jobs", "files", "lifecycle", "snapshots"];
 
 /// A tool group name (in `--tools`, or the gateway's `TOOLS`) that names no group.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +92,7 @@ impl Groups {
         jobs: true,
         files: true,
         lifecycle: true,
+        snapshots: true,
     };
 
     /// Parses `--tools`: group names separated by commas (`exec,jobs,lifecycle`), or `all`.
@@ -97,6 +104,7 @@ impl Groups {
                 "jobs" => groups.jobs = true,
                 "lifecycle" => groups.lifecycle = true,
                 "files" => groups.files = true,
+                "snapshots" => groups.snapshots = true,
                 "all" => groups = Groups::ALL,
                 other => return Err(UnknownGroup(other.to_owned())),
             }
@@ -116,6 +124,9 @@ impl Groups {
         if self.lifecycle {
             out.push("lifecycle");
         }
+        if self.snapshots {
+            out.push("snapshots");
+        }
         out
     }
 }
@@ -127,6 +138,7 @@ pub struct ToolNames {
     pub lifecycle: bool,
     pub jobs: bool,
     pub files: bool,
+    pub snapshots: bool,
 }
 
 impl ToolNames {
@@ -136,6 +148,7 @@ impl ToolNames {
             lifecycle,
             jobs: false,
             files: false,
+            snapshots: false,
         }
     }
 
@@ -146,6 +159,7 @@ impl ToolNames {
             lifecycle: groups.lifecycle,
             jobs: groups.jobs,
             files: groups.files,
+            snapshots: groups.snapshots,
         }
     }
 
@@ -154,6 +168,7 @@ impl ToolNames {
             jobs: self.jobs,
             files: self.files,
             lifecycle: self.lifecycle,
+            snapshots: self.snapshots,
         }
     }
 }
@@ -168,6 +183,9 @@ pub fn tool_kind(names: &ToolNames, name: &str) -> Option<ToolKind> {
     }
     if names.files && files::TOOLS.contains(&name) {
         return Some(ToolKind::File);
+    }
+    if names.snapshots && crate::snapshots::TOOLS.contains(&name) {
+        return Some(ToolKind::Snapshot);
     }
     if !names.lifecycle {
         return None;
@@ -553,6 +571,9 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
     if names.files {
         list.extend(files::tools());
     }
+    if names.snapshots {
+        list.extend(snapshots::tools());
+    }
     if !names.lifecycle {
         return list;
     }
@@ -630,7 +651,7 @@ pub fn tools(names: &ToolNames, exec_description: &str) -> Vec<Tool> {
                 true,
                 true,
             ),
-            ToolKind::Exec | ToolKind::Job | ToolKind::File => continue,
+            ToolKind::Exec | ToolKind::Job | ToolKind::File | ToolKind::Snapshot => continue,
         };
         let mut tool = Tool::new(*name, description, input);
         tool.title = Some(title.into());
@@ -692,12 +713,35 @@ mod tests {
             Groups::parse(" exec, Jobs "),
             Ok(Groups {
                 jobs: true,
-                files: false,
-                lifecycle: false
+                ..Groups::default()
             })
         );
         assert_eq!(Groups::parse("all"), Ok(Groups::ALL));
-        assert_eq!(Groups::ALL.names(), ["exec", "jobs", "files", "lifecycle"]);
+        assert_eq!(
+            Groups::ALL.names(),
+            ["exec", "jobs", "files", "lifecycle", "snapshots"]
+        );
+        let names = ToolNames::with_groups(EXEC_TOOL, Groups::parse("snapshots").unwrap());
+        let listed: Vec<String> = tools(&names, "d")
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                EXEC_TOOL,
+                "computer_snapshot",
+                "computer_fork",
+                "computer_restore",
+                "computer_snapshots",
+                "computer_snapshot_delete"
+            ]
+        );
+        assert_eq!(tool_kind(&names, "computer_fork"), Some(ToolKind::Snapshot));
+        assert_eq!(
+            tool_kind(&ToolNames::new(EXEC_TOOL, true), "computer_fork"),
+            None
+        );
         assert!(
             Groups::parse("exec,bogus")
                 .unwrap_err()
@@ -738,7 +782,7 @@ mod tests {
         let v = serde_json::to_value(&t[0]).unwrap();
         assert!(v["inputSchema"]["properties"]["yield_ms"].is_object());
         let all = tools(&ToolNames::with_groups(EXEC_TOOL, Groups::ALL), "d");
-        assert_eq!(all.len(), 11);
+        assert_eq!(all.len(), 16);
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //! | GET | `/v1/computers/{id}/jobs` | – | `terminal_job`'s list result |
 //! | POST | `/v1/computers/{id}/jobs/{job_id}` | `terminal_job`'s arguments without ids (`stdin_base64`, `close_stdin`, `signal`, `wait_ms`, `peek`) | `terminal_job`'s result |
 //! | POST | `/v1/computers/{id}/jobs/{job_id}/read` | the same | the read itself: `JobOutput`'s serde form (`stdout`/`stderr` in base64, `running`, `exit_code`, `duration_ms`, `dropped_bytes`, `timed_out_after`, `oom_killed`), for a gateway keeping a task |
+//! | POST | `/v1/computers/{id}/snapshots` | `{"label"}` | `computer_snapshot`'s result |
+//! | GET | `/v1/computers/{id}/snapshots` | – | `computer_snapshots`'s result |
+//! | POST | `/v1/computers/{id}/restore` | `{"snapshot_id"}` | as create |
+//! | POST | `/v1/computers/{new id}/fork` | `{"from", "temporary"}` | as create |
+//! | DELETE | `/v1/snapshots/{snapshot_id}` | – | `{"ok", "snapshot_id", "deleted": true}` |
 //!
 //! An exec with `yield_ms` starts a job (SPEC §3.8) the same way as the tool.
 //!

@@ -43,6 +43,7 @@ pub mod op;
 pub mod providers;
 pub mod registry;
 pub mod result;
+pub mod snapshots;
 pub mod tasks;
 pub mod teams;
 pub mod transport;

@@ -22,6 +22,7 @@ use crate::executor_api::{ApiError, ErrorCode, Scope};
 use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
 use crate::maybe_send::{MaybeSend, MaybeSync};
+use crate::snapshots::{ForkFrom, SnapshotCall};
 use crate::validate::{
     Args, ExecRequest, Program, ValidationError, parse_exec, parse_file, parse_job,
 };
@@ -70,6 +71,8 @@ pub enum Op {
     },
     /// A file tool. Creates the computer on first use, like an exec.
     File(FileCall),
+    /// A snapshot tool (SPEC §3.12).
+    Snapshot(SnapshotCall),
 }
 
 /// Validates a `tools/call` for one of the tools in `names` (SPEC §3.2, §3.3): the
@@ -84,6 +87,7 @@ pub fn parse_tool_call(
         ToolKind::Exec => parse_exec(name, arguments, names.jobs).map(Op::Exec),
         ToolKind::Job => parse_job(name, arguments).map(Op::from),
         ToolKind::File => parse_file(name, arguments).map(Op::File),
+        ToolKind::Snapshot => crate::snapshots::parse(name, arguments).map(Op::Snapshot),
         ToolKind::List => Args::new(arguments, &[], name).map(|_| Op::List),
         ToolKind::Dashboard => Args::new(arguments, &[], name).map(|_| Op::Dashboard),
         ToolKind::Create => {
@@ -139,6 +143,30 @@ struct CreateBody {
 
 fn yes() -> bool {
     true
+}
+
+/// `POST /v1/computers/{id}/snapshots`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TakeBody {
+    #[serde(default)]
+    label: String,
+}
+
+/// `POST /v1/computers/{id}/restore`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestoreBody {
+    snapshot_id: String,
+}
+
+/// `POST /v1/computers/{new id}/fork`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    from: String,
+    #[serde(default = "yes")]
+    temporary: bool,
 }
 
 /// `POST /v1/computers/{id}/exec`: `terminal_execute`'s arguments without the id.
@@ -338,6 +366,7 @@ impl Op {
             Op::Delete { .. } => Op::Delete {
                 computer_id: computer_id.to_owned(),
             },
+            Op::Snapshot(call) => Op::Snapshot(call.on(computer_id)),
         }
     }
 
@@ -348,6 +377,7 @@ impl Op {
             Op::Create { temporary, .. } => *temporary,
             Op::Exec(r) => r.temporary,
             Op::File(f) => f.temporary(),
+            Op::Snapshot(SnapshotCall::Fork { temporary, .. }) => *temporary,
             _ => None,
         }
     }
@@ -375,11 +405,13 @@ impl Op {
             | Op::Job(_)
             | Op::JobRead(_)
             | Op::Jobs { .. }
-            | Op::File(_) => Scope::Exec,
+            | Op::File(_)
+            | Op::Snapshot(SnapshotCall::List { .. }) => Scope::Exec,
             Op::Create { .. }
             | Op::Restart { .. }
             | Op::FactoryReset { .. }
-            | Op::Delete { .. } => Scope::Manage,
+            | Op::Delete { .. }
+            | Op::Snapshot(_) => Scope::Manage,
         }
     }
 
@@ -389,6 +421,8 @@ impl Op {
             Op::Exec(r) if r.yield_ms.is_some() => Some(Capability::Jobs),
             Op::Job(_) | Op::JobRead(_) | Op::Jobs { .. } => Some(Capability::Jobs),
             Op::File(_) => Some(Capability::Files),
+            Op::Snapshot(SnapshotCall::Fork { .. }) => Some(Capability::Fork),
+            Op::Snapshot(_) => Some(Capability::Snapshots),
             Op::List
             | Op::Dashboard
             | Op::Create { .. }
@@ -411,6 +445,7 @@ impl Op {
             Op::Restart { computer_id }
             | Op::FactoryReset { computer_id }
             | Op::Delete { computer_id } => Some(computer_id),
+            Op::Snapshot(call) => call.computer_id(),
         }
     }
 
@@ -419,7 +454,9 @@ impl Op {
     /// paths always do; [`Op::on`] names it).
     pub fn named(&self) -> Result<(), ApiError> {
         match (self, self.computer_id()) {
-            (Op::List | Op::Dashboard, _) | (_, Some(_)) => Ok(()),
+            (Op::List | Op::Dashboard, _)
+            | (Op::Snapshot(SnapshotCall::Delete { .. }), _)
+            | (_, Some(_)) => Ok(()),
             (op, None) => Err(bad(format!("{} needs a computer_id", op.name()))),
         }
     }
@@ -436,6 +473,12 @@ impl Op {
             Op::File(FileCall::Read(_)) => AnswerKind::Read,
             Op::File(FileCall::Write(_)) => AnswerKind::Written,
             Op::File(FileCall::Edit(_)) => AnswerKind::Edited,
+            Op::Snapshot(SnapshotCall::Take { .. }) => AnswerKind::Snapshot,
+            Op::Snapshot(SnapshotCall::List { .. }) => AnswerKind::Snapshots,
+            Op::Snapshot(SnapshotCall::Delete { .. }) => AnswerKind::SnapshotDeleted,
+            Op::Snapshot(SnapshotCall::Fork { .. } | SnapshotCall::Restore { .. }) => {
+                AnswerKind::Created
+            }
         }
     }
 
@@ -455,6 +498,11 @@ impl Op {
             Op::File(FileCall::Read(_)) => "file_read",
             Op::File(FileCall::Write(_)) => "file_write",
             Op::File(FileCall::Edit(_)) => "file_edit",
+            Op::Snapshot(SnapshotCall::Take { .. }) => "snapshot",
+            Op::Snapshot(SnapshotCall::Fork { .. }) => "fork",
+            Op::Snapshot(SnapshotCall::Restore { .. }) => "restore",
+            Op::Snapshot(SnapshotCall::List { .. }) => "snapshots",
+            Op::Snapshot(SnapshotCall::Delete { .. }) => "snapshot_delete",
         }
     }
 
@@ -510,6 +558,36 @@ impl Op {
                 let path = format!("/computers/{id}/files/{verb}");
                 ("POST", path, Some(to_json(&body)))
             }
+            Op::Snapshot(SnapshotCall::Take { label, .. }) => {
+                let body = TakeBody {
+                    label: label.clone(),
+                };
+                let path = format!("/computers/{id}/snapshots");
+                ("POST", path, Some(to_json(&body)))
+            }
+            Op::Snapshot(SnapshotCall::List { .. }) => {
+                ("GET", format!("/computers/{id}/snapshots"), None)
+            }
+            Op::Snapshot(SnapshotCall::Restore { snapshot_id, .. }) => {
+                let body = RestoreBody {
+                    snapshot_id: snapshot_id.clone(),
+                };
+                let path = format!("/computers/{id}/restore");
+                ("POST", path, Some(to_json(&body)))
+            }
+            Op::Snapshot(SnapshotCall::Fork {
+                from, temporary, ..
+            }) => {
+                let body = ForkBody {
+                    from: from.as_str().to_owned(),
+                    temporary: temporary.unwrap_or(true),
+                };
+                let path = format!("/computers/{id}/fork");
+                ("POST", path, Some(to_json(&body)))
+            }
+            Op::Snapshot(SnapshotCall::Delete { snapshot_id }) => {
+                ("DELETE", format!("/snapshots/{snapshot_id}"), None)
+            }
         };
         ApiRequest { method, path, body }
     }
@@ -555,11 +633,7 @@ impl Op {
                         "request body: `computer_id` belongs in the path, not the body",
                     ));
                 }
-                let request =
-                    parse_exec("terminal_execute", Some(&args), true).map_err(|e| match e {
-                        ValidationError::Invalid(m) => bad(m),
-                        other => ApiError::new(ErrorCode::Internal, other.to_string()),
-                    })?;
+                let request = parse_exec("terminal_execute", Some(&args), true).map_err(invalid)?;
                 Ok(Op::Exec(request).on(&computer_id))
             }
             ("POST", ["computers", raw, "restart"]) => {
@@ -606,10 +680,7 @@ impl Op {
                         "request body: `computer_id` belongs in the path, not the body",
                     ));
                 }
-                let call = parse_file(tool, Some(&args)).map_err(|e| match e {
-                    ValidationError::Invalid(m) => bad(m),
-                    other => ApiError::new(ErrorCode::Internal, other.to_string()),
-                })?;
+                let call = parse_file(tool, Some(&args)).map_err(invalid)?;
                 Ok(Op::File(call).on(&computer_id))
             }
             ("DELETE", ["computers", raw]) => {
@@ -618,11 +689,60 @@ impl Op {
                     computer_id: id(raw)?,
                 })
             }
+            ("POST", ["computers", raw, "snapshots"]) => {
+                let b: TakeBody = body_of(body)?;
+                Ok(Op::Snapshot(SnapshotCall::Take {
+                    computer_id: id(raw)?,
+                    label: crate::snapshots::checked_label(b.label).map_err(invalid)?,
+                }))
+            }
+            ("GET", ["computers", raw, "snapshots"]) => {
+                no_body()?;
+                Ok(Op::Snapshot(SnapshotCall::List {
+                    computer_id: id(raw)?,
+                }))
+            }
+            ("POST", ["computers", raw, "restore"]) => {
+                let b: RestoreBody = body_of(body)?;
+                Ok(Op::Snapshot(SnapshotCall::Restore {
+                    computer_id: id(raw)?,
+                    snapshot_id: crate::snapshots::checked_id(b.snapshot_id).map_err(invalid)?,
+                }))
+            }
+            ("POST", ["computers", raw, "fork"]) => {
+                let b: ForkBody = body_of(body)?;
+                let from = ForkFrom::parse(&b.from).map_err(invalid)?;
+                Ok(Op::Snapshot(SnapshotCall::Fork {
+                    from,
+                    computer_id: Some(id(raw)?),
+                    temporary: Some(b.temporary),
+                }))
+            }
+            ("DELETE", ["snapshots", raw]) => {
+                no_body()?;
+                Ok(Op::Snapshot(SnapshotCall::Delete {
+                    snapshot_id: crate::snapshots::checked_id((*raw).to_owned())
+                        .map_err(invalid)?,
+                }))
+            }
             _ => Err(ApiError::new(
                 ErrorCode::NotFound,
                 "no such route; see shared::executor_api for the /v1 routes",
             )),
         }
+    }
+}
+
+/// A request body of type `T` (JSON).
+fn body_of<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| bad(format!("request body: {e}")))
+}
+
+/// A validation error as the executor API answers it (400).
+fn invalid(e: ValidationError) -> ApiError {
+    match e {
+        ValidationError::Invalid(m) => bad(m),
+        other => ApiError::new(ErrorCode::Internal, other.to_string()),
     }
 }
 
@@ -644,10 +764,7 @@ fn decode_poll(computer_id: &str, job_id: &str, body: &[u8]) -> Result<JobPoll, 
         }
     }
     map.insert("job_id".into(), json!(job_id));
-    let call = parse_job("terminal_job", Some(&Value::Object(map))).map_err(|e| match e {
-        ValidationError::Invalid(m) => bad(m),
-        other => ApiError::new(ErrorCode::Internal, other.to_string()),
-    })?;
+    let call = parse_job("terminal_job", Some(&Value::Object(map))).map_err(invalid)?;
     match Op::from(call).on(computer_id) {
         Op::Job(poll) => Ok(poll),
         _ => Err(bad("request body: a job poll names one job")),
@@ -879,6 +996,77 @@ mod tests {
             });
             round_trip(Op::Delete { computer_id });
         }
+        let snap = crate::snapshots::new_id(u128::MAX);
+        for call in [
+            SnapshotCall::Take {
+                computer_id: "box".into(),
+                label: "before upgrade".into(),
+            },
+            SnapshotCall::List {
+                computer_id: "box".into(),
+            },
+            SnapshotCall::Restore {
+                computer_id: "box".into(),
+                snapshot_id: snap.clone(),
+            },
+            SnapshotCall::Fork {
+                from: ForkFrom::Snapshot(snap.clone()),
+                computer_id: Some("b2".into()),
+                temporary: Some(false),
+            },
+            SnapshotCall::Fork {
+                from: ForkFrom::Computer("box".into()),
+                computer_id: Some("b3".into()),
+                temporary: Some(true),
+            },
+            SnapshotCall::Delete {
+                snapshot_id: snap.clone(),
+            },
+        ] {
+            round_trip(Op::Snapshot(call));
+        }
+    }
+
+    #[test]
+    fn snapshot_routes_refuse_what_their_tools_refuse() {
+        let refused = |method: &str, path: &str, body: &str| {
+            Op::decode(method, path, body.as_bytes())
+                .unwrap_err()
+                .error
+                .message
+        };
+        assert!(refused("DELETE", "/snapshots/box", "").contains("not a snapshot id"));
+        assert!(
+            refused("POST", "/computers/box/restore", r#"{"snapshot_id":"x"}"#)
+                .contains("not a snapshot id")
+        );
+        assert!(
+            refused("POST", "/computers/box/snapshots", r#"{"label":"a\nb"}"#).contains("label")
+        );
+        assert!(refused("POST", "/computers/box/fork", r#"{"from":"Bad Id"}"#).contains("neither"));
+        assert!(
+            refused(
+                "POST",
+                "/computers/box/snapshots",
+                r#"{"label":"x","more":1}"#
+            )
+            .contains("unknown field")
+        );
+        // A delete names a snapshot, not a computer: it is handed on as it is.
+        let delete = Op::Snapshot(SnapshotCall::Delete {
+            snapshot_id: crate::snapshots::new_id(1),
+        });
+        assert!(delete.named().is_ok());
+        assert_eq!(delete.clone().on("box"), delete);
+        assert_eq!(delete.needs(), Some(Capability::Snapshots));
+        let fork = Op::Snapshot(SnapshotCall::Fork {
+            from: ForkFrom::Computer("a".into()),
+            computer_id: None,
+            temporary: None,
+        });
+        assert!(fork.named().is_err());
+        assert_eq!(fork.needs(), Some(Capability::Fork));
+        assert_eq!(fork.on("b").computer_id(), Some("b"));
     }
 
     #[test]

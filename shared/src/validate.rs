@@ -121,7 +121,7 @@ impl Args {
         Ok(Self { map })
     }
 
-    fn string(&self, key: &str) -> Result<Option<String>, ValidationError> {
+    pub(crate) fn string(&self, key: &str) -> Result<Option<String>, ValidationError> {
         match self.map.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => {

@@ -693,6 +693,22 @@ pub async fn remove_all(tag: &str) -> Result<()> {
             let _ = d.remove_container(&id, Some(opts)).await;
         }
     }
+    // Snapshot images carry the label of the container they were taken of.
+    let opts = bollard::query_parameters::ListImagesOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![format!("msc-test={tag}")],
+        )])),
+        ..Default::default()
+    };
+    for image in d.list_images(Some(opts)).await.unwrap_or_default() {
+        let opts = bollard::query_parameters::RemoveImageOptions {
+            force: true,
+            ..Default::default()
+        };
+        let _ = d.remove_image(&image.id, Some(opts), None).await;
+    }
     Ok(())
 }
 

@@ -516,3 +516,86 @@ async fn issue_46_exec_alone_makes_no_permanent_computer_on_any_route() {
     );
     assert_eq!(fake.keys().len(), 2, "{:?}", fake.keys());
 }
+
+/// Issue 39: the snapshot routes, over a backend that keeps snapshots: a team's are its
+/// own, listing needs `exec` and the rest `manage`, bad ids are 400.
+#[tokio::test]
+async fn issue_39_snapshot_routes_keep_teams_and_scopes() {
+    let s = state(Fake::new(
+        shared::capabilities::BackendKind::Docker.capabilities(),
+    ));
+    let t1 = token("t1", "exec manage");
+    let t2 = token("t2", "exec manage");
+    let exec_only = token("t1", "exec");
+    let create = r#"{"computer_id": "box", "temporary": false}"#;
+    let (status, _, _) = send(&s, "POST", "/v1/computers", Some(&t1), create).await;
+    assert_eq!(status, StatusCode::OK);
+    let label = r#"{"label": "v1"}"#;
+    let (status, _, _) = send(
+        &s,
+        "POST",
+        "/v1/computers/box/snapshots",
+        Some(&exec_only),
+        label,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, v, _) = send(&s, "POST", "/v1/computers/box/snapshots", Some(&t1), label).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["computer_id"].as_str(), v["label"].as_str()),
+        (Some("box"), Some("v1"))
+    );
+    let sid = v["snapshot_id"].as_str().unwrap_or_default().to_owned();
+    let (status, v, _) = send(
+        &s,
+        "GET",
+        "/v1/computers/box/snapshots",
+        Some(&exec_only),
+        "",
+    )
+    .await;
+    assert_eq!(
+        (status, v["count"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    // Another team reaches none of it.
+    let (status, _, _) = send(&s, "GET", "/v1/computers/box/snapshots", Some(&t2), "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let fork = format!(r#"{{"from": "{sid}", "temporary": false}}"#);
+    let (status, _, _) = send(&s, "POST", "/v1/computers/copy/fork", Some(&t2), &fork).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let delete = format!("/v1/snapshots/{sid}");
+    let (status, _, _) = send(&s, "DELETE", &delete, Some(&t2), "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // The team forks, restores, deletes.
+    let (status, v, _) = send(&s, "POST", "/v1/computers/copy/fork", Some(&t1), &fork).await;
+    assert_eq!(
+        (status, v["computer_id"].as_str()),
+        (StatusCode::OK, Some("copy")),
+        "{v}"
+    );
+    let (status, _, _) = send(&s, "POST", "/v1/computers/copy/fork", Some(&t1), &fork).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let restore = format!(r#"{{"snapshot_id": "{sid}"}}"#);
+    let (status, _, _) = send(&s, "POST", "/v1/computers/box/restore", Some(&t1), &restore).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = send(
+        &s,
+        "POST",
+        "/v1/computers/copy/restore",
+        Some(&t1),
+        &restore,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, v, _) = send(&s, "DELETE", &delete, Some(&t1), "").await;
+    assert_eq!(
+        (status, v["deleted"].as_bool()),
+        (StatusCode::OK, Some(true)),
+        "{v}"
+    );
+    let (status, _, _) = send(&s, "DELETE", "/v1/snapshots/box", Some(&t1), "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

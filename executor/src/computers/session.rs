@@ -165,6 +165,7 @@ impl SessionHost {
                 Op::JobRead(poll) => self.job_read(poll).await?.into(),
                 Op::Jobs { computer_id } => self.job(JobCall::List { computer_id }).await?,
                 Op::File(call) => self.file(call, progress).await?,
+                Op::Snapshot(call) => self.snapshot(call, progress).await?,
             })
         }
         .instrument(span)

@@ -25,6 +25,8 @@ use shared::validate::ValidationError;
 use super::{Computers, SessionHost};
 use crate::fake::Fake;
 
+mod snapshots;
+
 type Step<'a> = (&'a str, &'a str, Value, Value);
 
 struct World {

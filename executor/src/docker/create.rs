@@ -93,12 +93,28 @@ impl Docker {
             team,
             network,
             pooled,
+            image,
             ..
         } = m;
         let offline = *network == shared::egress::Policy::None;
         let supervised = supervisor_volume.is_some();
         let f = &self.cfg.run_flags;
         let mut labels: HashMap<String, String> = f.labels.iter().cloned().collect();
+        // From a snapshot's image, which carries the labels of the container it was taken
+        // of: the labels only some computers carry are cleared here, set below if they
+        // apply (readers take an empty label for none, `super::label`).
+        if image.is_some() {
+            for key in [
+                supervised::LABEL_SUPERVISOR,
+                channel::LABEL_CHANNEL,
+                LABEL_TEAM,
+                LABEL_INSTANCE,
+                LABEL_HOST,
+                pool::LABEL_POOL,
+            ] {
+                labels.insert(key.into(), String::new());
+            }
+        }
         labels.insert(LABEL_OURS.into(), "true".into());
         labels.insert(LABEL_ID.into(), computer_id.into());
         labels.insert(LABEL_TEMPORARY.into(), temporary.to_string());
@@ -219,7 +235,7 @@ impl Docker {
             ..Default::default()
         };
         ContainerCreateBody {
-            image: Some(self.cfg.image.clone()),
+            image: Some(image.unwrap_or(&self.cfg.image).to_owned()),
             // The caller's id, never the team's key prefix.
             hostname: Some(f.hostname.clone().unwrap_or_else(|| {
                 shared::teams::id_of(team, computer_id)
@@ -254,7 +270,10 @@ impl Docker {
     /// An allow list is kept by rules in the computer's own network namespace, which root
     /// inside must not be able to change: refused with `--privileged`, with NET_ADMIN,
     /// NET_RAW or ALL added back, and with the host's (or another container's) network.
-    fn gate_allows_flags(&self, network: &shared::egress::Policy) -> Result<(), DockerError> {
+    pub(super) fn gate_allows_flags(
+        &self,
+        network: &shared::egress::Policy,
+    ) -> Result<(), DockerError> {
         if !matches!(network, shared::egress::Policy::Allow(_)) {
             return Ok(());
         }
@@ -309,6 +328,7 @@ impl Docker {
             team,
             network,
             pooled: false,
+            image: None,
         };
         self.create_named(m, progress).await
     }
@@ -320,11 +340,14 @@ impl Docker {
         progress: &Progress,
     ) -> Result<ContainerRecord, DockerError> {
         let Making {
-            name, computer_id, ..
+            name,
+            computer_id,
+            image,
+            ..
         } = m;
         progress.report(&format!(
             "creating computer {computer_id} from {}",
-            self.cfg.image
+            image.unwrap_or(&self.cfg.image)
         ));
         let f = &self.cfg.run_flags;
         // A supervisor needs to write its socket as root: --user and --read-only forbid it.

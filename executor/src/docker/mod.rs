@@ -21,6 +21,7 @@ mod jobs;
 mod place;
 pub mod pool;
 pub mod settings;
+mod snapshots;
 pub mod supervised;
 
 use std::collections::HashMap;
@@ -81,6 +82,11 @@ pub enum DockerError {
     NotRunning(String),
     #[error("the container engine refused the request: {0}")]
     Engine(String),
+    /// No snapshot image of that id (deleted, or made on another engine).
+    #[error(
+        "snapshot {0:?} does not exist on this engine; computer_snapshots lists a computer's snapshots"
+    )]
+    NoSnapshot(String),
     /// The egress gate could not confine a computer with an allow list (it was not used).
     #[error("{0}")]
     Egress(String),
@@ -168,6 +174,8 @@ pub struct Docker {
     channels: Arc<std::sync::Mutex<HashMap<String, PathBuf>>>,
     /// The egress gate and the computers it confines ([`gate`]).
     gatekeeper: Arc<gate::Gatekeeper>,
+    /// This server committed a snapshot or fork image: a removal may leave one unused.
+    images_made: Arc<AtomicBool>,
 }
 
 /// Formats unix seconds as RFC 3339 UTC (no clock crate needed).
@@ -205,6 +213,16 @@ struct Making<'a> {
     network: &'a shared::egress::Policy,
     /// A warm-pool member ([`pool`]).
     pooled: bool,
+    /// The image it starts from when not the configured one: a snapshot's or a fork's
+    /// ([`snapshots`]).
+    image: Option<&'a str>,
+}
+
+/// Label `key`'s value when set and not empty: a computer made from a snapshot inherits
+/// the labels of the container the snapshot was taken of, so those that only some
+/// computers carry are set empty on the others.
+fn label<'a>(labels: &'a HashMap<String, String>, key: &str) -> Option<&'a String> {
+    labels.get(key).filter(|v| !v.is_empty())
 }
 
 /// The container name of a computer.
@@ -226,15 +244,15 @@ fn record_from_labels(
         computer_id: labels.get(LABEL_ID)?.clone(),
         provider_id: container_id,
         temporary: labels.get(LABEL_TEMPORARY).map(String::as_str) != Some("false"),
-        instance: labels.get(LABEL_INSTANCE).cloned(),
-        host: labels.get(LABEL_HOST).cloned(),
+        instance: label(labels, LABEL_INSTANCE).cloned(),
+        host: label(labels, LABEL_HOST).cloned(),
         image: labels
             .get(LABEL_IMAGE)
             .cloned()
             .unwrap_or_else(|| fallback_image.to_owned()),
         state: state.as_str().into(),
         created_at,
-        team: labels.get(LABEL_TEAM).cloned(),
+        team: label(labels, LABEL_TEAM).cloned(),
         network: labels
             .get(LABEL_NETWORK)
             .and_then(|text| serde_json::from_str(text).ok()),
@@ -297,6 +315,7 @@ impl Docker {
             channel_learnt: Arc::default(),
             channels: Arc::default(),
             gatekeeper: Arc::new(gate::Gatekeeper::new(gate)),
+            images_made: Arc::default(),
         })
     }
 
@@ -335,9 +354,7 @@ impl Docker {
         let yes = labels.get(supervised::LABEL_SUPERVISOR).map(String::as_str) == Some("1");
         self.remember_supervised(container, yes);
         let dir = self.cfg.channel_dir.as_deref().and_then(|base| {
-            labels
-                .get(channel::LABEL_CHANNEL)
-                .and_then(|l| channel::dir_from_label(base, l))
+            label(labels, channel::LABEL_CHANNEL).and_then(|l| channel::dir_from_label(base, l))
         });
         let mut channels = supervised::lock(&self.channels);
         match dir {
@@ -577,7 +594,10 @@ impl Docker {
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
     pub async fn remove(&self, computer_id: &str) -> Result<bool, DockerError> {
-        self.remove_container(&container_name(computer_id)).await
+        let removed = self.remove_container(&container_name(computer_id)).await;
+        // A computer made from a snapshot or a fork may have held the last use of one.
+        self.prune_unused().await;
+        removed
     }
 
     async fn remove_container(&self, name: &str) -> Result<bool, DockerError> {
@@ -653,7 +673,7 @@ impl Docker {
             .await?;
         let in_use: Vec<PathBuf> = list
             .into_iter()
-            .filter_map(|c| c.labels?.get(channel::LABEL_CHANNEL).map(PathBuf::from))
+            .filter_map(|c| label(&c.labels?, channel::LABEL_CHANNEL).map(PathBuf::from))
             .collect();
         Ok(
             tokio::task::spawn_blocking(move || channel::remove_unnamed(held, &in_use))

@@ -9,13 +9,13 @@ use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{
     ContainerRecord, ExecSpec, FileChunks, FilePutSpec, FileSlice, FileWriteSpec, FileWritten,
-    JobPoll, JobStart, UploadStream,
+    ForkSource, JobPoll, JobStart, SnapshotMeta, SnapshotRecord, UploadStream,
 };
 
 impl From<DockerError> for BackendError {
     fn from(e: DockerError) -> Self {
         let failure = match &e {
-            DockerError::NotFound(_) => Failure::NotFound,
+            DockerError::NotFound(_) | DockerError::NoSnapshot(_) => Failure::NotFound,
             DockerError::NotRunning(_) => Failure::NotRunning,
             DockerError::NotOurs { .. } => Failure::Conflict,
             DockerError::Unreachable(_)
@@ -87,6 +87,7 @@ impl Place for Docker {
             ),
             Err(e) => tracing::warn!(error = %e, "could not sweep direct-channel directories"),
         }
+        self.sweep_images().await;
     }
 
     fn instance(&self) -> &str {
@@ -201,6 +202,46 @@ impl Place for Docker {
         body: UploadStream<'_>,
     ) -> Result<FileWritten, BackendError> {
         Ok(Docker::file_put(self, &container_name(id), spec, body).await?)
+    }
+
+    async fn snapshot_take(
+        &self,
+        id: &str,
+        meta: &SnapshotMeta<'_>,
+    ) -> Result<SnapshotRecord, BackendError> {
+        Ok(Docker::snapshot_take(self, id, meta).await?)
+    }
+
+    async fn snapshot_list(&self) -> Result<Vec<SnapshotRecord>, BackendError> {
+        Ok(Docker::snapshot_list(self).await?)
+    }
+
+    async fn snapshot_delete(&self, snapshot_id: &str) -> Result<bool, BackendError> {
+        Ok(Docker::snapshot_delete(self, snapshot_id).await?)
+    }
+
+    async fn fork(
+        &self,
+        from: ForkSource<'_>,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Docker::fork(self, from, id, temporary, team, network, progress).await?)
+    }
+
+    async fn restore(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Docker::restore(self, id, snapshot_id, temporary, team, network, progress).await?)
     }
 }
 

@@ -325,6 +325,7 @@ impl Docker {
             team: None,
             network: &self.cfg.network,
             pooled: true,
+            image: None,
         };
         let record = self.create_named(m, &Progress::default()).await?;
         // The relay is opened now, so the first command pays nothing for it.

@@ -89,10 +89,10 @@ impl Gateway {
         );
         // `TOOLS` chooses the tool groups (SPEC §3.7); a bad value is answered on every
         // request, like a bad auth setting, never silently replaced.
-        let groups = shared::catalogue::Groups::parse(
-            var(env, "TOOLS").as_deref().unwrap_or("exec,lifecycle"),
-        )
-        .map_err(|e| cloud::BadSetting(format!("the TOOLS variable: {e}")));
+        let tools = var(env, "TOOLS").unwrap_or_else(|| "exec,lifecycle".into());
+        let groups = shared::catalogue::Groups::parse(&tools)
+            .map_err(|e| cloud::BadSetting(format!("the TOOLS variable: {e}")))
+            .and_then(served_here(&tools));
         let mut instructions = String::from(
             "Each computer is an isolated Linux machine with a stable id in your team. Run commands with the exec tool.",
         );
@@ -329,4 +329,25 @@ pub(crate) fn gateway(env: &Env) -> Rc<Gateway> {
             .get_or_insert_with(|| Rc::new(Gateway::from_env(env)))
             .clone()
     })
+}
+
+/// The groups the gateway serves of `groups` (`TOOLS`): snapshots are kept by local
+/// servers and executors only so far (issue 39), so `all` leaves them out and naming them
+/// is refused.
+fn served_here(
+    tools: &str,
+) -> impl FnOnce(shared::catalogue::Groups) -> Result<shared::catalogue::Groups, cloud::BadSetting> + '_
+{
+    move |mut groups| {
+        let named = tools
+            .split(',')
+            .any(|g| g.trim().eq_ignore_ascii_case("snapshots"));
+        if named {
+            return Err(cloud::BadSetting(
+                "the TOOLS variable: the gateway does not serve the snapshots group yet; leave it out (local servers and executors serve it)".into(),
+            ));
+        }
+        groups.snapshots = false;
+        Ok(groups)
+    }
 }

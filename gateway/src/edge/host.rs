@@ -524,6 +524,11 @@ impl Host {
                 }
                 Ok(v)
             }
+            // Not listed at the gateway (its `TOOLS` leaves the group out), so never parsed.
+            Op::Snapshot(_) => Err(GatewayError::Api(shared::executor_api::ApiError::new(
+                shared::executor_api::ErrorCode::Unsupported,
+                "the gateway does not serve the snapshot tools yet; local servers and executors do",
+            ))),
             Op::List | Op::Dashboard => {
                 let list = inventory::Request::List {
                     owner: self.owner.clone(),

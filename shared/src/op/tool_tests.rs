@@ -145,8 +145,7 @@ fn env_and_yield() {
         "terminal_execute",
         crate::catalogue::Groups {
             jobs: true,
-            files: false,
-            lifecycle: false,
+            ..Default::default()
         },
     );
     let parse = |args: Value| match parse_tool_call(&jobs, "terminal_execute", Some(&args)) {

@@ -1,7 +1,7 @@
 //! Benchmark: each figure next to its floor, measured in the same run on the same daemon.
 //!
 //! `cargo run --release -p tests --bin bench` (needs Docker and debian:bookworm-slim);
-//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|failover|wasm|cloud|egress` runs one
+//! `MSC_BENCH_ONLY=warm|channel|jobs|files|pool|soak|gateway|failover|wasm|cloud|egress|snapshots` runs one
 //! part.
 //! Floors go straight through the Engine API with bollard: exec create + start + inspect
 //! for an exec, create + start + one exec for a new computer. The server under test is the
@@ -32,6 +32,8 @@ mod files;
 mod jobs;
 #[path = "bench/pool.rs"]
 mod pool;
+#[path = "bench/snapshots.rs"]
+mod snapshots;
 #[path = "bench/soak.rs"]
 mod soak;
 #[path = "bench/wasm.rs"]
@@ -683,6 +685,11 @@ async fn main() -> Result<()> {
         print_rows(&rows);
         return Ok(());
     }
+    if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("snapshots") {
+        snapshots::rows(&t, &mut rows).await?;
+        print_rows(&rows);
+        return Ok(());
+    }
     if std::env::var("MSC_BENCH_ONLY").as_deref() == Ok("pool") {
         pool::rows(&t, &mut rows).await?;
         remove_all(&t).await?;
@@ -892,6 +899,9 @@ async fn main() -> Result<()> {
 
     // ---- the egress gate (issue 38) ----
     egress::rows(&t, &mut rows).await?;
+
+    // ---- snapshots and forks (issue 39) ----
+    snapshots::rows(&t, &mut rows).await?;
 
     // ---- the gateway Worker under wrangler dev (issue 6) ----
     gateway_rows(&t, &mut rows).await?;

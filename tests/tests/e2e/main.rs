@@ -41,6 +41,7 @@
 //! - `gateway_network`: a network policy per team at the gateway (`TEAM_NETWORK`), enforced by a Docker executor's gate (issue 38)
 //! - `image`: the FROM scratch image of the static binary, run as an executor (issue 6)
 //! - `modal`: Modal computers against the gRPC simulator, from the binary and through the gateway (issue 7)
+//! - `snapshots`: snapshots, fork and restore on Docker and Podman (issue 39): exact files back, a fork beside a writing job, a restart of the server, nothing left behind
 //! - `registry`: `shared::registry`'s rules end to end on WASM computers behind the HTTP server (issue 13)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -77,6 +78,7 @@ mod podman;
 mod pool;
 mod registry;
 mod security;
+mod snapshots;
 mod startup;
 mod supervisor;
 mod tasks;
