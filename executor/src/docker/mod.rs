@@ -594,9 +594,10 @@ impl Docker {
 
     /// Removes a computer and its anonymous volumes. `Ok(false)` if it was already gone.
     pub async fn remove(&self, computer_id: &str) -> Result<bool, DockerError> {
-        let removed = self.remove_container(&container_name(computer_id)).await;
-        // A computer made from a snapshot or a fork may have held the last use of one.
-        self.prune_unused().await;
+        let name = container_name(computer_id);
+        let removed = self.remove_container(&name).await;
+        // A computer made from a snapshot or a fork held its image by a tag of its own.
+        self.drop_image_of(&name).await;
         removed
     }
 

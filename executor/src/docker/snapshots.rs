@@ -2,17 +2,26 @@
 //! committed from the computer's container with its processes paused for the copy
 //! (`pause=true`: consistent, and the engine's own speed), tagged `msc-snapshot:<id>` and
 //! labelled with what the controller needs, so snapshots survive restarts and outlive
-//! their computer. A fork commits its source the same way into an untagged image of its
-//! own and starts a container from it; a restore starts one from the snapshot under the
-//! computer's name. Images nothing uses any more (a deleted snapshot's, once its last
-//! fork is gone; a fork's, once the fork is) are pruned by label.
+//! their computer. A fork commits its source the same way into an image of its own and
+//! starts a container from it; a restore starts one from the snapshot under the
+//! computer's name. Each computer made so holds its image by a tag of its own,
+//! `msc-fork:<container name>`, removed with it: an image goes with its last tag (a
+//! deleted snapshot's once its last fork is gone), and no removal is ever forced (Podman
+//! would take the image's containers with it).
+//!
+//! The labels go in as `LABEL` changes, which Docker and Podman both apply (Podman's
+//! compatible API ignores a commit's config); free text in them is base64url, so no
+//! engine's Dockerfile parser has quotes to read. Podman names the image
+//! `docker.io/library/msc-snapshot:<id>` or `localhost/…`: any registry prefix is taken.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use bollard::models::ContainerConfig;
 use bollard::query_parameters::{
-    CommitContainerOptions, ListImagesOptions, PruneImagesOptions, RemoveImageOptions,
+    CommitContainerOptions, ListImagesOptions, RemoveImageOptions, TagImageOptions,
 };
 
 use super::{Docker, DockerError, Making, container_name, label, status_of};
@@ -23,45 +32,87 @@ use crate::spec::{ContainerRecord, ForkSource, SnapshotMeta, SnapshotRecord};
 const REPO: &str = "msc-snapshot";
 /// A fork's image while its container is made (`msc-fork:<container name>`).
 const FORK_REPO: &str = "msc-fork";
-/// The snapshot's id: set on every image this module commits (empty on a fork's).
+/// The snapshot's id: set on every image this module commits (`-` on a fork's).
 const LABEL_SNAPSHOT: &str = "msc.snapshot";
+/// The computer's key (ids are `[a-z0-9-]`), or `fork`.
 const LABEL_OF: &str = "msc.snapshot.of";
+/// The rest: base64url (empty: none), and milliseconds.
 const LABEL_TEXT: &str = "msc.snapshot.label";
 const LABEL_AT: &str = "msc.snapshot.created-ms";
 const LABEL_TEAM: &str = "msc.snapshot.team";
 const LABEL_OWNER: &str = "msc.snapshot.owner";
+const LABEL_POLICY: &str = "msc.snapshot.network";
+/// The size of the image the computer ran (what the snapshot adds is the difference).
+const LABEL_BASE: &str = "msc.snapshot.base-size";
+
+/// What a label holds, as base64url.
+fn enc(text: &str) -> String {
+    B64.encode(text)
+}
+
+/// A label written by [`enc`] (`None`: absent, empty or not ours).
+fn dec(labels: &HashMap<String, String>, key: &str) -> Option<String> {
+    let bytes = B64.decode(label(labels, key)?).ok()?;
+    String::from_utf8(bytes).ok().filter(|t| !t.is_empty())
+}
 
 /// The labels of a snapshot's image (every key set: a later commit of a computer made
 /// from it inherits them, so each is overwritten).
-fn snapshot_labels(of: &str, meta: &SnapshotMeta<'_>) -> HashMap<String, String> {
-    HashMap::from([
-        (LABEL_SNAPSHOT.into(), meta.snapshot_id.into()),
-        (LABEL_OF.into(), of.into()),
-        (LABEL_TEXT.into(), meta.label.into()),
-        (LABEL_AT.into(), meta.created_ms.to_string()),
-        (LABEL_TEAM.into(), meta.team.unwrap_or_default().into()),
-        (LABEL_OWNER.into(), meta.owner.unwrap_or_default().into()),
-        (
-            super::LABEL_NETWORK.into(),
-            serde_json::to_string(meta.network).unwrap_or_default(),
-        ),
-    ])
+fn snapshot_labels(
+    of: &str,
+    meta: &SnapshotMeta<'_>,
+    base_size: i64,
+) -> Vec<(&'static str, String)> {
+    let network = serde_json::to_string(meta.network).unwrap_or_default();
+    vec![
+        (LABEL_BASE, base_size.to_string()),
+        (LABEL_SNAPSHOT, meta.snapshot_id.into()),
+        (LABEL_OF, of.into()),
+        (LABEL_TEXT, enc(meta.label)),
+        (LABEL_AT, meta.created_ms.to_string()),
+        (LABEL_TEAM, enc(meta.team.unwrap_or_default())),
+        (LABEL_OWNER, enc(meta.owner.unwrap_or_default())),
+        (LABEL_POLICY, enc(&network)),
+    ]
 }
 
 /// A fork's image: ours (pruned when unused), and no snapshot.
-fn fork_labels() -> HashMap<String, String> {
-    [
+fn fork_labels() -> Vec<(&'static str, String)> {
+    let cleared = [
         LABEL_SNAPSHOT,
-        LABEL_OF,
         LABEL_TEXT,
         LABEL_AT,
         LABEL_TEAM,
         LABEL_OWNER,
-    ]
-    .into_iter()
-    .map(|k| (k.to_owned(), String::new()))
-    .chain([(LABEL_OF.to_owned(), "fork".to_owned())])
-    .collect()
+        LABEL_POLICY,
+        LABEL_BASE,
+    ];
+    let mut labels: Vec<(&'static str, String)> =
+        cleared.into_iter().map(|k| (k, "-".to_owned())).collect();
+    labels.push((LABEL_OF, "fork".to_owned()));
+    labels
+}
+
+/// `labels` as `LABEL` changes, one a line (Podman reads a line's first `=` only; both
+/// engines take lines). Values are digits, ids, keys or base64url: nothing to quote.
+fn label_change(labels: &[(&str, String)]) -> String {
+    let lines: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("LABEL {k}={v}"))
+        .collect();
+    lines.join("\n")
+}
+
+/// Does image tag `tag` name snapshot `snapshot_id` (`msc-snapshot:<id>`, with any
+/// registry prefix an engine adds)?
+fn names_snapshot(tag: &str, snapshot_id: &str) -> bool {
+    let Some(repo) = tag
+        .strip_suffix(snapshot_id)
+        .and_then(|t| t.strip_suffix(':'))
+    else {
+        return false;
+    };
+    repo == REPO || repo.ends_with(&format!("/{REPO}"))
 }
 
 /// The snapshot an image listed as `summary` is, if it is one.
@@ -74,33 +125,47 @@ fn record_of(
     let tagged = summary
         .repo_tags
         .iter()
-        .any(|t| t.strip_prefix(REPO).and_then(|t| t.strip_prefix(':')) == Some(snapshot_id));
+        .any(|t| names_snapshot(t, snapshot_id));
     if !tagged || !shared::snapshots::is_id(snapshot_id) {
         return None;
     }
-    // What it adds to its parent (the computer's image); the whole image where the engine
-    // does not say which that is.
-    let parent = sizes.get(summary.parent_id.as_str()).copied().unwrap_or(0);
+    // What it adds to the computer's image (its size written at the commit, else its
+    // parent's where the engine says which that is); else the whole image.
+    let parent = labels
+        .get(LABEL_BASE)
+        .and_then(|n| n.parse::<i64>().ok())
+        .or_else(|| sizes.get(summary.parent_id.as_str()).copied())
+        .unwrap_or(0);
     Some(SnapshotRecord {
         snapshot_id: snapshot_id.clone(),
         of: label(labels, LABEL_OF)?.clone(),
-        team: label(labels, LABEL_TEAM).cloned(),
-        owner: label(labels, LABEL_OWNER).cloned(),
-        label: labels.get(LABEL_TEXT).cloned().unwrap_or_default(),
+        team: dec(labels, LABEL_TEAM),
+        owner: dec(labels, LABEL_OWNER),
+        label: dec(labels, LABEL_TEXT).unwrap_or_default(),
         created_ms: labels
             .get(LABEL_AT)
             .and_then(|t| t.parse().ok())
             .unwrap_or(0),
         size_bytes: u64::try_from(summary.size.saturating_sub(parent)).unwrap_or(0),
         memory: false,
-        network: labels
-            .get(super::LABEL_NETWORK)
-            .and_then(|text| serde_json::from_str(text).ok()),
+        network: dec(labels, LABEL_POLICY).and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 
 fn snapshot_ref(snapshot_id: &str) -> String {
     format!("{REPO}:{snapshot_id}")
+}
+
+/// The tag by which container `name` holds the image it was made from.
+fn fork_ref(name: &str) -> String {
+    format!("{FORK_REPO}:{name}")
+}
+
+/// The container a `msc-fork:<name>` tag (with any registry prefix) is held by.
+fn held_by(tag: &str) -> Option<&str> {
+    let (repo, name) = tag.rsplit_once(':')?;
+    let ours = repo == FORK_REPO || repo.ends_with(&format!("/{FORK_REPO}"));
+    ours.then_some(name)
 }
 
 impl Docker {
@@ -110,7 +175,7 @@ impl Docker {
         name: &str,
         repo: &str,
         tag: &str,
-        labels: HashMap<String, String>,
+        labels: &[(&str, String)],
     ) -> Result<String, DockerError> {
         self.images_made.store(true, Ordering::Relaxed);
         let opts = CommitContainerOptions {
@@ -118,12 +183,10 @@ impl Docker {
             repo: Some(repo.to_owned()),
             tag: Some(tag.to_owned()),
             pause: true,
+            changes: Some(label_change(labels)),
             ..Default::default()
         };
-        let config = ContainerConfig {
-            labels: Some(labels),
-            ..Default::default()
-        };
+        let config = ContainerConfig::default();
         match self.client.commit_container(opts, config).await {
             Ok(r) => Ok(r.id),
             Err(e) if status_of(&e) == Some(404) => Err(DockerError::NotFound(name.to_owned())),
@@ -138,13 +201,28 @@ impl Docker {
         meta: &SnapshotMeta<'_>,
     ) -> Result<SnapshotRecord, DockerError> {
         let name = container_name(key);
-        self.commit(&name, REPO, meta.snapshot_id, snapshot_labels(key, meta))
-            .await?;
+        let base = self.image_size_of(&name).await;
+        let labels = snapshot_labels(key, meta, base);
+        self.commit(&name, REPO, meta.snapshot_id, &labels).await?;
         let listed = self.snapshot_list().await?;
         listed
             .into_iter()
             .find(|s| s.snapshot_id == meta.snapshot_id)
             .ok_or_else(|| DockerError::NoSnapshot(meta.snapshot_id.to_owned()))
+    }
+
+    /// The size of the image container `name` runs (0 when the engine does not say).
+    async fn image_size_of(&self, name: &str) -> i64 {
+        let Ok(c) = self.client.inspect_container(name, None).await else {
+            return 0;
+        };
+        let Some(image) = c.image else {
+            return 0;
+        };
+        match self.client.inspect_image(&image).await {
+            Ok(i) => i.size.unwrap_or(0),
+            Err(_) => 0,
+        }
     }
 
     /// Every snapshot image on the engine.
@@ -161,46 +239,45 @@ impl Docker {
         Ok(all.iter().filter_map(|i| record_of(i, &sizes)).collect())
     }
 
-    /// Removes snapshot `snapshot_id`'s tag (its image goes once no computer uses it).
+    /// Removes snapshot `snapshot_id`'s tag: its image goes with it unless computers made
+    /// from it hold it by their own tags (then it goes with the last of them).
     pub async fn snapshot_delete(&self, snapshot_id: &str) -> Result<bool, DockerError> {
+        match self.untag(&snapshot_ref(snapshot_id)).await {
+            Ok(()) => Ok(true),
+            Err(DockerError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes tag `reference`, never forced (a forced removal takes Podman's containers
+    /// of the image with it); the image goes when it was its last tag.
+    async fn untag(&self, reference: &str) -> Result<(), DockerError> {
         let opts = RemoveImageOptions {
-            force: true,
+            force: false,
             noprune: false,
             ..Default::default()
         };
-        let removed = match self
-            .client
-            .remove_image(&snapshot_ref(snapshot_id), Some(opts), None)
-            .await
-        {
-            Ok(_) => true,
-            Err(e) if status_of(&e) == Some(404) => false,
-            Err(e) => return Err(DockerError::from_bollard(e)),
-        };
-        self.prune_unused().await;
-        Ok(removed)
+        match self.client.remove_image(reference, Some(opts), None).await {
+            Ok(_) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Err(DockerError::NotFound(reference.into())),
+            Err(e) => Err(DockerError::from_bollard(e)),
+        }
     }
 
-    /// Removes our images that nothing uses and no tag names (errors are logged: an
-    /// engine pruning already, or one that cannot, leaves them for the next time).
-    pub(super) async fn prune_unused(&self) {
+    /// After container `name` is gone: the tag by which it held its image, if it was made
+    /// from a snapshot or a fork (the image goes with its last tag).
+    pub(super) async fn drop_image_of(&self, name: &str) {
         if !self.images_made.load(Ordering::Relaxed) {
             return;
         }
-        let filters = HashMap::from([
-            ("dangling".to_owned(), vec!["true".to_owned()]),
-            ("label".to_owned(), vec![LABEL_OF.to_owned()]),
-        ]);
-        let opts = PruneImagesOptions {
-            filters: Some(filters),
-        };
-        if let Err(e) = self.client.prune_images(Some(opts)).await {
-            tracing::debug!(error = %e, "could not prune unused snapshot and fork images");
+        match self.untag(&fork_ref(name)).await {
+            Ok(()) | Err(DockerError::NotFound(_)) => {}
+            Err(e) => tracing::debug!(name, error = %e, "could not remove a computer's image tag"),
         }
     }
 
-    /// At start: images of servers that are gone (forks removed since) are pruned, and
-    /// later removals prune too when the engine holds any image of ours.
+    /// At start: the image tags of computers removed behind this server's back go, and
+    /// later removals look for theirs when the engine holds any image of ours.
     pub(super) async fn sweep_images(&self) {
         let opts = ListImagesOptions {
             filters: Some(HashMap::from([(
@@ -209,16 +286,28 @@ impl Docker {
             )])),
             ..Default::default()
         };
-        if let Ok(ours) = self.client.list_images(Some(opts)).await
-            && !ours.is_empty()
-        {
-            self.images_made.store(true, Ordering::Relaxed);
-            self.prune_unused().await;
+        let Ok(ours) = self.client.list_images(Some(opts)).await else {
+            return;
+        };
+        if ours.is_empty() {
+            return;
+        }
+        self.images_made.store(true, Ordering::Relaxed);
+        let names: Vec<String> = ours
+            .iter()
+            .flat_map(|i| i.repo_tags.iter())
+            .filter_map(|t| held_by(t).map(str::to_owned))
+            .collect();
+        for name in names {
+            if matches!(self.find_named(&name, &name).await, Ok(None)) {
+                self.drop_image_of(&name).await;
+            }
         }
     }
 
-    /// Computer `key`, made from image `image` (a snapshot's or a fork's), as
-    /// [`Docker::create`] makes one from the configured image (no warm-pool member).
+    /// Computer `key`, made from image `image` (a snapshot's or a fork's) held by its own
+    /// tag `msc-fork:<container name>`, as [`Docker::create`] makes one from the
+    /// configured image (no warm-pool member).
     async fn create_from(
         &self,
         image: &str,
@@ -231,6 +320,21 @@ impl Docker {
         self.gate_allows_flags(network)?;
         let _counted = self.on_demand();
         let name = container_name(key);
+        let own = fork_ref(&name);
+        if image != own {
+            let opts = TagImageOptions {
+                repo: Some(FORK_REPO.to_owned()),
+                tag: Some(name.clone()),
+            };
+            self.images_made.store(true, Ordering::Relaxed);
+            match self.client.tag_image(image, Some(opts)).await {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {
+                    return Err(DockerError::NotFound(image.to_owned()));
+                }
+                Err(e) => return Err(DockerError::from_bollard(e)),
+            }
+        }
         let m = Making {
             name: &name,
             computer_id: key,
@@ -238,9 +342,13 @@ impl Docker {
             team,
             network,
             pooled: false,
-            image: Some(image),
+            image: Some(&own),
         };
-        self.create_named(m, progress).await
+        let made = self.create_named(m, progress).await;
+        if made.is_err() {
+            self.drop_image_of(&name).await;
+        }
+        made
     }
 
     /// Computer `key` (new) with the files of `from`.
@@ -260,27 +368,14 @@ impl Docker {
             }
             ForkSource::Computer(src) => {
                 progress.report(&format!("copying the files of {src}"));
-                let tag = container_name(key);
-                self.commit(&container_name(src), FORK_REPO, &tag, fork_labels())
+                let name = container_name(key);
+                self.commit(&container_name(src), FORK_REPO, &name, &fork_labels())
                     .await?;
-                format!("{FORK_REPO}:{tag}")
+                fork_ref(&name)
             }
         };
-        let made = self
-            .create_from(&image, key, temporary, team, network, progress)
-            .await;
-        // The container holds a fork's image now (or nothing does): its tag goes.
-        if matches!(from, ForkSource::Computer(_)) {
-            let untag = RemoveImageOptions {
-                noprune: true,
-                ..Default::default()
-            };
-            let _ = self.client.remove_image(&image, Some(untag), None).await;
-            if made.is_err() {
-                self.prune_unused().await;
-            }
-        }
-        made
+        self.create_from(&image, key, temporary, team, network, progress)
+            .await
     }
 
     /// Computer `key` starts again from snapshot `snapshot_id` (checked first: nothing
@@ -297,11 +392,8 @@ impl Docker {
         self.snapshot_image(snapshot_id).await?;
         self.remove(key).await?;
         let image = snapshot_ref(snapshot_id);
-        let made = self
-            .create_from(&image, key, temporary, team, network, progress)
-            .await;
-        self.prune_unused().await;
-        made
+        self.create_from(&image, key, temporary, team, network, progress)
+            .await
     }
 
     /// Fails unless snapshot `snapshot_id`'s image is on the engine.
@@ -320,13 +412,16 @@ impl Docker {
 mod tests {
     use super::*;
 
-    fn summary(labels: HashMap<String, String>, tags: &[&str]) -> bollard::models::ImageSummary {
+    fn summary(labels: &[(&str, String)], tags: &[&str]) -> bollard::models::ImageSummary {
         bollard::models::ImageSummary {
             id: "sha256:new".into(),
             parent_id: "sha256:base".into(),
             repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
             size: 5000,
-            labels,
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
             ..Default::default()
         }
     }
@@ -334,30 +429,59 @@ mod tests {
     #[test]
     fn an_image_is_a_snapshot_only_with_its_label_and_its_tag() {
         let sid = shared::snapshots::new_id(3);
-        let network = shared::egress::Policy::None;
+        let network = shared::egress::Policy::allow(["pypi.org"]).unwrap();
         let meta = SnapshotMeta {
             snapshot_id: &sid,
-            label: "before",
-            team: None,
-            owner: Some("session:a"),
+            label: "before \"the\" upgrade = 'x'",
+            team: Some("t1"),
+            owner: Some("team:t1/user:a b"),
             created_ms: 1_700_000_000_000,
             network: &network,
         };
-        let sizes = HashMap::from([("sha256:base", 1000)]);
+        let sizes = HashMap::from([("sha256:base", 1500)]);
         let tag = snapshot_ref(&sid);
-        let r = record_of(&summary(snapshot_labels("box", &meta), &[&tag]), &sizes).unwrap();
+        let labels = snapshot_labels("box", &meta, 1000);
+        let r = record_of(&summary(&labels, &[&tag]), &sizes).unwrap();
         assert_eq!(r, meta.record("box", 4000, false));
+        // Podman's names for the same tag.
+        for podman in [
+            format!("localhost/{tag}"),
+            format!("docker.io/library/{tag}"),
+        ] {
+            assert!(record_of(&summary(&labels, &[&podman]), &sizes).is_some());
+        }
+        assert!(!names_snapshot(&format!("not-{tag}"), &sid));
+        // The container that holds an image by its own tag.
+        for t in [
+            "msc-fork:kilntainer-a",
+            "docker.io/library/msc-fork:kilntainer-a",
+        ] {
+            assert_eq!(held_by(t), Some("kilntainer-a"), "{t}");
+        }
+        assert_eq!(held_by("not-msc-fork:kilntainer-a"), None);
+        assert_eq!(held_by(&tag), None);
         // A computer's later commit inherits the labels: without the tag it is no snapshot.
-        assert!(record_of(&summary(snapshot_labels("box", &meta), &[]), &sizes).is_none());
-        // A fork's image clears them.
-        let mut inherited = snapshot_labels("box", &meta);
+        assert!(record_of(&summary(&labels, &[]), &sizes).is_none());
+        // A fork's image overwrites them.
+        let mut inherited = labels.clone();
         inherited.extend(fork_labels());
-        assert!(record_of(&summary(inherited, &["msc-fork:x"]), &sizes).is_none());
-        // Parent unknown: the whole image.
-        let r = record_of(
-            &summary(snapshot_labels("box", &meta), &[&tag]),
-            &HashMap::new(),
-        );
+        assert!(record_of(&summary(&inherited, &["msc-fork:x"]), &sizes).is_none());
+        // Without the label: the parent's size, else the whole image.
+        let without_base: Vec<_> = labels
+            .iter()
+            .filter(|(k, _)| *k != LABEL_BASE)
+            .cloned()
+            .collect();
+        let r = record_of(&summary(&without_base, &[&tag]), &sizes);
+        assert_eq!(r.unwrap().size_bytes, 3500);
+        let r = record_of(&summary(&without_base, &[&tag]), &HashMap::new());
         assert_eq!(r.unwrap().size_bytes, 5000);
+        // A LABEL line each, nothing an engine's parser would have to unquote.
+        let change = label_change(&labels);
+        assert_eq!(change.lines().count(), labels.len(), "{change}");
+        for line in change.lines() {
+            let pair = line.strip_prefix("LABEL ").unwrap();
+            assert!(!pair.contains(['"', '\'', ' ', '\\']), "{line}");
+        }
     }
 }
