@@ -681,7 +681,21 @@ pub async fn wait_for_count(tag: &str, n: usize, within: Duration) -> Result<()>
     }
 }
 
-/// Removes every container of a test (cleanup after permanent computers).
+/// Images of test `tag` on engine `d`: snapshot and fork images carry the labels of the
+/// container they were taken of.
+pub async fn images(d: &bollard::Docker, tag: &str) -> Result<Vec<bollard::models::ImageSummary>> {
+    let opts = bollard::query_parameters::ListImagesOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![format!("msc-test={tag}")],
+        )])),
+        ..Default::default()
+    };
+    Ok(d.list_images(Some(opts)).await?)
+}
+
+/// Removes every container of a test (cleanup after permanent computers), and its images.
 pub async fn remove_all(tag: &str) -> Result<()> {
     let d = docker()?;
     for c in containers(tag).await? {
@@ -693,16 +707,7 @@ pub async fn remove_all(tag: &str) -> Result<()> {
             let _ = d.remove_container(&id, Some(opts)).await;
         }
     }
-    // Snapshot images carry the label of the container they were taken of.
-    let opts = bollard::query_parameters::ListImagesOptions {
-        all: true,
-        filters: Some(HashMap::from([(
-            "label".to_owned(),
-            vec![format!("msc-test={tag}")],
-        )])),
-        ..Default::default()
-    };
-    for image in d.list_images(Some(opts)).await.unwrap_or_default() {
+    for image in images(&d, tag).await.unwrap_or_default() {
         let opts = bollard::query_parameters::RemoveImageOptions {
             force: true,
             ..Default::default()

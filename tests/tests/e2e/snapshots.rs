@@ -3,8 +3,6 @@
 //! untouched (while a job writes in it), snapshots survive a restart of the server and
 //! outlive their computer, and nothing of ours is left on the engine once they are gone.
 
-use std::collections::HashMap;
-
 use serde_json::{Value, json};
 use tests::*;
 
@@ -23,17 +21,9 @@ async fn engine(podman: bool) -> anyhow::Result<bollard::Docker> {
     })
 }
 
-/// Images of this test (they carry its containers' `msc-test` label).
+/// Images of this test left on the engine.
 async fn images_of(podman: bool, tag: &str) -> anyhow::Result<Vec<String>> {
-    let opts = bollard::query_parameters::ListImagesOptions {
-        all: true,
-        filters: Some(HashMap::from([(
-            "label".to_owned(),
-            vec![format!("msc-test={tag}")],
-        )])),
-        ..Default::default()
-    };
-    let list = engine(podman).await?.list_images(Some(opts)).await?;
+    let list = images(&engine(podman).await?, tag).await?;
     Ok(list.into_iter().map(|i| i.id).collect())
 }
 
