@@ -256,13 +256,12 @@ impl BackendKind {
     /// The most a backend of this kind can do in this build.
     pub const fn capabilities(self) -> Capabilities {
         match self {
-            // Snapshots as committed images, forks started from them (SPEC §3.12).
-            BackendKind::Docker => BASE.with(Capability::Snapshots).with(Capability::Fork),
-            BackendKind::Toolbox
-            | BackendKind::WasmModule
-            | BackendKind::Fly
-            | BackendKind::E2b
-            | BackendKind::Modal => BASE,
+            // Snapshots as committed images (Docker) or directory copies (WASM), forks
+            // started from them (SPEC §3.12).
+            BackendKind::Docker | BackendKind::Toolbox | BackendKind::WasmModule => {
+                BASE.with(Capability::Snapshots).with(Capability::Fork)
+            }
+            BackendKind::Fly | BackendKind::E2b | BackendKind::Modal => BASE,
         }
     }
 
@@ -401,7 +400,13 @@ mod tests {
         let e = BASE.require("e2b", Capability::Fork).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "the e2b backend cannot fork a computer; no backend of this build can yet"
+            "the e2b backend cannot fork a computer; backends that can: docker, go_busybox, \
+             wasm (--backend, or a gateway placement)"
+        );
+        let e = BASE.require("e2b", Capability::Secrets).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the e2b backend cannot keep secrets outside the computer; no backend of this build can yet"
         );
         assert_eq!(BASE.require("e2b", Capability::Files), Ok(()));
         let e = none

@@ -22,7 +22,7 @@ use crate::executor_api::{ApiError, ErrorCode, Scope};
 use crate::files::{EDIT_TOOL, FileCall, READ_TOOL, WRITE_TOOL};
 use crate::jobs::{JobCall, JobPoll};
 use crate::maybe_send::{MaybeSend, MaybeSync};
-use crate::snapshots::{ForkFrom, SnapshotCall};
+use crate::snapshots::SnapshotCall;
 use crate::validate::{
     Args, ExecRequest, Program, ValidationError, parse_exec, parse_file, parse_job,
 };
@@ -87,7 +87,7 @@ pub fn parse_tool_call(
         ToolKind::Exec => parse_exec(name, arguments, names.jobs).map(Op::Exec),
         ToolKind::Job => parse_job(name, arguments).map(Op::from),
         ToolKind::File => parse_file(name, arguments).map(Op::File),
-        ToolKind::Snapshot => crate::snapshots::parse(name, arguments).map(Op::Snapshot),
+        ToolKind::Snapshot => crate::validate::parse_snapshot(name, arguments).map(Op::Snapshot),
         ToolKind::List => Args::new(arguments, &[], name).map(|_| Op::List),
         ToolKind::Dashboard => Args::new(arguments, &[], name).map(|_| Op::Dashboard),
         ToolKind::Create => {
@@ -693,7 +693,7 @@ impl Op {
                 let b: TakeBody = body_of(body)?;
                 Ok(Op::Snapshot(SnapshotCall::Take {
                     computer_id: id(raw)?,
-                    label: crate::snapshots::checked_label(b.label).map_err(invalid)?,
+                    label: crate::validate::checked_label(b.label).map_err(invalid)?,
                 }))
             }
             ("GET", ["computers", raw, "snapshots"]) => {
@@ -706,12 +706,12 @@ impl Op {
                 let b: RestoreBody = body_of(body)?;
                 Ok(Op::Snapshot(SnapshotCall::Restore {
                     computer_id: id(raw)?,
-                    snapshot_id: crate::snapshots::checked_id(b.snapshot_id).map_err(invalid)?,
+                    snapshot_id: crate::validate::checked_id(b.snapshot_id).map_err(invalid)?,
                 }))
             }
             ("POST", ["computers", raw, "fork"]) => {
                 let b: ForkBody = body_of(body)?;
-                let from = ForkFrom::parse(&b.from).map_err(invalid)?;
+                let from = crate::validate::fork_from(&b.from).map_err(invalid)?;
                 Ok(Op::Snapshot(SnapshotCall::Fork {
                     from,
                     computer_id: Some(id(raw)?),
@@ -721,8 +721,7 @@ impl Op {
             ("DELETE", ["snapshots", raw]) => {
                 no_body()?;
                 Ok(Op::Snapshot(SnapshotCall::Delete {
-                    snapshot_id: crate::snapshots::checked_id((*raw).to_owned())
-                        .map_err(invalid)?,
+                    snapshot_id: crate::validate::checked_id((*raw).to_owned()).map_err(invalid)?,
                 }))
             }
             _ => Err(ApiError::new(
@@ -785,6 +784,7 @@ pub trait OpHandler: MaybeSync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshots::ForkFrom;
 
     fn round_trip(op: Op) {
         let r = op.encode();

@@ -1,15 +1,14 @@
 //! Snapshots, fork and restore (SPEC §3.12, group `snapshots`): the tool calls, snapshot
 //! ids, and the answers, each built here only.
 //!
+//! Their arguments are validated in `crate::validate::snapshots`.
+//!
 //! A snapshot is a computer's writable filesystem at one instant, kept by the backend
 //! (Docker/Podman: an image committed with the computer's processes frozen). Its id is
 //! `snap-` and 32 hex digits of randomness: unguessable, and never a computer id a caller
 //! would pick by chance (a `from` of that shape is read as a snapshot).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::validate::{Args, ValidationError};
 
 /// How every snapshot id starts.
 pub const PREFIX: &str = "snap-";
@@ -58,19 +57,6 @@ pub enum ForkFrom {
 }
 
 impl ForkFrom {
-    /// `from` as a fork takes it: a snapshot id, else a computer id.
-    pub fn parse(raw: &str) -> Result<ForkFrom, ValidationError> {
-        if is_id(raw) {
-            return Ok(ForkFrom::Snapshot(raw.to_owned()));
-        }
-        crate::ids::validate_computer_id(raw).map_err(|e| {
-            ValidationError::Invalid(format!(
-                "`from` is neither a snapshot id (snap-…, see computer_snapshots) nor a computer id: {e}"
-            ))
-        })?;
-        Ok(ForkFrom::Computer(raw.to_owned()))
-    }
-
     /// Its wire form (the id itself).
     pub fn as_str(&self) -> &str {
         match self {
@@ -99,81 +85,6 @@ pub enum SnapshotCall {
     List { computer_id: String },
     /// `computer_snapshot_delete`.
     Delete { snapshot_id: String },
-}
-
-fn snapshot_id(args: &Args, tool: &str) -> Result<String, ValidationError> {
-    let id = args.string("snapshot_id")?.ok_or_else(|| {
-        ValidationError::Invalid(format!(
-            "{tool} needs `snapshot_id` (snap-…; see computer_snapshots)"
-        ))
-    })?;
-    checked_id(id)
-}
-
-/// `id` if it is a snapshot id, else why not.
-pub fn checked_id(id: String) -> Result<String, ValidationError> {
-    match is_id(&id) {
-        true => Ok(id),
-        false => Err(ValidationError::Invalid(format!(
-            "`snapshot_id` {id:?} is not a snapshot id: they are snap- and 32 hex digits, as computer_snapshot returned them"
-        ))),
-    }
-}
-
-/// `label` if a snapshot may carry it, else why not.
-pub fn checked_label(label: String) -> Result<String, ValidationError> {
-    if label.len() > MAX_LABEL || label.chars().any(char::is_control) {
-        return Err(ValidationError::Invalid(format!(
-            "`label` is at most {MAX_LABEL} bytes of text without control characters"
-        )));
-    }
-    Ok(label)
-}
-
-/// Validates the arguments of snapshot tool `tool` (one of [`TOOLS`]).
-pub fn parse(tool: &str, raw: Option<&Value>) -> Result<SnapshotCall, ValidationError> {
-    match tool {
-        SNAPSHOT_TOOL => {
-            let args = Args::new(raw, &["computer_id", "label"], tool)?;
-            let label = checked_label(args.string("label")?.unwrap_or_default())?;
-            Ok(SnapshotCall::Take {
-                computer_id: args.required_computer_id(tool)?,
-                label,
-            })
-        }
-        FORK_TOOL => {
-            let args = Args::new(raw, &["from", "computer_id", "temporary"], tool)?;
-            let from = args.string("from")?.ok_or_else(|| {
-                ValidationError::Invalid(
-                    "computer_fork needs `from`: a computer id, or a snapshot id from computer_snapshots".into(),
-                )
-            })?;
-            Ok(SnapshotCall::Fork {
-                from: ForkFrom::parse(&from)?,
-                computer_id: args.computer_id()?,
-                temporary: args.boolean("temporary")?,
-            })
-        }
-        RESTORE_TOOL => {
-            let args = Args::new(raw, &["computer_id", "snapshot_id"], tool)?;
-            Ok(SnapshotCall::Restore {
-                computer_id: args.required_computer_id(tool)?,
-                snapshot_id: snapshot_id(&args, tool)?,
-            })
-        }
-        LIST_TOOL => {
-            let args = Args::new(raw, &["computer_id"], tool)?;
-            Ok(SnapshotCall::List {
-                computer_id: args.required_computer_id(tool)?,
-            })
-        }
-        _ => {
-            let args = Args::new(raw, &["snapshot_id"], tool)?;
-            Ok(SnapshotCall::Delete {
-                snapshot_id: snapshot_id(&args, tool)?,
-            })
-        }
-    }
 }
 
 impl SnapshotCall {

@@ -16,7 +16,9 @@ use crate::ids::validate_computer_id;
 use crate::jobs::{DEFAULT_WAIT_MS, JobCall, JobPoll, MAX_WAIT_MS, parse_signal, validate_job_id};
 
 mod files;
+mod snapshots;
 pub use files::parse_file;
+pub use snapshots::{checked_id, checked_label, fork_from, parse_snapshot};
 
 /// What the agent asked a computer to run.
 #[derive(Debug, Clone, PartialEq, Eq)]

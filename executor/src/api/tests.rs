@@ -116,7 +116,10 @@ async fn health_says_the_backend_and_what_it_can_do_without_a_token() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["status"], "ok");
     assert_eq!(v["backends"], json!(["go_busybox", "wasm"]));
-    assert_eq!(v["capabilities"], json!(["jobs", "files"]));
+    assert_eq!(
+        v["capabilities"],
+        json!(["jobs", "files", "snapshots", "fork"])
+    );
     assert_eq!(v["load"], json!({"computers": 0, "execs": 0}));
 }
 

@@ -36,6 +36,7 @@ mod layers;
 mod marks;
 mod place;
 mod procs;
+mod snapshots;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -111,6 +112,12 @@ pub enum WasmError {
     /// A job request was refused (the message says why).
     #[error("{0}")]
     Job(String),
+    /// No such snapshot (SPEC §3.12).
+    #[error("snapshot {0:?} does not exist; computer_snapshots lists a computer's snapshots")]
+    NoSnapshot(String),
+    /// A fork's new computer exists already.
+    #[error("computer {0:?} exists already; fork into a new computer_id")]
+    Exists(String),
 }
 
 /// The toolbox module: embedded, or `msc-toolbox.wasm` beside the binary.

@@ -7,14 +7,15 @@ use super::{Wasm, WasmError};
 use crate::place::{BackendError, Failure, Place};
 use crate::progress::Progress;
 use crate::spec::{
-    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, JobPoll,
-    JobStart, UploadStream,
+    ContainerRecord, ExecSpec, FilePutSpec, FileSlice, FileWriteSpec, FileWritten, ForkSource,
+    JobPoll, JobStart, SnapshotMeta, SnapshotRecord, UploadStream,
 };
 
 impl From<WasmError> for BackendError {
     fn from(e: WasmError) -> Self {
         let failure = match &e {
-            WasmError::NotFound(_) => Failure::NotFound,
+            WasmError::NotFound(_) | WasmError::NoSnapshot(_) => Failure::NotFound,
+            WasmError::Exists(_) => Failure::Conflict,
             WasmError::Module(_) | WasmError::NoToolbox => Failure::Unavailable,
             WasmError::Storage(_) | WasmError::Engine(_) => Failure::Failed,
             WasmError::NoSuchFile(_) => Failure::NoSuchFile,
@@ -135,5 +136,49 @@ impl Place for Wasm {
         body: UploadStream<'_>,
     ) -> Result<FileWritten, BackendError> {
         Ok(Wasm::file_put(self, id, spec, body).await?)
+    }
+
+    async fn snapshot_take(
+        &self,
+        id: &str,
+        meta: &SnapshotMeta<'_>,
+    ) -> Result<SnapshotRecord, BackendError> {
+        Ok(Wasm::snapshot_take(self, id, meta).await?)
+    }
+
+    async fn snapshot_list(&self) -> Result<Vec<SnapshotRecord>, BackendError> {
+        Ok(Wasm::snapshot_list(self).await?)
+    }
+
+    async fn snapshot_delete(&self, snapshot_id: &str) -> Result<bool, BackendError> {
+        Ok(Wasm::snapshot_delete(self, snapshot_id).await?)
+    }
+
+    /// No network, as [`Place::create`] says.
+    async fn fork(
+        &self,
+        from: ForkSource<'_>,
+        id: &str,
+        temporary: bool,
+        team: Option<&str>,
+        network: &shared::egress::Policy,
+        progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        crate::place::unenforced(self.name(), network, &shared::egress::Policy::None)?;
+        Ok(Wasm::fork(self, from, id, temporary, team, progress).await?)
+    }
+
+    /// The computer keeps its `temporary` flag and team (stored with it), as with a
+    /// factory reset.
+    async fn restore(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        _temporary: bool,
+        _team: Option<&str>,
+        _network: &shared::egress::Policy,
+        _progress: &Progress,
+    ) -> Result<ContainerRecord, BackendError> {
+        Ok(Wasm::restore(self, id, snapshot_id).await?)
     }
 }

@@ -42,6 +42,7 @@
 //! - `image`: the FROM scratch image of the static binary, run as an executor (issue 6)
 //! - `modal`: Modal computers against the gRPC simulator, from the binary and through the gateway (issue 7)
 //! - `snapshots`: snapshots, fork and restore on Docker and Podman (issue 39): exact files back, a fork beside a writing job, a restart of the server, nothing left behind
+//! - `snapshots_wasm`: snapshots, fork and restore of WebAssembly computers (issue 39): directory copies, reflinks where the filesystem has them
 //! - `registry`: `shared::registry`'s rules end to end on WASM computers behind the HTTP server (issue 13)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -79,6 +80,7 @@ mod pool;
 mod registry;
 mod security;
 mod snapshots;
+mod snapshots_wasm;
 mod startup;
 mod supervisor;
 mod tasks;

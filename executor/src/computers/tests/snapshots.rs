@@ -2,7 +2,7 @@
 //! the Docker backend's capabilities.
 
 use serde_json::json;
-use shared::capabilities::BackendKind;
+use shared::capabilities::{BackendKind, Capabilities, Capability};
 
 use super::{EXEC, Fake, World};
 
@@ -244,19 +244,23 @@ async fn issue_39_the_snapshot_limit_holds_and_a_backend_without_snapshots_says_
         ),
     ])
     .await;
-    let mut w = World::new();
+    let mut w = World::with(Fake::new(
+        Capabilities::NONE
+            .with(Capability::Jobs)
+            .with(Capability::Files),
+    ));
     w.run(&[
         (
             "a",
             "computer_snapshot",
             json!({"computer_id": "box"}),
-            json!({"error": "~the go_busybox backend cannot take snapshots of a computer; backends that can: docker"}),
+            json!({"error": "~the go_busybox backend cannot take snapshots of a computer; backends that can: docker, wasm"}),
         ),
         (
             "a",
             "computer_fork",
             json!({"from": "box"}),
-            json!({"error": "~cannot fork a computer; backends that can: docker"}),
+            json!({"error": "~cannot fork a computer; backends that can: docker, wasm"}),
         ),
     ])
     .await;

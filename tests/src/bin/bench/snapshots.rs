@@ -52,8 +52,11 @@ async fn engine_copy(name: &str, tag: &str, start: bool) -> Result<f64> {
         let c = d
             .create_container(None::<CreateContainerOptions>, body)
             .await?;
-        d.start_container(&c.id, None::<bollard::query_parameters::StartContainerOptions>)
-            .await?;
+        d.start_container(
+            &c.id,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await?;
         made = Some(c.id);
     }
     let took = ms(t.elapsed());
@@ -89,7 +92,11 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         )
         .await?;
         let write = format!("head -c {}M /dev/urandom > /data.bin && sync", mib);
-        exec(&c, json!({"computer_id": id, "command": write, "timeout": 600})).await?;
+        exec(
+            &c,
+            json!({"computer_id": id, "command": write, "timeout": 600}),
+        )
+        .await?;
     }
 
     // A snapshot of 1 GiB written, in turns with the engine's own commit.
@@ -126,7 +133,11 @@ pub async fn rows(t: &str, rows: &mut Vec<Row>) -> Result<()> {
         )
         .await?;
         ours.push(ms(s.elapsed()));
-        let r = exec(&c, json!({"computer_id": id, "command": "stat -c %s /data.bin"})).await?;
+        let r = exec(
+            &c,
+            json!({"computer_id": id, "command": "stat -c %s /data.bin"}),
+        )
+        .await?;
         anyhow::ensure!(r["stdout"].as_str() == Some("104857600\n"), "{r}");
         ok(&c, "computer_delete", json!({"computer_id": id})).await?;
     }
